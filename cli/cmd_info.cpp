@@ -1,0 +1,118 @@
+// `vkllm info`: what a GGUF model is, and what its KV cache costs per token and in total.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "error.h"
+#include "format.h"
+#include "kv_layout.h"
+#include "model_summary.h"
+
+namespace vkllm::cli {
+namespace {
+
+struct InfoOptions {
+  std::string model;
+  bool json = false;
+  uint32_t ctx = 0;   // 0: the trained context
+  uint32_t seqs = 1;
+  std::string cache_type = "f16";
+};
+
+constexpr CacheType k_cache_types[] = {CacheType::F16, CacheType::Q8_0, CacheType::Q4_0};
+
+nlohmann::json to_json(const ModelSummary& s, const InfoOptions& o, uint32_t ctx, CacheType chosen) {
+  const ModelConfig& c = s.config;
+  nlohmann::json types = nlohmann::json::object();
+  for (const auto& [name, count] : s.type_counts) types[name] = {{"tensors", count}, {"params", s.type_params.at(name)}};
+  nlohmann::json kv = nlohmann::json::object();
+  for (CacheType t : k_cache_types) {
+    if (!cache_type_fits(t, c.n_embd_kv())) continue;
+    const uint64_t per_token = kv_bytes_per_token(c, t, t);
+    kv[cache_type_name(t)] = {{"bytes_per_token", per_token},
+                              {"bytes_per_seq", per_token * ctx},
+                              {"bytes_total", per_token * ctx * o.seqs}};
+  }
+  return {
+      {"file", o.model},
+      {"file_size", s.file_size},
+      {"gguf_version", s.gguf_version},
+      {"architecture", c.arch_name},
+      {"name", c.name},
+      {"n_params", s.n_params},
+      {"n_tensors", s.n_tensors},
+      {"weight_bytes", s.weight_bytes},
+      {"bits_per_weight", s.bits_per_weight()},
+      {"tensor_types", types},
+      {"context_length", c.n_ctx_train},
+      {"n_layer", c.n_layer},
+      {"n_head", c.n_head},
+      {"n_head_kv", c.n_head_kv},
+      {"head_dim", c.head_dim},
+      {"n_embd", c.n_embd},
+      {"n_ff", c.n_ff},
+      {"n_vocab", c.n_vocab},
+      {"tokenizer_model", c.tokenizer_model},
+      {"has_chat_template", c.has_chat_template},
+      {"rope", {{"style", c.rope_style == RopeStyle::NeoX ? "neox" : "normal"},
+                {"n_rot", c.n_rot},
+                {"freq_base", c.rope_freq_base},
+                {"freq_scale", c.rope_freq_scale}}},
+      {"kv_cache", {{"ctx", ctx}, {"seqs", o.seqs}, {"cache_type", cache_type_name(chosen)}, {"types", kv}}},
+  };
+}
+
+void print_human(const ModelSummary& s, const InfoOptions& o, uint32_t ctx, CacheType chosen) {
+  const ModelConfig& c = s.config;
+  std::printf("file            %s (%s, GGUF v%u)\n", o.model.c_str(), human_bytes(s.file_size).c_str(), s.gguf_version);
+  std::printf("architecture    %s%s%s\n", c.arch_name.c_str(), c.name.empty() ? "" : " · ", c.name.c_str());
+  std::printf("parameters      %s (%s), %.2f bits per weight\n", human_count(s.n_params).c_str(),
+              with_commas(s.n_params).c_str(), s.bits_per_weight());
+  std::printf("tensor types   ");
+  for (const auto& [name, count] : s.type_counts) std::printf(" %s×%llu", name.c_str(), (unsigned long long)count);
+  std::printf("\n");
+  std::printf("context         %s tokens (trained)\n", with_commas(c.n_ctx_train).c_str());
+  std::printf("layers          %u\n", c.n_layer);
+  std::printf("heads           %u (KV heads %u, head dim %u)\n", c.n_head, c.n_head_kv, c.head_dim);
+  std::printf("embedding       %u (feed-forward %u)\n", c.n_embd, c.n_ff);
+  std::printf("rope            %s, %u dims, base %g, scale %g\n", c.rope_style == RopeStyle::NeoX ? "neox" : "normal",
+              c.n_rot, c.rope_freq_base, c.rope_freq_scale);
+  std::printf("vocabulary      %s tokens (%s)\n", with_commas(c.n_vocab).c_str(),
+              c.tokenizer_model.empty() ? "no tokenizer" : c.tokenizer_model.c_str());
+  std::printf("chat template   %s\n", c.has_chat_template ? "yes" : "no");
+  std::printf("\nKV cache: %u layers × 2 (K, V) × %u KV heads × %u head dim per token\n", c.n_layer, c.n_head_kv, c.head_dim);
+  std::printf("  %-6s %14s %14s %14s\n", "type", "per token", ("× " + with_commas(ctx) + " tok").c_str(),
+              ("× " + std::to_string(o.seqs) + " seq").c_str());
+  for (CacheType t : k_cache_types) {
+    if (!cache_type_fits(t, c.n_embd_kv())) continue;
+    const uint64_t per_token = kv_bytes_per_token(c, t, t);
+    std::printf("%s %-6s %14s %14s %14s\n", t == chosen ? "*" : " ", cache_type_name(t), human_bytes(per_token).c_str(),
+                human_bytes(per_token * ctx).c_str(), human_bytes(per_token * ctx * o.seqs).c_str());
+  }
+}
+
+}  // namespace
+
+void add_info_command(CLI::App& app) {
+  auto o = std::make_shared<InfoOptions>();
+  CLI::App* cmd = app.add_subcommand("info", "Describe a GGUF model and the memory its KV cache needs");
+  cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
+  cmd->add_flag("--json", o->json, "Print one JSON object instead of text");
+  cmd->add_option("--ctx", o->ctx, "Tokens per conversation for the KV total (default: trained context)");
+  cmd->add_option("--seqs", o->seqs, "Conversations held at once")->check(CLI::PositiveNumber);
+  cmd->add_option("--cache-type", o->cache_type, "KV cache type to highlight: f16, q8_0, q4_0")
+      ->check(CLI::IsMember({"f16", "q8_0", "q4_0"}));
+  cmd->callback([o] {
+    const gguf::File f = gguf::File::open(o->model);
+    const ModelSummary s = summarize_model(f);
+    const uint32_t ctx = o->ctx ? o->ctx : s.config.n_ctx_train;
+    const CacheType chosen = *cache_type_from_name(o->cache_type);
+    if (!cache_type_fits(chosen, s.config.n_embd_kv()))
+      throw Error("--cache-type " + o->cache_type + " needs a KV row width that is a multiple of 32; this model's is " +
+                  std::to_string(s.config.n_embd_kv()));
+    if (o->json) std::printf("%s\n", to_json(s, *o, ctx, chosen).dump(1).c_str());
+    else print_human(s, *o, ctx, chosen);
+  });
+}
+
+}  // namespace vkllm::cli

@@ -1,0 +1,9 @@
+// The subcommands of the vkllm binary: each file cmd_<name>.cpp registers one.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace vkllm::cli {
+
+void add_info_command(CLI::App& app);
+
+}  // namespace vkllm::cli

@@ -1,0 +1,12 @@
+// Number formatting for people: "1,234", "1.5 MiB".
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace vkllm::cli {
+
+std::string with_commas(uint64_t n);   // 1234567 → "1,234,567"
+std::string human_bytes(uint64_t n);   // 1536 → "1.5 KiB"; < 1 KiB → "640 B"
+std::string human_count(uint64_t n);   // 1100000000 → "1.1B", 260000 → "260K"
+
+}  // namespace vkllm::cli

@@ -1,0 +1,29 @@
+// vkllm: entry point. Parses the subcommand and turns any input error into one line on stderr.
+#include <cstdio>
+#include <exception>
+
+#include "commands.h"
+#include "error.h"
+#include "gguf.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"vkllm: run GGUF language models on Vulkan compute shaders"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "vkllm 0.1.0");
+  vkllm::cli::add_info_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const vkllm::Error& e) {
+    std::fprintf(stderr, "vkllm: error: %s\n", e.what());
+    return 1;
+  } catch (const gguf::Error& e) {
+    std::fprintf(stderr, "vkllm: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "vkllm: internal error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,41 @@
+// ModelConfig: a model's hyperparameters, read and validated from GGUF metadata.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "gguf.h"
+
+namespace vkllm {
+
+enum class Arch { Llama, Qwen2 };
+enum class RopeStyle { Normal, NeoX };  // Normal: pairs (2i, 2i+1); NeoX: pairs (i, i + rot/2)
+
+struct ModelConfig {
+  Arch arch = Arch::Llama;
+  std::string arch_name;       // general.architecture
+  std::string name;            // general.name (may be empty)
+  uint32_t n_layer = 0;        // transformer blocks
+  uint32_t n_embd = 0;         // residual stream width
+  uint32_t n_ff = 0;           // feed-forward hidden width
+  uint32_t n_head = 0;         // query heads
+  uint32_t n_head_kv = 0;      // key/value heads (grouped-query attention when < n_head)
+  uint32_t head_dim = 0;       // per-head width (key_length; n_embd / n_head unless given)
+  uint32_t n_vocab = 0;        // tokens in the vocabulary
+  uint32_t n_ctx_train = 0;    // context length the model was trained with
+  uint32_t n_rot = 0;          // dimensions rotated by RoPE (≤ head_dim)
+  float rope_freq_base = 10000.0f;
+  float rope_freq_scale = 1.0f;  // 1 / rope.scaling.factor for linear scaling
+  RopeStyle rope_style = RopeStyle::Normal;
+  float rms_eps = 1e-5f;
+  bool qkv_bias = false;       // Q/K/V projections carry biases (qwen2)
+  std::string tokenizer_model; // tokenizer.ggml.model: "llama" (SentencePiece) or "gpt2" (byte BPE)
+  bool has_chat_template = false;
+
+  uint32_t n_embd_kv() const { return n_head_kv * head_dim; }  // width of one token's K (or V) row
+};
+
+// Reads the hyperparameters of `f`; throws Error naming the missing or inconsistent key.
+ModelConfig read_model_config(const gguf::File& f);
+const char* arch_name(Arch a);
+
+}  // namespace vkllm
