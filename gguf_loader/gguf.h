@@ -168,7 +168,7 @@ class Writer {
   // `data` must hold exactly the tensor's n_bytes; it is copied.
   void add_tensor(std::string name, TensorType type, std::vector<uint64_t> ne, std::span<const uint8_t> data);
   std::vector<uint8_t> to_bytes() const;
-  // Writes atomically: a temporary file in the same directory, fsync, rename.
+  // Writes atomically (write_file_atomic in atomic_file.h).
   void write(const std::string& path) const;
 
  private:

@@ -1,10 +1,7 @@
 // GGUF writer: serialises metadata and tensors as GGUF v3 (layout in gguf.h).
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 
+#include "atomic_file.h"
 #include "gguf.h"
 
 namespace gguf {
@@ -116,32 +113,6 @@ std::vector<uint8_t> Writer::to_bytes() const {
   return o.bytes;
 }
 
-void Writer::write(const std::string& path) const {
-  const std::vector<uint8_t> bytes = to_bytes();
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(tmp + ": cannot create: " + std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw Error(tmp + ": write failed: " + std::strerror(e));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    throw Error(tmp + ": fsync failed: " + std::strerror(errno));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    throw Error(path + ": rename failed: " + std::strerror(e));
-  }
-}
+void Writer::write(const std::string& path) const { write_file_atomic(path, to_bytes()); }
 
 }  // namespace gguf

@@ -1,0 +1,9 @@
+// Host side of the push-constant structs in shaders/common/params.h, with size checks.
+#pragma once
+#include "common/params.h"
+
+namespace vkllm {
+
+static_assert(sizeof(FillParams) == 8);
+
+}  // namespace vkllm

@@ -1,0 +1,54 @@
+// Atomic file replacement through a temporary file, fsync and rename.
+#include "atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "gguf.h"
+
+namespace gguf {
+
+void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) {
+  const std::filesystem::path target(path);
+  const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+  std::string tmp = dir.string();
+  tmp.append("/.").append(target.filename().string()).append(".XXXXXX");
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) throw Error(path + ": cannot create a temporary file in " + dir.string() + ": " + std::strerror(errno));
+  auto fail = [&](const std::string& what) {
+    const int e = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw Error(path + ": " + what + ": " + std::strerror(e));
+  };
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("write failed");
+    done += static_cast<size_t>(n);
+  }
+  if (::fchmod(fd, 0644) != 0) fail("chmod failed");
+  if (::fsync(fd) != 0) fail("fsync failed");
+  if (::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    throw Error(path + ": close failed: " + std::strerror(errno));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    throw Error(path + ": rename failed: " + std::strerror(e));
+  }
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+}  // namespace gguf

@@ -1,0 +1,14 @@
+// Atomic file replacement: a crash at any moment leaves either the old file or the new one.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace gguf {
+
+// Writes `bytes` to a temporary file in the same directory as `path`, fsyncs it, renames it over
+// `path` and fsyncs the directory. Throws gguf::Error naming the path on failure (the old file,
+// if any, is then untouched and the temporary is removed).
+void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
+
+}  // namespace gguf

@@ -1,0 +1,94 @@
+// The Vulkan runtime: device selection, buffers, an embedded shader dispatched on the device,
+// uploads/downloads through staging, and a clean validation log.
+#include <cstring>
+#include <vector>
+
+#include "kernel_params.h"
+#include "shader_registry.h"
+#include "vk_buffer.h"
+#include "vk_commands.h"
+#include "vk_test_env.h"
+
+using namespace vkllm;
+using vkllm::test::VulkanTest;
+
+TEST_F(VulkanTest, DeviceReportsRealLimits) {
+  const DeviceInfo& d = test::vk().info();
+  EXPECT_TRUE(d.missing.empty()) << d.missing;
+  EXPECT_GT(d.subgroup_size, 0u);
+  EXPECT_GE(d.max_storage_buffer_range, 1u << 20);
+  EXPECT_FALSE(d.heaps.empty());
+  EXPECT_FALSE(list_devices().empty());
+}
+
+TEST_F(VulkanTest, EmbeddedShadersArePresent) {
+  ASSERT_NE(shaders::find("fill_f32"), nullptr);
+  EXPECT_EQ(shaders::find("fill_f32")->code[0], 0x07230203u);  // SPIR-V magic
+  EXPECT_EQ(shaders::find("no_such_shader"), nullptr);
+}
+
+TEST_F(VulkanTest, FillShaderWritesEveryElementAndNoMore) {
+  VulkanContext& ctx = test::vk();
+  for (uint32_t n : {1u, 63u, 64u, 1000u, 65537u}) {
+    Buffer buf(ctx, (n + 16) * sizeof(float), MemoryUse::Device, "fill test");
+    std::vector<float> init(n + 16, -1.0f);
+    upload(ctx, buf, 0, init.data(), init.size() * 4);
+    const Pipeline& p = test::pipelines().get("fill_f32", 1, sizeof(FillParams), {64});
+    CommandRecorder rec(ctx);
+    rec.dispatch(p, {buf.view()}, FillParams{n, 2.5f}, div_ceil(n, 64));
+    rec.submit_and_wait();
+    std::vector<float> out(n + 16);
+    download(ctx, buf, 0, out.data(), out.size() * 4);
+    for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(out[i], 2.5f) << "n=" << n << " i=" << i;
+    for (uint32_t i = n; i < n + 16; ++i) ASSERT_EQ(out[i], -1.0f) << "n=" << n << " i=" << i;
+  }
+}
+
+TEST_F(VulkanTest, BindsASubrangeAtAnAlignedOffset) {
+  VulkanContext& ctx = test::vk();
+  const uint64_t align = ctx.limits().minStorageBufferOffsetAlignment;
+  const uint64_t offset = align * 4;
+  Buffer buf(ctx, offset + 256 * 4 + 64, MemoryUse::Upload, "subrange test");
+  std::memset(buf.mapped(), 0, buf.size());
+  const Pipeline& p = test::pipelines().get("fill_f32", 1, sizeof(FillParams), {32});
+  CommandRecorder rec(ctx);
+  rec.dispatch(p, {buf.view(offset, 256 * 4)}, FillParams{256, 7.0f}, div_ceil(256, 32));
+  rec.submit_and_wait();
+  const float* f = static_cast<const float*>(buf.mapped());
+  EXPECT_EQ(f[offset / 4 - 1], 0.0f);
+  EXPECT_EQ(f[offset / 4], 7.0f);
+  EXPECT_EQ(f[offset / 4 + 255], 7.0f);
+  EXPECT_EQ(f[offset / 4 + 256], 0.0f);
+}
+
+TEST_F(VulkanTest, RecorderIsReusableAndTimesDispatches) {
+  VulkanContext& ctx = test::vk();
+  Buffer buf(ctx, 4096, MemoryUse::Readback, "timing test");
+  const Pipeline& p = test::pipelines().get("fill_f32", 1, sizeof(FillParams), {64});
+  CommandRecorder rec(ctx, 8);
+  for (int step = 0; step < 3; ++step) {
+    rec.dispatch(p, {buf.view()}, FillParams{1024, float(step)}, 16);
+    rec.barrier();
+    rec.dispatch(p, {buf.view()}, FillParams{512, float(step) + 0.5f}, 8);
+    rec.submit_and_wait();
+    const float* f = static_cast<const float*>(buf.mapped());
+    EXPECT_EQ(f[0], float(step) + 0.5f);
+    EXPECT_EQ(f[1000], float(step));
+    if (ctx.limits().timestampComputeAndGraphics) {
+      ASSERT_EQ(rec.timings().size(), 2u);
+      EXPECT_EQ(rec.timings()[0].label, "fill_f32");
+      EXPECT_GE(rec.timings()[0].ms, 0.0);
+    }
+  }
+}
+
+TEST_F(VulkanTest, BadDeviceIndexIsAClearError) {
+  ContextOptions o;
+  o.device_index = 99;
+  try {
+    VulkanContext bad(o);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--device 99 does not exist"), std::string::npos) << e.what();
+  }
+}
