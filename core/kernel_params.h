@@ -5,5 +5,7 @@
 namespace vkllm {
 
 static_assert(sizeof(FillParams) == 8);
+static_assert(sizeof(GetRowsParams) == 24);
+static_assert(sizeof(MatmulParams) == 28);
 
 }  // namespace vkllm

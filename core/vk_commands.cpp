@@ -3,8 +3,8 @@
 
 namespace vkllm {
 
-CommandRecorder::CommandRecorder(const VulkanContext& ctx, uint32_t max_timestamps)
-    : ctx_(ctx), max_timestamps_(max_timestamps) {
+CommandRecorder::CommandRecorder(const VulkanContext& ctx, Pipelines* pipelines, uint32_t max_timestamps)
+    : ctx_(ctx), pipelines_(pipelines), max_timestamps_(max_timestamps) {
   VkCommandPoolCreateInfo pci{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
   pci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
   pci.queueFamilyIndex = ctx.queue_family();

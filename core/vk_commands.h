@@ -22,7 +22,8 @@ struct DispatchTiming {
 class CommandRecorder {
  public:
   // `max_timestamps` > 0 enables per-dispatch GPU timing (up to that many dispatches).
-  explicit CommandRecorder(const VulkanContext& ctx, uint32_t max_timestamps = 0);
+  // `pipelines` (may be null for transfer-only use) is where record_<op> functions get kernels.
+  explicit CommandRecorder(const VulkanContext& ctx, Pipelines* pipelines = nullptr, uint32_t max_timestamps = 0);
   ~CommandRecorder();
   CommandRecorder(const CommandRecorder&) = delete;
   CommandRecorder& operator=(const CommandRecorder&) = delete;
@@ -43,12 +44,18 @@ class CommandRecorder {
   // Ends, submits, waits; throws Error on device loss. Afterwards the recorder is empty and reusable.
   void submit_and_wait();
   bool empty() const { return n_commands_ == 0; }
+  const VulkanContext& context() const { return ctx_; }
+  Pipelines& pipelines() const {
+    VKLLM_CHECK(pipelines_ != nullptr, "this recorder was made for transfers only");
+    return *pipelines_;
+  }
   // Timings of the last submitted recording (empty unless timing was enabled).
   const std::vector<DispatchTiming>& timings() const { return timings_; }
 
  private:
   void begin_if_needed();
   const VulkanContext& ctx_;
+  Pipelines* pipelines_ = nullptr;
   VkCommandPool pool_ = VK_NULL_HANDLE;
   VkCommandBuffer cmd_ = VK_NULL_HANDLE;
   VkFence fence_ = VK_NULL_HANDLE;

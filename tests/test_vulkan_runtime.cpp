@@ -65,7 +65,7 @@ TEST_F(VulkanTest, RecorderIsReusableAndTimesDispatches) {
   VulkanContext& ctx = test::vk();
   Buffer buf(ctx, 4096, MemoryUse::Readback, "timing test");
   const Pipeline& p = test::pipelines().get("fill_f32", 1, sizeof(FillParams), {64});
-  CommandRecorder rec(ctx, 8);
+  CommandRecorder rec(ctx, nullptr, 8);
   for (int step = 0; step < 3; ++step) {
     rec.dispatch(p, {buf.view()}, FillParams{1024, float(step)}, 16);
     rec.barrier();

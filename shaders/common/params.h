@@ -18,6 +18,28 @@ struct FillParams {
   float value;  // value written to each
 };
 
+// get_rows: out[t][0..cols) = dequant(W[ids[t] - row_begin]) for the tokens whose id falls in
+// [row_begin, row_begin + n_rows) (a weight split into parts is gathered part by part).
+struct GetRowsParams {
+  u32 n_tokens;   // rows of ids / out
+  u32 cols;       // elements per weight row
+  u32 row_bytes;  // bytes per weight row
+  u32 row_begin;  // first weight row held by this binding
+  u32 n_rows;     // weight rows held by this binding
+  u32 out_stride; // floats between output rows
+};
+
+// matvec / matmul: y[t][y_offset + r] = sum_c W[r][c] * x[t][c] for r < rows, t < n_tokens.
+struct MatmulParams {
+  u32 cols;       // elements per weight row (= x row length)
+  u32 rows;       // weight rows in this binding
+  u32 row_bytes;  // bytes per weight row
+  u32 n_tokens;   // activation rows (1 for matvec)
+  u32 x_stride;   // floats between activation rows
+  u32 y_stride;   // floats between output rows
+  u32 y_offset;   // first output column written (row offset of this weight part)
+};
+
 #ifdef __cplusplus
 }  // namespace vkllm
 #else
