@@ -3,7 +3,7 @@
 // Plain float code, one element at a time, written for clarity rather than speed. Block layouts
 // of the quantized types are exactly ggml's (ggml-common.h); dequantization follows ggml's
 // dequantize_row_*; quantize_row_q8_0 / _q4_0 (the KV cache types) match ggml's *_ref versions
-// bit for bit.
+// bit for bit, as built by llama.cpp on x86 (multiply-adds fused).
 //
 // Shape notation: `[a][b] T` is a row-major array of a rows of b elements of type T; the last
 // index varies fastest. A "row" of a quantized type is type_bytes(type, n_cols) bytes.

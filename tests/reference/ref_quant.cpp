@@ -13,6 +13,10 @@ namespace {
 
 using gguf::TensorType;
 
+// The legacy quantizers round with `(int)(x * id + offset)` like ggml's *_ref code, computed as
+// one fused multiply-add: ggml's x86 builds contract that expression (GCC's default
+// -ffp-contract=fast), and llama-quantize's files differ from the unfused result on ties.
+
 template <typename Block>
 void store_block(const Block& b, uint8_t* dst, int64_t i) {
   std::memcpy(dst + i * static_cast<int64_t>(sizeof(Block)), &b, sizeof(Block));
@@ -36,8 +40,8 @@ void quant_q4_1(const float* x, uint8_t* dst, int64_t nb) {
     const float d = (hi - lo) / 15.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     BlockQ4_1 b{f32_to_fp16(d), f32_to_fp16(lo), {}};
     for (int j = 0; j < kQK / 2; ++j) {
-      const int q0 = std::min(15, static_cast<int>(static_cast<int8_t>((x[j] - lo) * id + 0.5f)));
-      const int q1 = std::min(15, static_cast<int>(static_cast<int8_t>((x[j + kQK / 2] - lo) * id + 0.5f)));
+      const int q0 = std::min(15, static_cast<int>(static_cast<int8_t>(std::fma(x[j] - lo, id, 0.5f))));
+      const int q1 = std::min(15, static_cast<int>(static_cast<int8_t>(std::fma(x[j + kQK / 2] - lo, id, 0.5f))));
       b.qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
     }
     store_block(b, dst, i);
@@ -60,7 +64,7 @@ void quant_q5_0(const float* x, uint8_t* dst, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQK) {
     const float d = signed_absmax(x, kQK) / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     int q[kQK];
-    for (int j = 0; j < kQK; ++j) q[j] = std::min(31, static_cast<int>(static_cast<int8_t>(x[j] * id + 16.5f)));
+    for (int j = 0; j < kQK; ++j) q[j] = std::min(31, static_cast<int>(static_cast<int8_t>(std::fma(x[j], id, 16.5f))));
     BlockQ5_0 b{f32_to_fp16(d), {}, {}};
     pack_q5(q, &b);
     store_block(b, dst, i);
@@ -73,7 +77,7 @@ void quant_q5_1(const float* x, uint8_t* dst, int64_t nb) {
     for (int j = 1; j < kQK; ++j) lo = std::min(lo, x[j]), hi = std::max(hi, x[j]);
     const float d = (hi - lo) / 31.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     int q[kQK];
-    for (int j = 0; j < kQK; ++j) q[j] = static_cast<uint8_t>((x[j] - lo) * id + 0.5f);
+    for (int j = 0; j < kQK; ++j) q[j] = static_cast<uint8_t>(std::fma(x[j] - lo, id, 0.5f));
     BlockQ5_1 b{f32_to_fp16(d), f32_to_fp16(lo), {}, {}};
     pack_q5(q, &b);
     store_block(b, dst, i);
@@ -256,8 +260,8 @@ void quantize_row_q4_0(const float* x, uint8_t* dst, int64_t n) {
     const float d = signed_absmax(x, kQK) / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     BlockQ4_0 b{f32_to_fp16(d), {}};
     for (int j = 0; j < kQK / 2; ++j) {
-      const int q0 = std::min(15, static_cast<int>(static_cast<int8_t>(x[j] * id + 8.5f)));
-      const int q1 = std::min(15, static_cast<int>(static_cast<int8_t>(x[j + kQK / 2] * id + 8.5f)));
+      const int q0 = std::min(15, static_cast<int>(static_cast<int8_t>(std::fma(x[j], id, 8.5f))));
+      const int q1 = std::min(15, static_cast<int>(static_cast<int8_t>(std::fma(x[j + kQK / 2], id, 8.5f))));
       b.qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
     }
     store_block(b, dst, i);
