@@ -1,0 +1,370 @@
+// make_model: writes a random-weight GGUF model of any llama/qwen2 shape and weight type.
+//
+// Usage:
+//   make_model -o FILE [--preset 1b] [--arch llama|qwen2] [--layers N] [--embd N] [--ff N]
+//              [--heads N] [--kv-heads N] [--vocab N] [--ctx N] [--type TYPE] [--tied]
+//              [--rope-base F] [--rms-eps F] [--seed S] [--vocab-from FILE.gguf | --byte-vocab]
+//
+//   --type      weight type of every matrix (token_embd and output included): f32 f16 bf16 q4_0
+//               q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k. Norms and biases stay F32.
+//   --preset 1b a Llama-3.2-1B-like shape: 16 layers, embd 2048, ff 8192, 32 heads, 8 KV heads,
+//               vocab 32000, ctx 8192, rope base 500000, tied embeddings. Options given
+//               explicitly override the preset.
+//   --vocab-from copies every tokenizer.* key from that GGUF (default: ../shared's
+//               models/stories260K.gguf when it exists); --byte-vocab generates a SentencePiece
+//               byte-fallback vocabulary instead (<unk> <s> </s> <0x00>…<0xFF>). A --vocab larger
+//               than the tokenizer is padded with unused tokens "<unused_N>".
+//
+// Examples:
+//   make_model --type q4_0 -o /tmp/tiny.gguf
+//   make_model --preset 1b --type q4_0 -o /tmp/llama-1b-q4_0.gguf     (~0.6 GiB)
+//   make_model --arch qwen2 --layers 2 --embd 128 --ff 512 --heads 2 --kv-heads 1 --tied -o q.gguf
+//
+// Weights are N(0, 1/sqrt(row length)) so every matrix-vector product keeps unit-scale
+// activations; norm weights are 1, qwen2's Q/K/V biases N(0, 0.1). Each row's random stream is
+// seeded from (seed, tensor name, row), so the output does not depend on the thread count.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <numbers>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gguf.h"
+#include "reference/ref_ops.h"
+#include "test_support.h"
+
+namespace {
+
+using gguf::TensorType;
+using gguf::Value;
+
+struct Options {
+  std::string out;
+  std::string preset;
+  std::string arch = "llama";
+  uint32_t n_layer = 2;
+  uint32_t n_embd = 256;
+  uint32_t n_ff = 768;
+  uint32_t n_head = 4;
+  uint32_t n_head_kv = 2;
+  uint32_t n_vocab = 0;  // 0: the tokenizer's size
+  uint32_t n_ctx = 4096;
+  std::string type = "f32";
+  bool tied = false;
+  float rope_base = 10000.0f;
+  float rms_eps = 1e-5f;
+  uint64_t seed = 42;
+  std::string vocab_from;
+  bool byte_vocab = false;
+};
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t hash_name(const std::string& s) {  // FNV-1a
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// The standard normal's quantiles at k / 65536 (k = 0..65536; the two infinite ends replaced by
+// the quantiles at 0.5 / 65536 and 1 - 0.5 / 65536), found by bisection on erfc.
+const std::vector<float>& normal_quantiles() {
+  static const std::vector<float> table = [] {
+    constexpr int kN = 1 << 16;
+    std::vector<float> t(kN + 1);
+    for (int k = 0; k <= kN; ++k) {
+      const double p = std::clamp(static_cast<double>(k), 0.5, kN - 0.5) / kN;
+      double lo = -10.0, hi = 10.0;
+      for (int it = 0; it < 60; ++it) {
+        const double mid = 0.5 * (lo + hi);
+        (0.5 * std::erfc(-mid / std::numbers::sqrt2) < p ? lo : hi) = mid;
+      }
+      t[static_cast<size_t>(k)] = static_cast<float>(0.5 * (lo + hi));
+    }
+    return t;
+  }();
+  return table;
+}
+
+// Fills x with N(0, sigma) samples from a stream seeded by `seed`: each 32 random bits pick a
+// quantile interval (16 bits) and a point inside it (16 bits, linear interpolation). Much faster
+// than Box-Muller, which matters for billion-parameter models.
+void fill_gaussian(uint64_t seed, float sigma, float* x, int64_t n) {
+  const std::vector<float>& t = normal_quantiles();
+  uint64_t state = seed;
+  auto sample = [&](uint32_t u) {
+    const size_t k = u >> 16;
+    const float frac = static_cast<float>(u & 0xffff) * 0x1.0p-16f;
+    return sigma * (t[k] + frac * (t[k + 1] - t[k]));
+  };
+  for (int64_t i = 0; i < n; i += 2) {
+    const uint64_t bits = splitmix64(state);
+    x[i] = sample(static_cast<uint32_t>(bits));
+    if (i + 1 < n) x[i + 1] = sample(static_cast<uint32_t>(bits >> 32));
+  }
+}
+
+class ModelWriter {
+ public:
+  ModelWriter(const Options& o, TensorType type) : o_(o), type_(type) {}
+
+  // A matrix [n_rows][n_cols] (GGUF ne = {n_cols, n_rows}) of N(0, 1/sqrt(n_cols)) in the weight type.
+  void matrix(const std::string& name, uint64_t n_cols, uint64_t n_rows) {
+    random_tensor(name, type_, n_cols, n_rows, 1.0f / std::sqrt(static_cast<float>(n_cols)));
+  }
+  void bias(const std::string& name, uint64_t n) { random_tensor(name, TensorType::F32, n, 1, 0.1f); }
+  void ones(const std::string& name, uint64_t n) {
+    const std::vector<float> v(n, 1.0f);
+    w_.add_tensor(name, TensorType::F32, {n}, {reinterpret_cast<const uint8_t*>(v.data()), n * sizeof(float)});
+    n_params_ += n;
+  }
+  gguf::Writer& writer() { return w_; }
+  uint64_t n_params() const { return n_params_; }
+
+ private:
+  void random_tensor(const std::string& name, TensorType t, uint64_t n_cols, uint64_t n_rows, float sigma) {
+    const uint64_t row_bytes = gguf::type_bytes(t, n_cols);
+    std::vector<uint8_t> data(row_bytes * n_rows);
+    const uint64_t name_seed = o_.seed ^ hash_name(name);
+    normal_quantiles();  // built once, before the threads share it
+    const uint64_t n_threads = std::clamp<uint64_t>(std::thread::hardware_concurrency(), 1, n_rows);
+    auto work = [&](uint64_t first, uint64_t last) {
+      std::vector<float> row(n_cols);  // [n_cols] f32
+      for (uint64_t r = first; r < last; ++r) {
+        uint64_t s = name_seed + r;
+        fill_gaussian(splitmix64(s), sigma, row.data(), static_cast<int64_t>(n_cols));
+        vkllm::ref::quantize_row(t, row.data(), data.data() + r * row_bytes, static_cast<int64_t>(n_cols));
+      }
+    };
+    std::vector<std::thread> threads;
+    for (uint64_t i = 0; i < n_threads; ++i) threads.emplace_back(work, n_rows * i / n_threads, n_rows * (i + 1) / n_threads);
+    for (std::thread& th : threads) th.join();
+    w_.add_tensor(name, t, n_rows == 1 ? std::vector<uint64_t>{n_cols} : std::vector<uint64_t>{n_cols, n_rows}, data);
+    n_params_ += n_cols * n_rows;
+  }
+
+  const Options& o_;
+  TensorType type_;
+  gguf::Writer w_;
+  uint64_t n_params_ = 0;
+};
+
+// llama.cpp's general.file_type (llama_ftype) for a file whose matrices are all `t`.
+uint32_t file_type(TensorType t) {
+  switch (t) {
+    case TensorType::F32: return 0;
+    case TensorType::F16: return 1;
+    case TensorType::Q4_0: return 2;
+    case TensorType::Q4_1: return 3;
+    case TensorType::Q8_0: return 7;
+    case TensorType::Q5_0: return 8;
+    case TensorType::Q5_1: return 9;
+    case TensorType::Q2_K: return 10;
+    case TensorType::Q3_K: return 11;  // Q3_K_S
+    case TensorType::Q4_K: return 14;  // Q4_K_S
+    case TensorType::Q5_K: return 16;  // Q5_K_S
+    case TensorType::Q6_K: return 18;
+    default: return 32;               // BF16
+  }
+}
+
+// Copies tokenizer.* from `path`, padding the vocabulary to n_vocab (0: keep). Returns the size.
+uint32_t copy_tokenizer(const std::string& path, uint32_t n_vocab, gguf::Writer& w) {
+  const gguf::File src = gguf::File::open(path);
+  const uint64_t n_src = src.get_array("tokenizer.ggml.tokens").count;
+  if (n_vocab == 0) n_vocab = static_cast<uint32_t>(n_src);
+  if (n_vocab < n_src)
+    throw gguf::Error("--vocab " + std::to_string(n_vocab) + " is smaller than " + path + "'s " + std::to_string(n_src) + " tokens");
+  for (const auto& [key, value] : src.metadata()) {
+    if (key.rfind("tokenizer.", 0) != 0) continue;
+    if (n_vocab == n_src || value.type != gguf::ValueType::ARRAY || std::get<gguf::Array>(value.data).count != n_src) {
+      w.set(key, value);
+      continue;
+    }
+    const gguf::Array& a = std::get<gguf::Array>(value.data);  // a per-token array: pad it
+    if (key == "tokenizer.ggml.tokens") {
+      std::vector<std::string> tokens = a.strings;
+      for (uint64_t i = n_src; i < n_vocab; ++i) tokens.push_back("<unused_" + std::to_string(i) + ">");
+      w.set(key, Value::strings(std::move(tokens)));
+    } else if (key == "tokenizer.ggml.scores") {
+      std::vector<float> scores;
+      for (uint64_t i = 0; i < n_src; ++i) scores.push_back(static_cast<float>(a.float_at(i)));
+      scores.resize(n_vocab, -1e9f);
+      w.set(key, Value::f32s(scores));
+    } else if (key == "tokenizer.ggml.token_type") {
+      std::vector<int32_t> types;
+      for (uint64_t i = 0; i < n_src; ++i) types.push_back(static_cast<int32_t>(a.int_at(i)));
+      types.resize(n_vocab, 5);  // LLAMA_TOKEN_TYPE_UNUSED
+      w.set(key, Value::i32s(types));
+    } else {
+      throw gguf::Error(path + ": cannot pad per-token array '" + key + "' to " + std::to_string(n_vocab) + " tokens");
+    }
+  }
+  return n_vocab;
+}
+
+// A SentencePiece vocabulary of byte-fallback tokens only, padded to n_vocab (0: 259).
+uint32_t byte_tokenizer(uint32_t n_vocab, gguf::Writer& w) {
+  if (n_vocab == 0) n_vocab = 259;
+  if (n_vocab < 259) throw gguf::Error("--vocab " + std::to_string(n_vocab) + ": a byte vocabulary needs at least 259 tokens");
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+  std::vector<int32_t> types = {2, 3, 3};  // unknown, control, control
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    tokens.emplace_back(name);
+    types.push_back(6);  // byte
+  }
+  for (uint32_t i = 259; i < n_vocab; ++i) {
+    tokens.push_back("<unused_" + std::to_string(i) + ">");
+    types.push_back(5);
+  }
+  const std::vector<float> scores(n_vocab, 0.0f);
+  w.set("tokenizer.ggml.model", Value::str("llama"));
+  w.set("tokenizer.ggml.tokens", Value::strings(std::move(tokens)));
+  w.set("tokenizer.ggml.scores", Value::f32s(scores));
+  w.set("tokenizer.ggml.token_type", Value::i32s(types));
+  w.set("tokenizer.ggml.unknown_token_id", Value::u32(0));
+  w.set("tokenizer.ggml.bos_token_id", Value::u32(1));
+  w.set("tokenizer.ggml.eos_token_id", Value::u32(2));
+  return n_vocab;
+}
+
+void check_shape(const Options& o, TensorType type) {
+  auto fail = [](const std::string& m) { throw gguf::Error(m); };
+  if (o.arch != "llama" && o.arch != "qwen2") fail("--arch " + o.arch + ": expected llama or qwen2");
+  if (o.n_layer == 0 || o.n_embd == 0 || o.n_ff == 0 || o.n_head == 0 || o.n_head_kv == 0 || o.n_ctx == 0)
+    fail("--layers, --embd, --ff, --heads, --kv-heads and --ctx must be > 0");
+  if (o.n_embd % o.n_head != 0) fail("--embd " + std::to_string(o.n_embd) + " is not a multiple of --heads " + std::to_string(o.n_head));
+  if (o.n_head % o.n_head_kv != 0) fail("--heads " + std::to_string(o.n_head) + " is not a multiple of --kv-heads " + std::to_string(o.n_head_kv));
+  if ((o.n_embd / o.n_head) % 2 != 0) fail("head dim " + std::to_string(o.n_embd / o.n_head) + " must be even for RoPE");
+  const uint32_t block = gguf::type_info(static_cast<uint32_t>(type))->block_size;
+  // Every matrix's row length is n_embd or n_ff (ffn_down).
+  for (const auto& [what, n] : {std::pair{"--embd", o.n_embd}, std::pair{"--ff", o.n_ff}})
+    if (n % block != 0)
+      fail(std::string(what) + " " + std::to_string(n) + " is not a multiple of the " + gguf::type_name(type) +
+           " block size " + std::to_string(block));
+}
+
+void apply_preset(Options& o, const CLI::App& app) {
+  if (o.preset.empty()) return;
+  if (o.preset != "1b") throw gguf::Error("--preset " + o.preset + ": the only preset is 1b");
+  auto unset = [&](const char* flag) { return app.get_option(flag)->count() == 0; };
+  if (unset("--layers")) o.n_layer = 16;
+  if (unset("--embd")) o.n_embd = 2048;
+  if (unset("--ff")) o.n_ff = 8192;
+  if (unset("--heads")) o.n_head = 32;
+  if (unset("--kv-heads")) o.n_head_kv = 8;
+  if (unset("--vocab")) o.n_vocab = 32000;
+  if (unset("--ctx")) o.n_ctx = 8192;
+  if (unset("--rope-base")) o.rope_base = 500000.0f;
+  if (unset("--tied")) o.tied = true;
+}
+
+void make_model(const Options& o) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::optional<TensorType> type = gguf::type_from_name(o.type);
+  if (!type || !vkllm::ref::is_supported(*type)) throw gguf::Error("--type " + o.type + ": not a supported weight type");
+  check_shape(o, *type);
+  if (o.byte_vocab && !o.vocab_from.empty()) throw gguf::Error("--byte-vocab and --vocab-from exclude each other");
+
+  ModelWriter m(o, *type);
+  gguf::Writer& w = m.writer();
+  const std::string a = o.arch + ".";
+  const uint32_t head_dim = o.n_embd / o.n_head;
+  w.set("general.architecture", Value::str(o.arch));
+  w.set("general.name", Value::str("make_model " + o.arch + " " + std::to_string(o.n_layer) + "x" + std::to_string(o.n_embd) +
+                                   " " + gguf::type_name(*type)));
+  w.set("general.file_type", Value::u32(file_type(*type)));
+  if (gguf::type_info(static_cast<uint32_t>(*type))->block_size > 1) w.set("general.quantization_version", Value::u32(2));
+  w.set(a + "context_length", Value::u32(o.n_ctx));
+  w.set(a + "embedding_length", Value::u32(o.n_embd));
+  w.set(a + "feed_forward_length", Value::u32(o.n_ff));
+  w.set(a + "block_count", Value::u32(o.n_layer));
+  w.set(a + "attention.head_count", Value::u32(o.n_head));
+  w.set(a + "attention.head_count_kv", Value::u32(o.n_head_kv));
+  w.set(a + "rope.freq_base", Value::f32(o.rope_base));
+  w.set(a + "rope.dimension_count", Value::u32(head_dim));
+  w.set(a + "attention.layer_norm_rms_epsilon", Value::f32(o.rms_eps));
+
+  std::string vocab_from = o.vocab_from;
+  if (vocab_from.empty() && !o.byte_vocab && vkllm::test::shared_exists("models/stories260K.gguf"))
+    vocab_from = vkllm::test::shared_path("models/stories260K.gguf");
+  const uint32_t n_vocab = vocab_from.empty() ? byte_tokenizer(o.n_vocab, w) : copy_tokenizer(vocab_from, o.n_vocab, w);
+  w.set(a + "vocab_size", Value::u32(n_vocab));
+
+  // Tensors in llama.cpp's order; shapes as [row length, rows].
+  const uint32_t n_embd_kv = o.n_head_kv * head_dim;
+  m.matrix("token_embd.weight", o.n_embd, n_vocab);
+  for (uint32_t l = 0; l < o.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    m.ones(p + "attn_norm.weight", o.n_embd);
+    m.matrix(p + "attn_q.weight", o.n_embd, o.n_embd);
+    m.matrix(p + "attn_k.weight", o.n_embd, n_embd_kv);
+    m.matrix(p + "attn_v.weight", o.n_embd, n_embd_kv);
+    if (o.arch == "qwen2") {
+      m.bias(p + "attn_q.bias", o.n_embd);
+      m.bias(p + "attn_k.bias", n_embd_kv);
+      m.bias(p + "attn_v.bias", n_embd_kv);
+    }
+    m.matrix(p + "attn_output.weight", o.n_embd, o.n_embd);
+    m.ones(p + "ffn_norm.weight", o.n_embd);
+    m.matrix(p + "ffn_gate.weight", o.n_embd, o.n_ff);
+    m.matrix(p + "ffn_up.weight", o.n_embd, o.n_ff);
+    m.matrix(p + "ffn_down.weight", o.n_ff, o.n_embd);
+  }
+  m.ones("output_norm.weight", o.n_embd);
+  if (!o.tied) m.matrix("output.weight", o.n_embd, n_vocab);
+
+  w.write(o.out);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("%s: %s, %u layers, embd %u, ff %u, heads %u/%u, vocab %u%s, %.3fB params, %s, %.1f s\n", o.out.c_str(),
+              o.arch.c_str(), o.n_layer, o.n_embd, o.n_ff, o.n_head, o.n_head_kv, n_vocab, o.tied ? " (tied)" : "",
+              static_cast<double>(m.n_params()) * 1e-9, gguf::type_name(*type).c_str(), secs);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"make_model: write a random-weight llama/qwen2 GGUF model"};
+  Options o;
+  app.add_option("-o,--output", o.out, "output GGUF file")->required();
+  app.add_option("--preset", o.preset, "shape preset: 1b (Llama-3.2-1B-like)");
+  app.add_option("--arch", o.arch, "llama or qwen2");
+  app.add_option("--layers", o.n_layer, "transformer blocks");
+  app.add_option("--embd", o.n_embd, "residual width");
+  app.add_option("--ff", o.n_ff, "feed-forward width");
+  app.add_option("--heads", o.n_head, "query heads");
+  app.add_option("--kv-heads", o.n_head_kv, "key/value heads");
+  app.add_option("--vocab", o.n_vocab, "vocabulary size (default: the tokenizer's)");
+  app.add_option("--ctx", o.n_ctx, "context_length metadata");
+  app.add_option("--type", o.type, "weight type of the matrices (f32, f16, bf16, q4_0 … q6_k)");
+  app.add_flag("--tied", o.tied, "no output.weight: logits use token_embd");
+  app.add_option("--rope-base", o.rope_base, "rope.freq_base");
+  app.add_option("--rms-eps", o.rms_eps, "attention.layer_norm_rms_epsilon");
+  app.add_option("--seed", o.seed, "random seed");
+  app.add_option("--vocab-from", o.vocab_from, "copy tokenizer.* keys from this GGUF");
+  app.add_flag("--byte-vocab", o.byte_vocab, "generate a byte-fallback vocabulary");
+  try {
+    app.parse(argc, argv);
+    apply_preset(o, app);
+    make_model(o);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "make_model: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
