@@ -14,7 +14,10 @@ const BufferView& DeviceTensor::whole() const {
   return parts[0].view;
 }
 
-WeightArena::WeightArena(const VulkanContext& ctx) : ctx_(ctx) {}
+WeightArena::WeightArena(const VulkanContext& ctx, uint64_t max_part_bytes) : ctx_(ctx) {
+  max_part_bytes_ = std::min<uint64_t>(ctx.max_storage_range(), 1ull << 30);
+  if (max_part_bytes) max_part_bytes_ = std::min(max_part_bytes_, max_part_bytes);
+}
 
 std::pair<Buffer*, uint64_t> WeightArena::allocate(uint64_t bytes) {
   const uint64_t align = std::max<uint64_t>(ctx_.limits().minStorageBufferOffsetAlignment, 16);
@@ -71,7 +74,7 @@ DeviceTensor WeightArena::upload_rows(const std::string& name, gguf::TensorType 
   t.cols = cols;
   t.rows = rows;
   t.row_bytes = gguf::type_bytes(type, cols);
-  const uint64_t range = std::min<uint64_t>(ctx_.max_storage_range(), 1ull << 30);
+  const uint64_t range = max_part_bytes_;
   if (t.row_bytes == 0 || t.row_bytes > range)
     throw Error("tensor '" + name + "': a row of " + std::to_string(t.row_bytes) +
                 " bytes cannot be bound on this device (limit " + std::to_string(range) + ")");

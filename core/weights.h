@@ -34,7 +34,9 @@ struct DeviceTensor {
 // Owns the device buffers weights live in; hands out aligned ranges.
 class WeightArena {
  public:
-  explicit WeightArena(const VulkanContext& ctx);
+  // `max_part_bytes` (0: the device's binding limit) caps one part; tests set it small to
+  // exercise tensors split across bindings.
+  explicit WeightArena(const VulkanContext& ctx, uint64_t max_part_bytes = 0);
   // Uploads `t` (its bytes from the mapped GGUF), splitting it into row parts that each fit a
   // binding. `on_bytes` is told how many bytes were uploaded (progress).
   DeviceTensor upload(const gguf::TensorInfo& t, const std::function<void(uint64_t)>& on_bytes = {});
@@ -51,6 +53,7 @@ class WeightArena {
   const VulkanContext& ctx_;
   std::vector<std::unique_ptr<Buffer>> chunks_;
   std::unique_ptr<Buffer> staging_;  // for device memory the CPU cannot map
+  uint64_t max_part_bytes_ = 0;
   uint64_t chunk_used_ = 0;
   uint64_t allocated_ = 0;
 };

@@ -1,0 +1,95 @@
+// get_rows, matvec and matmul shaders against the scalar references, for every weight type over
+// shapes that are not multiples of the workgroup or tile sizes, and split across bindings.
+#include <gtest/gtest.h>
+
+#include "op_test_util.h"
+#include "ops.h"
+#include "reference/ref_ops.h"
+#include "weights.h"
+
+using namespace vkllm;
+using gguf::TensorType;
+
+namespace {
+
+struct Shape {
+  uint32_t rows, cols;
+};
+
+const TensorType k_types[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q4_0, TensorType::Q4_1,
+                              TensorType::Q5_0, TensorType::Q5_1, TensorType::Q8_0, TensorType::Q2_K, TensorType::Q3_K,
+                              TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+
+std::vector<Shape> shapes_for(TensorType t) {
+  const uint32_t qk = gguf::type_info(static_cast<uint32_t>(t))->block_size;
+  if (qk == 1) return {{1, 8}, {37, 172}, {70, 13}, {129, 256}};
+  if (qk == 32) return {{1, 32}, {37, 96}, {70, 320}, {129, 64}};
+  return {{1, 256}, {37, 512}, {70, 256}};
+}
+
+std::vector<uint8_t> quantized(TensorType t, const std::vector<float>& src, uint32_t rows, uint32_t cols) {
+  const uint64_t row_bytes = gguf::type_bytes(t, cols);
+  std::vector<uint8_t> out(row_bytes * rows);
+  for (uint32_t r = 0; r < rows; ++r) ref::quantize_row(t, src.data() + size_t(r) * cols, out.data() + r * row_bytes, cols);
+  return out;
+}
+
+class WeightOps : public test::VulkanTest, public ::testing::WithParamInterface<TensorType> {};
+
+TEST_P(WeightOps, MatchReference) {
+  const TensorType t = GetParam();
+  VulkanContext& ctx = test::vk();
+  for (const Shape& s : shapes_for(t)) {
+    SCOPED_TRACE(gguf::type_name(t) + " rows " + std::to_string(s.rows) + " cols " + std::to_string(s.cols));
+    const std::vector<uint8_t> w = quantized(t, test::random_floats(size_t(s.rows) * s.cols, s.rows * 7 + s.cols), s.rows, s.cols);
+    const uint64_t row_bytes = gguf::type_bytes(t, s.cols);
+    for (uint64_t max_part : {uint64_t{0}, row_bytes * 16}) {  // whole, then split into 16-row parts
+      SCOPED_TRACE(max_part ? "split into parts" : "one binding");
+      WeightArena arena(ctx, max_part);
+      const DeviceTensor dw = arena.upload("w", t, s.cols, s.rows, w.data());
+      if (max_part && s.rows > 16) {
+        EXPECT_GT(dw.parts.size(), 1u);
+      }
+
+      // get_rows
+      const std::vector<int32_t> ids = {0, int32_t(s.rows - 1), int32_t(s.rows / 2), 0};
+      std::vector<float> want(ids.size() * s.cols);
+      ref::get_rows(t, w.data(), s.cols, ids.data(), int64_t(ids.size()), want.data());
+      Buffer dids = test::to_device(ids), dout = test::to_device(std::vector<float>(want.size(), 0.0f));
+      // matvec (1 token) and matmul (several)
+      for (uint32_t n_tokens : {1u, 5u, 33u}) {
+        const std::vector<float> x = test::random_floats(size_t(n_tokens) * s.cols, n_tokens + s.cols);
+        std::vector<float> ywant(size_t(n_tokens) * s.rows);
+        ref::matmul(t, w.data(), s.rows, s.cols, x.data(), n_tokens, ywant.data());
+        Buffer dx = test::to_device(x), dy = test::to_device(std::vector<float>(ywant.size(), 0.0f));
+        CommandRecorder rec(ctx, &test::pipelines());
+        record_matmul(rec, dw, dx.view(), s.cols, n_tokens, dy.view(), s.rows);
+        rec.submit_and_wait();
+        EXPECT_LE(test::nmse(test::from_device<float>(dy, ywant.size()), ywant), 5e-4) << "tokens " << n_tokens;
+      }
+      CommandRecorder rec(ctx, &test::pipelines());
+      record_get_rows(rec, dw, dids.view(), uint32_t(ids.size()), dout.view(), s.cols);
+      rec.submit_and_wait();
+      EXPECT_LE(test::nmse(test::from_device<float>(dout, want.size()), want), 1e-7);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllWeightTypes, WeightOps, ::testing::ValuesIn(k_types),
+                         [](const auto& info) { return gguf::type_name(info.param); });
+
+using WeightKernels = test::VulkanTest;
+
+TEST_F(WeightKernels, UnsupportedWeightTypeIsNamed) {
+  DeviceTensor w;
+  w.name = "blk.0.ffn_up.weight";
+  w.type = TensorType::IQ2_XS;
+  try {
+    weight_kernel_suffix(w);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "tensor 'blk.0.ffn_up.weight' has type IQ2_XS, which vkllm cannot run yet");
+  }
+}
+
+}  // namespace
