@@ -42,7 +42,8 @@ void quantize_row(gguf::TensorType t, const float* src, uint8_t* dst, int64_t n)
 
 // y = W x. w: [n_rows][n_cols] in type t; x: [n_cols] f32; y: [n_rows] f32.
 void matvec(gguf::TensorType t, const uint8_t* w, int64_t n_rows, int64_t n_cols, const float* x, float* y);
-// Y = X Wᵀ, one matvec per row of X. x: [n_tokens][n_cols] f32; y: [n_tokens][n_rows] f32.
+// Y = X Wᵀ, the same sums as one matvec per row of X. x: [n_tokens][n_cols] f32;
+// y: [n_tokens][n_rows] f32.
 void matmul(gguf::TensorType t, const uint8_t* w, int64_t n_rows, int64_t n_cols, const float* x, int64_t n_tokens,
             float* y);
 // Embedding lookup. table: [n_table_rows][n_cols] in type t; ids: [n_ids]; out: [n_ids][n_cols] f32.
