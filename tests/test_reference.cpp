@@ -267,7 +267,7 @@ TEST(Reference, RopeHandComputedValues) {
   const float normal_want[] = {std::cos(1.0f), std::sin(1.0f), std::cos(0.01f), std::sin(0.01f)};
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(out[i], normal_want[i], 1e-6f) << i;
 
-  p.style = ref::RopeStyle::NeoX;  // pairs (0, 2) and (1, 3)
+  p.style = vkllm::RopeStyle::NeoX;  // pairs (0, 2) and (1, 3)
   const float neox_in[] = {1, 1, 0, 0};
   ref::rope(neox_in, pos, 1, 1, p, out);
   const float neox_want[] = {std::cos(1.0f), std::cos(0.01f), std::sin(1.0f), std::sin(0.01f)};
@@ -275,7 +275,7 @@ TEST(Reference, RopeHandComputedValues) {
 
   // freq_scale 0.5 and a freq factor of 4 on pair 0: angle 3 * 0.5 / 4 for pair 0, 3 * 0.5 / 100 for pair 1.
   const float factors[] = {4.0f, 1.0f};
-  p.style = ref::RopeStyle::Normal;
+  p.style = vkllm::RopeStyle::Normal;
   p.freq_scale = 0.5f;
   p.freq_factors = factors;
   const int32_t pos3[] = {3};
@@ -287,7 +287,7 @@ TEST(Reference, RopeHandComputedValues) {
 }
 
 TEST(Reference, RopeInverseAndPartialRotation) {
-  for (ref::RopeStyle style : {ref::RopeStyle::Normal, ref::RopeStyle::NeoX}) {
+  for (vkllm::RopeStyle style : {vkllm::RopeStyle::Normal, vkllm::RopeStyle::NeoX}) {
     ref::RopeParams p;
     p.head_dim = 64;
     p.n_rot = 32;  // the last 32 elements pass through

@@ -46,7 +46,7 @@ std::vector<float> forward(const gguf::File& f, std::span<const int32_t> tokens,
   rp.n_rot = c.n_rot;
   rp.freq_base = c.rope_freq_base;
   rp.freq_scale = c.rope_freq_scale;
-  rp.style = c.rope_style == vkllm::RopeStyle::NeoX ? RopeStyle::NeoX : RopeStyle::Normal;
+  rp.style = c.rope_style;
   if (const gguf::TensorInfo* ff = f.find_tensor("rope_freqs.weight")) rp.freq_factors = f32_data(*ff);
   const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim};
 
