@@ -10,7 +10,10 @@
 #include <random>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "gguf.h"
+#include "reference/ref_forward.h"
 #include "reference/ref_blocks.h"
 #include "reference/ref_ops.h"
 #include "test_support.h"
@@ -264,7 +267,7 @@ TEST(Reference, RopeHandComputedValues) {
   const float normal_want[] = {std::cos(1.0f), std::sin(1.0f), std::cos(0.01f), std::sin(0.01f)};
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(out[i], normal_want[i], 1e-6f) << i;
 
-  p.style = ref::RopeStyle::NeoX;  // pairs (0, 2) and (1, 3)
+  p.style = vkllm::RopeStyle::NeoX;  // pairs (0, 2) and (1, 3)
   const float neox_in[] = {1, 1, 0, 0};
   ref::rope(neox_in, pos, 1, 1, p, out);
   const float neox_want[] = {std::cos(1.0f), std::cos(0.01f), std::sin(1.0f), std::sin(0.01f)};
@@ -272,7 +275,7 @@ TEST(Reference, RopeHandComputedValues) {
 
   // freq_scale 0.5 and a freq factor of 4 on pair 0: angle 3 * 0.5 / 4 for pair 0, 3 * 0.5 / 100 for pair 1.
   const float factors[] = {4.0f, 1.0f};
-  p.style = ref::RopeStyle::Normal;
+  p.style = vkllm::RopeStyle::Normal;
   p.freq_scale = 0.5f;
   p.freq_factors = factors;
   const int32_t pos3[] = {3};
@@ -284,7 +287,7 @@ TEST(Reference, RopeHandComputedValues) {
 }
 
 TEST(Reference, RopeInverseAndPartialRotation) {
-  for (ref::RopeStyle style : {ref::RopeStyle::Normal, ref::RopeStyle::NeoX}) {
+  for (vkllm::RopeStyle style : {vkllm::RopeStyle::Normal, vkllm::RopeStyle::NeoX}) {
     ref::RopeParams p;
     p.head_dim = 64;
     p.n_rot = 32;  // the last 32 elements pass through
@@ -442,5 +445,46 @@ TEST(Reference, MatvecAndGetRowsDequantizeRows) {
     ref::get_rows(t, wq.data(), n_cols, ids, 3, rows.data());
     EXPECT_EQ(std::memcmp(rows.data(), wd.data() + 4 * n_cols, n_cols * sizeof(float)), 0);
     EXPECT_EQ(std::memcmp(rows.data() + n_cols, wd.data(), n_cols * sizeof(float)), 0);
+  }
+}
+
+// The references composed into whole models reproduce the stored float64 computation
+// (`ideal_last_logits`: the same dequantized weights, f16-rounded K/V) and pick the reference
+// implementation's top token as often as that computation does.
+TEST(Reference, ForwardMatchesStoredIdealLogits) {
+  VKLLM_REQUIRE_SHARED("reference/index.json");
+  const std::vector<uint8_t> index_text = vkllm::test::read_file(shared_path("reference/index.json"));
+  const nlohmann::json index = nlohmann::json::parse(index_text.begin(), index_text.end());
+  for (const char* name : {"stories260K--st-1", "synth-llama-f32--sy-1", "synth-llama-q4_k_m--sy-2",
+                           "synth-llama-q2_k--sy-1", "synth-qwen2-f32--sy-1", "synth-qwen2-q8_0--sy-2"}) {
+    const std::string rel = std::string("reference/") + name + ".json";
+    VKLLM_REQUIRE_SHARED(rel);
+    const std::vector<uint8_t> text = vkllm::test::read_file(shared_path(rel));
+    const nlohmann::json j = nlohmann::json::parse(text.begin(), text.end());
+    const std::string model_rel = "models/" + j.at("model_file").get<std::string>();
+    VKLLM_REQUIRE_SHARED(model_rel);
+    const gguf::File model = gguf::File::open(shared_path(model_rel));
+    const std::vector<int32_t> tokens = j.at("prompt_tokens").get<std::vector<int32_t>>();
+    const std::vector<float> ideal = j.at("ideal_last_logits").get<std::vector<float>>();
+    const int64_t n_vocab = j.at("n_vocab").get<int64_t>();
+
+    const std::vector<float> logits = ref::forward(model, tokens, TensorType::F16);
+    ASSERT_EQ(logits.size(), tokens.size() * static_cast<size_t>(n_vocab)) << name;
+    const float* last = logits.data() + (tokens.size() - 1) * static_cast<size_t>(n_vocab);
+    double max_diff = 0, max_abs = 0;
+    for (int64_t i = 0; i < n_vocab; ++i) {
+      max_diff = std::max(max_diff, std::fabs(double{last[i]} - ideal[static_cast<size_t>(i)]));
+      max_abs = std::max(max_abs, std::fabs(double{ideal[static_cast<size_t>(i)]}));
+    }
+    size_t top1_same = 0;
+    const nlohmann::json& topk = j.at("prompt_topk");
+    for (size_t i = 0; i < tokens.size(); ++i)
+      top1_same += ref::argmax(logits.data() + i * static_cast<size_t>(n_vocab), n_vocab) == topk[i][0][0].get<int64_t>();
+    std::printf("  %-26s max |dlogit| vs ideal %.2e (logits up to %.1f), top-1 %zu/%zu\n", name, max_diff, max_abs,
+                top1_same, tokens.size());
+    EXPECT_LT(max_diff, 2e-3) << name;
+    // As often as the ideal computation agrees with the reference implementation, give or take one.
+    const double ideal_agree = index.at(name).at("ideal_top1_agreement").get<double>();
+    EXPECT_GE(static_cast<double>(top1_same + 1), ideal_agree * static_cast<double>(tokens.size())) << name;
   }
 }

@@ -20,9 +20,20 @@ void matvec(TensorType t, const uint8_t* w, int64_t n_rows, int64_t n_cols, cons
   }
 }
 
+// Same sums as matvec per token; each row of W is dequantized once for all tokens.
 void matmul(TensorType t, const uint8_t* w, int64_t n_rows, int64_t n_cols, const float* x, int64_t n_tokens,
             float* y) {
-  for (int64_t i = 0; i < n_tokens; ++i) matvec(t, w, n_rows, n_cols, x + i * n_cols, y + i * n_rows);
+  const int64_t row_bytes = static_cast<int64_t>(gguf::type_bytes(t, static_cast<uint64_t>(n_cols)));
+  std::vector<float> row(static_cast<size_t>(n_cols));  // [n_cols] f32
+  for (int64_t r = 0; r < n_rows; ++r) {
+    dequantize_row(t, w + r * row_bytes, row.data(), n_cols);
+    for (int64_t i = 0; i < n_tokens; ++i) {
+      const float* xi = x + i * n_cols;
+      float sum = 0.0f;
+      for (int64_t c = 0; c < n_cols; ++c) sum += row[static_cast<size_t>(c)] * xi[c];
+      y[i * n_rows + r] = sum;
+    }
+  }
 }
 
 void get_rows(TensorType t, const uint8_t* table, int64_t n_cols, const int32_t* ids, int64_t n_ids, float* out) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "gguf_types.h"
+#include "model_config.h"  // vkllm::RopeStyle
 
 namespace vkllm::ref {
 
@@ -42,7 +43,8 @@ void quantize_row(gguf::TensorType t, const float* src, uint8_t* dst, int64_t n)
 
 // y = W x. w: [n_rows][n_cols] in type t; x: [n_cols] f32; y: [n_rows] f32.
 void matvec(gguf::TensorType t, const uint8_t* w, int64_t n_rows, int64_t n_cols, const float* x, float* y);
-// Y = X Wᵀ, one matvec per row of X. x: [n_tokens][n_cols] f32; y: [n_tokens][n_rows] f32.
+// Y = X Wᵀ, the same sums as one matvec per row of X. x: [n_tokens][n_cols] f32;
+// y: [n_tokens][n_rows] f32.
 void matmul(gguf::TensorType t, const uint8_t* w, int64_t n_rows, int64_t n_cols, const float* x, int64_t n_tokens,
             float* y);
 // Embedding lookup. table: [n_table_rows][n_cols] in type t; ids: [n_ids]; out: [n_ids][n_cols] f32.
@@ -65,15 +67,13 @@ int64_t argmax(const float* x, int64_t n);
 
 // ---- rotary position embedding (ggml_rope_ext without YaRN: ext_factor 0, attn_factor 1) -------
 
-enum class RopeStyle { Normal, NeoX };  // Normal rotates pairs (2i, 2i+1); NeoX pairs (i, i + n_rot/2)
-
 struct RopeParams {
   int64_t head_dim = 0;             // elements per head
   int64_t n_rot = 0;                // leading dimensions rotated (even, ≤ head_dim); the rest are copied
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;          // linear scaling: angle = freq_scale * pos * base^(-2i/n_rot)
   const float* freq_factors = nullptr;  // [n_rot / 2] divisors of each pair's angle, or nullptr
-  RopeStyle style = RopeStyle::Normal;
+  RopeStyle style = RopeStyle::Normal;  // Normal: pairs (2i, 2i+1); NeoX: pairs (i, i + n_rot/2)
 };
 
 // Rotates every head of every token. x, out: [n_tokens][n_heads][head_dim] f32 (may alias);
