@@ -7,5 +7,12 @@ namespace vkllm {
 static_assert(sizeof(FillParams) == 8);
 static_assert(sizeof(GetRowsParams) == 24);
 static_assert(sizeof(MatmulParams) == 28);
+static_assert(sizeof(BinaryParams) == 8);
+static_assert(sizeof(NormParams) == 20);
+static_assert(sizeof(ScaleParams) == 8);
+static_assert(sizeof(RowParams) == 8);
+static_assert(sizeof(RopeParams) == 36);
+static_assert(sizeof(KvStoreParams) == 12);
+static_assert(sizeof(AttentionParams) == 60);
 
 }  // namespace vkllm

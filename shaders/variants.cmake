@@ -8,3 +8,21 @@ foreach(wtype f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k)
     vkllm_shader(${kernel}_${wtype} ${kernel}.comp -DWTYPE_${WTYPE})
   endforeach()
 endforeach()
+
+# Element-wise and row kernels.
+vkllm_shader(add binary.comp -DOP_ADD)
+vkllm_shader(mul binary.comp -DOP_MUL)
+vkllm_shader(scale unary.comp -DOP_SCALE)
+vkllm_shader(swiglu unary.comp -DOP_SWIGLU)
+vkllm_shader(rms_norm rms_norm.comp)
+vkllm_shader(softmax softmax.comp -DOP_SOFTMAX)
+vkllm_shader(argmax softmax.comp -DOP_ARGMAX)
+vkllm_shader(rope rope.comp)
+
+# KV cache kernels, one variant per cache type.
+foreach(ctype f16 q8_0 q4_0)
+  string(TOUPPER ${ctype} CTYPE)
+  vkllm_shader(kv_store_${ctype} kv_store.comp -DCACHE_${CTYPE})
+  vkllm_shader(attention_${ctype} attention.comp -DCACHE_${CTYPE})
+endforeach()
+vkllm_shader(attention_combine attention_combine.comp)

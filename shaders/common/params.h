@@ -40,6 +40,75 @@ struct MatmulParams {
   u32 y_offset;   // first output column written (row offset of this weight part)
 };
 
+// binary: out[i] = a[i] OP b[i % b_period] for i < n (b_period = n: same-shape; = row width:
+// a row broadcast, e.g. a bias or a norm weight).
+struct BinaryParams {
+  u32 n;
+  u32 b_period;
+};
+
+// rms_norm: out[r] = x[r] / sqrt(mean(x[r]²) + eps) * w, one workgroup per row.
+struct NormParams {
+  u32 n_rows;
+  u32 n_cols;
+  u32 x_stride;    // floats between rows of x
+  u32 out_stride;  // floats between rows of out
+  float eps;
+};
+
+// scale: out[i] = x[i] * s.   swiglu: out[i] = silu(gate[i]) * up[i].
+struct ScaleParams {
+  u32 n;
+  float s;
+};
+
+// softmax / argmax: per row of n_cols.
+struct RowParams {
+  u32 n_rows;
+  u32 n_cols;
+};
+
+// rope: rotates the first n_rot dims of every head of x[t] by pos[t] · freq_scale · base^(−2i/n_rot)
+// / factor[i] (Normal: pairs (2i, 2i+1); NeoX: pairs (i, i + n_rot/2)).
+struct RopeParams {
+  u32 n_tokens;
+  u32 n_heads;
+  u32 head_dim;
+  u32 n_rot;
+  u32 token_stride;  // floats between tokens
+  float freq_base;
+  float freq_scale;
+  u32 neox;          // 1: NeoX pairing
+  u32 has_factors;   // 1: divide each pair's angle by factors[i]
+};
+
+// kv_store: cache[slots[t]] = convert(src[t][0..row_len)) in the cache type.
+struct KvStoreParams {
+  u32 n_tokens;
+  u32 row_len;     // n_head_kv * head_dim
+  u32 src_stride;  // floats between rows of src
+};
+
+// attention: see shaders/attention.comp.
+struct AttentionParams {
+  u32 n_q;          // query tokens
+  u32 n_kv;         // entries of the kv slot list
+  u32 n_head;
+  u32 n_head_kv;
+  u32 head_dim;
+  u32 q_stride;     // floats between query tokens (n_head * head_dim for a packed q)
+  u32 out_stride;   // floats between output tokens
+  u32 n_split;      // KV ranges processed by separate workgroups (1: write the output directly)
+  u32 kv_per_split; // slot-list entries per split
+  float scale;      // 1 / sqrt(head_dim)
+  // RoPE applied to K as it is read (K is cached un-rotated; see docs/kv-cache.md)
+  u32 n_rot;
+  float freq_base;
+  float freq_scale;
+  u32 neox;
+  u32 has_factors;
+};
+
 #ifdef __cplusplus
 }  // namespace vkllm
 #else

@@ -1,0 +1,94 @@
+// Recording of RoPE, KV cache stores and attention (with the split-KV decode path).
+#include "kernel_params.h"
+#include "ops.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace vkllm {
+namespace {
+
+constexpr uint32_t k_max_split = 16;
+
+// A BufferView to bind where a kernel declares a binding it will not read this time.
+BufferView or_dummy(const BufferView& v, const BufferView& dummy) { return v.buffer ? v : dummy; }
+
+struct AttentionTiles {
+  uint32_t wg, bq, bkv;
+};
+
+// Tile sizes that fit the device's shared memory: Q tile + K and V tiles + scores, f32.
+AttentionTiles attention_tiles(const VulkanContext& ctx, uint32_t head_dim) {
+  const uint32_t shared = ctx.limits().maxComputeSharedMemorySize;
+  for (uint32_t b : {16u, 8u, 4u}) {
+    const uint64_t bytes = 4ull * (b * head_dim * 3 + b * b + 6 * b);
+    const uint32_t wg = 128;
+    if (bytes <= shared && b * head_dim <= wg * 32) return {wg, b, b};
+  }
+  throw Error("head dim " + std::to_string(head_dim) + " needs more shared memory than " + ctx.info().name + " has (" +
+              std::to_string(shared) + " bytes)");
+}
+
+}  // namespace
+
+void record_rope(CommandRecorder& rec, const BufferView& x, uint32_t token_stride, const BufferView& pos,
+                 uint32_t n_tokens, uint32_t n_heads, const RopeConfig& rope) {
+  const Pipeline& p = rec.pipelines().get("rope", 3, sizeof(RopeParams), {32});
+  const RopeParams params{n_tokens, n_heads, rope.head_dim, rope.n_rot, token_stride, rope.freq_base, rope.freq_scale,
+                          rope.neox ? 1u : 0u, rope.factors.buffer ? 1u : 0u};
+  rec.dispatch(p, {x, pos, or_dummy(rope.factors, pos)}, params, div_ceil(rope.head_dim / 2, 32), n_heads, n_tokens);
+}
+
+void record_kv_store(CommandRecorder& rec, CacheType type, const BufferView& src, uint32_t src_stride,
+                     const BufferView& slots, uint32_t n_tokens, uint32_t row_len, const BufferView& cache) {
+  VKLLM_CHECK(cache_type_fits(type, row_len), "KV row length not a multiple of 32 for a quantized cache");
+  const Pipeline& p = rec.pipelines().get(std::string("kv_store_") + cache_type_name(type), 3, sizeof(KvStoreParams), {64});
+  const uint32_t items = type == CacheType::F16 ? row_len : row_len / 32;
+  rec.dispatch(p, {src, slots, cache}, KvStoreParams{n_tokens, row_len, src_stride}, div_ceil(items, 64), n_tokens);
+}
+
+uint64_t attention_scratch_floats(const AttentionShape& shape) {
+  // [split][n_head_kv][rows = G][head_dim] outputs plus (max, sum) per row, for one query token.
+  return uint64_t{k_max_split} * shape.n_head * (shape.head_dim + 2);
+}
+
+void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape& shape, const RopeConfig& rope,
+                      const BufferView& q, uint32_t q_stride, const BufferView& q_pos, uint32_t n_q,
+                      const BufferView& k_cache, const BufferView& v_cache, const BufferView& kv_slots,
+                      const BufferView& kv_pos, uint32_t n_kv, const BufferView& out, uint32_t out_stride,
+                      const BufferView& scratch) {
+  VKLLM_CHECK(shape.n_head % shape.n_head_kv == 0 && shape.head_dim % 2 == 0, "bad attention shape");
+  const AttentionTiles t = attention_tiles(rec.context(), shape.head_dim);
+  const uint32_t g = shape.n_head / shape.n_head_kv;
+  const uint32_t rows = n_q * g;
+  const uint32_t row_tiles = div_ceil(rows, t.bq);
+  // Split the slot list when one tile of queries per KV head would leave the device idle
+  // (decode over a long context); each split covers at least 64 slots.
+  uint32_t n_split = 1;
+  if (row_tiles == 1 && scratch.buffer) n_split = std::clamp<uint32_t>(n_kv / 64, 1, k_max_split);
+  const uint32_t kv_per_split = std::max<uint32_t>(div_ceil(std::max<uint32_t>(n_kv, 1), n_split), 1);
+  n_split = std::max<uint32_t>(div_ceil(std::max<uint32_t>(n_kv, 1), kv_per_split), 1);
+
+  AttentionParams params{n_q, n_kv, shape.n_head, shape.n_head_kv, shape.head_dim, q_stride, out_stride, n_split,
+                         kv_per_split, 1.0f / std::sqrt(float(shape.head_dim)), rope.n_rot, rope.freq_base,
+                         rope.freq_scale, rope.neox ? 1u : 0u, rope.factors.buffer ? 1u : 0u};
+  const Pipeline& p = rec.pipelines().get(std::string("attention_") + cache_type_name(type), 9, sizeof(AttentionParams),
+                                          {t.wg, shape.head_dim, t.bq, t.bkv});
+  const BufferView factors = or_dummy(rope.factors, q_pos);
+  if (n_split == 1) {
+    rec.dispatch(p, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, out, or_dummy(scratch, out), factors}, params,
+                 row_tiles, shape.n_head_kv, 1);
+    return;
+  }
+  const uint64_t o_floats = uint64_t{n_split} * shape.n_head_kv * rows * shape.head_dim;
+  const BufferView partial_o = scratch.sub(0, o_floats * 4);
+  const BufferView partial_ml = scratch.sub(o_floats * 4, uint64_t{n_split} * shape.n_head_kv * rows * 2 * 4);
+  VKLLM_CHECK(o_floats * 4 + partial_ml.range <= scratch.range, "attention scratch too small");
+  rec.dispatch(p, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, partial_o, partial_ml, factors}, params, row_tiles,
+               shape.n_head_kv, n_split);
+  rec.barrier();
+  const Pipeline& c = rec.pipelines().get("attention_combine", 3, sizeof(AttentionParams), {64});
+  rec.dispatch(c, {partial_o, partial_ml, out}, params, div_ceil(shape.head_dim, 64), rows, shape.n_head_kv);
+}
+
+}  // namespace vkllm

@@ -1,0 +1,163 @@
+// attention: causal grouped-query attention over cache slots listed in a buffer, with online
+// softmax (no n×n score matrix) — flash-attention style.
+//
+// A workgroup owns one KV head, a tile of BQ query rows and one split of the slot list. Query row
+// r is (token r / G, head hk·G + r % G) with G = n_head / n_head_kv, so the query heads that share a
+// KV head share every K/V load. For each tile of BKV slots it loads K (rotated by RoPE at the
+// slot's position as it is read: the cache holds K un-rotated) and V into shared memory, scores
+// them, and folds them into running max / sum / output accumulators. Slots whose position is
+// greater than the query's are masked (causal), so a ring buffer in any order works.
+//
+// With n_split > 1 (long contexts, few queries: decode) each split writes its unnormalised output
+// and (max, sum) to scratch and attention_combine.comp merges them.
+//
+// Bindings: 0 q [n_q][q_stride] f32 (rotated), 1 k cache, 2 v cache ([n_slots][row bytes] in the
+// cache type), 3 kv_slots [n_kv] i32, 4 kv_pos [n_kv] i32, 5 q_pos [n_q] i32,
+// 6 out [n_q][out_stride] f32 (n_split = 1) or partial_o [n_split][n_q·G·n_head_kv][HD] f32,
+// 7 partial_ml [n_split][rows][2] f32, 8 rope factors [n_rot/2] f32.
+// Specialization: 0 workgroup size, 1 HD (head_dim), 2 BQ, 3 BKV.
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#include "kv_cache.glsl"
+#include "params.h"
+#include "rope.glsl"
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint HD = 64;
+layout(constant_id = 2) const uint BQ = 16;
+layout(constant_id = 3) const uint BKV = 16;
+const uint ACC_MAX = 32;  // accumulators per thread: BQ·HD ≤ workgroup size · ACC_MAX (host checks)
+const float NEG = -1.0e30;
+
+layout(binding = 0) readonly buffer Q { float q[]; };
+CACHE_READER(kc, 1)
+CACHE_READER(vc, 2)
+layout(binding = 3) readonly buffer KvSlots { int kv_slots[]; };
+layout(binding = 4) readonly buffer KvPos { int kv_pos[]; };
+layout(binding = 5) readonly buffer QPos { int q_pos[]; };
+layout(binding = 6) writeonly buffer Out { float out_[]; };
+layout(binding = 7) writeonly buffer PartialMl { float partial_ml[]; };
+layout(binding = 8) readonly buffer Factors { float factors[]; };
+layout(push_constant) uniform Push { AttentionParams p; };
+
+shared float qs[BQ * HD];   // query rows, pre-scaled
+shared float ks[BKV * HD];  // K tile, rotated
+shared float vs[BKV * HD];  // V tile
+shared float ss[BQ * BKV];  // scores, then probabilities
+shared int s_qpos[BQ];
+shared int s_kpos[BKV];
+shared float s_m[BQ], s_l[BQ], s_corr[BQ];
+
+void main() {
+  const uint tid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
+  const uint G = p.n_head / p.n_head_kv;
+  const uint hk = gl_WorkGroupID.y;
+  const uint n_rows = p.n_q * G;
+  const uint r0 = gl_WorkGroupID.x * BQ;
+  const uint split = gl_WorkGroupID.z;
+  const uint kv_begin = split * p.kv_per_split;
+  const uint kv_end = min(p.n_kv, kv_begin + p.kv_per_split);
+  const uint row_bytes = cache_row_bytes(p.n_head_kv * HD);
+
+  for (uint e = tid; e < BQ * HD; e += wg) {
+    const uint i = e / HD, d = e % HD, r = r0 + i;
+    float v = 0.0;
+    if (r < n_rows) v = q[(r / G) * p.q_stride + (hk * G + r % G) * HD + d] * p.scale;
+    qs[e] = v;
+  }
+  if (tid < BQ) {
+    const uint r = r0 + tid;
+    s_qpos[tid] = r < n_rows ? q_pos[r / G] : -2147483647;
+    s_m[tid] = NEG;
+    s_l[tid] = 0.0;
+  }
+  float acc[ACC_MAX];
+  const uint n_acc = (BQ * HD + wg - 1) / wg;
+  for (uint a = 0; a < ACC_MAX; ++a) acc[a] = 0.0;
+
+  for (uint kv0 = kv_begin; kv0 < kv_end; kv0 += BKV) {
+    barrier();
+    // K tile, rotated pair by pair at each slot's position; V tile as stored.
+    for (uint e = tid; e < BKV * (HD / 2); e += wg) {
+      const uint j = e / (HD / 2), i = e % (HD / 2), idx = kv0 + j;
+      uint d0, d1;
+      bool rotated;
+      rope_pair(i, HD, p.n_rot, p.neox != 0, d0, d1, rotated);
+      float a = 0.0, b = 0.0;
+      if (idx < kv_end) {
+        const uint row = uint(kv_slots[idx]) * row_bytes;
+        a = kc_at(row, hk * HD + d0);
+        b = kc_at(row, hk * HD + d1);
+        if (rotated) {
+          const float factor = p.has_factors != 0 ? factors[i] : 1.0;
+          const float theta = rope_theta(float(kv_pos[idx]), i, p.n_rot, p.freq_base, p.freq_scale, factor);
+          const float c = cos(theta), s = sin(theta);
+          const float a2 = a * c - b * s;
+          b = a * s + b * c;
+          a = a2;
+        }
+      }
+      ks[j * HD + d0] = a;
+      ks[j * HD + d1] = b;
+    }
+    for (uint e = tid; e < BKV * HD; e += wg) {
+      const uint j = e / HD, d = e % HD, idx = kv0 + j;
+      vs[e] = idx < kv_end ? vc_at(uint(kv_slots[idx]) * row_bytes, hk * HD + d) : 0.0;
+    }
+    if (tid < BKV) s_kpos[tid] = kv0 + tid < kv_end ? kv_pos[kv0 + tid] : 2147483647;
+    barrier();
+    for (uint e = tid; e < BQ * BKV; e += wg) {
+      const uint i = e / BKV, j = e % BKV;
+      float s = NEG;
+      if (s_kpos[j] <= s_qpos[i]) {
+        s = 0.0;
+        for (uint d = 0; d < HD; ++d) s += qs[i * HD + d] * ks[j * HD + d];
+      }
+      ss[e] = s;
+    }
+    barrier();
+    if (tid < BQ) {  // online softmax update of row tid
+      float mx = s_m[tid];
+      for (uint j = 0; j < BKV; ++j) mx = max(mx, ss[tid * BKV + j]);
+      const float corr = exp(s_m[tid] - mx);
+      float sum = 0.0;
+      for (uint j = 0; j < BKV; ++j) {
+        const float s = ss[tid * BKV + j];
+        const float pr = s <= NEG ? 0.0 : exp(s - mx);
+        ss[tid * BKV + j] = pr;
+        sum += pr;
+      }
+      s_l[tid] = s_l[tid] * corr + sum;
+      s_m[tid] = mx;
+      s_corr[tid] = corr;
+    }
+    barrier();
+    for (uint a = 0; a < n_acc; ++a) {
+      const uint e = tid + a * wg;
+      if (e >= BQ * HD) break;
+      const uint i = e / HD, d = e % HD;
+      float o = acc[a] * s_corr[i];
+      for (uint j = 0; j < BKV; ++j) o += ss[i * BKV + j] * vs[j * HD + d];
+      acc[a] = o;
+    }
+  }
+  barrier();
+
+  for (uint a = 0; a < n_acc; ++a) {
+    const uint e = tid + a * wg;
+    if (e >= BQ * HD) break;
+    const uint i = e / HD, d = e % HD, r = r0 + i;
+    if (r >= n_rows) continue;
+    if (p.n_split == 1) {
+      const float l = s_l[i];
+      out_[(r / G) * p.out_stride + (hk * G + r % G) * HD + d] = l > 0.0 ? acc[a] / l : 0.0;
+    } else {
+      const uint row = split * n_rows * p.n_head_kv + hk * n_rows + r;  // [split][kv head][row]
+      out_[row * HD + d] = acc[a];
+      if (d == 0) {
+        partial_ml[row * 2] = s_m[i];
+        partial_ml[row * 2 + 1] = s_l[i];
+      }
+    }
+  }
+}

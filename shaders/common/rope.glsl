@@ -1,0 +1,20 @@
+// RoPE angle of pair i at position pos (ggml_rope_ext without YaRN):
+//   theta = pos · freq_scale · freq_base^(−2i / n_rot) / factor_i
+// and the pair layout: Normal rotates dims (2i, 2i+1); NeoX rotates (i, i + n_rot/2). Dims at or
+// past n_rot are left as they are.
+
+// The two dims of pair i (0 ≤ i < head_dim/2) and whether that pair is rotated.
+void rope_pair(uint i, uint head_dim, uint n_rot, bool neox, out uint d0, out uint d1, out bool rotated) {
+  rotated = 2 * i < n_rot;
+  if (!neox || !rotated) {
+    d0 = neox ? n_rot + 2 * (i - n_rot / 2) : 2 * i;
+    d1 = d0 + 1;
+  } else {
+    d0 = i;
+    d1 = i + n_rot / 2;
+  }
+}
+
+float rope_theta(float pos, uint i, uint n_rot, float freq_base, float freq_scale, float factor) {
+  return pos * freq_scale * pow(freq_base, -2.0 * float(i) / float(n_rot)) / factor;
+}

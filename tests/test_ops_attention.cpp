@@ -1,0 +1,158 @@
+// rope, kv_store and attention shaders against the scalar references: both RoPE layouts with
+// frequency factors, every cache type, grouped-query shapes, ring-ordered slot lists, and the
+// split-KV decode path.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "op_test_util.h"
+#include "ops.h"
+#include "reference/ref_ops.h"
+
+using namespace vkllm;
+using gguf::TensorType;
+
+namespace {
+
+using AttentionOps = test::VulkanTest;
+
+TensorType ref_type(CacheType t) {
+  return t == CacheType::F16 ? TensorType::F16 : t == CacheType::Q8_0 ? TensorType::Q8_0 : TensorType::Q4_0;
+}
+
+ref::RopeParams ref_rope(uint32_t head_dim, uint32_t n_rot, bool neox, const std::vector<float>* factors) {
+  ref::RopeParams p;
+  p.head_dim = head_dim;
+  p.n_rot = n_rot;
+  p.freq_base = 10000.0f;
+  p.freq_scale = 0.5f;
+  p.style = neox ? RopeStyle::NeoX : RopeStyle::Normal;
+  p.freq_factors = factors ? factors->data() : nullptr;
+  return p;
+}
+
+TEST_F(AttentionOps, RopeBothLayoutsWithFactors) {
+  for (bool neox : {false, true}) {
+    for (uint32_t n_rot : {64u, 32u}) {
+      for (bool with_factors : {false, true}) {
+        const uint32_t n_tokens = 5, n_heads = 3, head_dim = 64;
+        const auto x = test::random_floats(size_t(n_tokens) * n_heads * head_dim, n_rot + neox);
+        const std::vector<int32_t> pos = {0, 1, 17, 1000, 4095};
+        std::vector<float> factors(n_rot / 2);
+        for (uint32_t i = 0; i < n_rot / 2; ++i) factors[i] = 1.0f + 0.25f * float(i % 5);
+        std::vector<float> want(x.size());
+        ref::rope(x.data(), pos.data(), n_tokens, n_heads, ref_rope(head_dim, n_rot, neox, with_factors ? &factors : nullptr),
+                  want.data());
+        Buffer dx = test::to_device(x), dp = test::to_device(pos), df = test::to_device(factors);
+        RopeConfig rc{head_dim, n_rot, 10000.0f, 0.5f, neox, with_factors ? df.view() : BufferView{}};
+        CommandRecorder rec(test::vk(), &test::pipelines());
+        record_rope(rec, dx.view(), n_heads * head_dim, dp.view(), n_tokens, n_heads, rc);
+        rec.submit_and_wait();
+        EXPECT_LE(test::nmse(test::from_device<float>(dx, x.size()), want), 1e-7)
+            << "neox " << neox << " n_rot " << n_rot << " factors " << with_factors;
+      }
+    }
+  }
+}
+
+TEST_F(AttentionOps, KvStoreMatchesGgmlQuantization) {
+  for (CacheType ct : {CacheType::F16, CacheType::Q8_0, CacheType::Q4_0}) {
+    const uint32_t row_len = 96, n_slots = 10, n_tokens = 4;
+    const auto src = test::random_floats(size_t(n_tokens) * row_len, row_len, -3, 3);
+    const std::vector<int32_t> slots = {7, 2, 9, 0};
+    const uint64_t row_bytes = cache_row_bytes(ct, row_len);
+    std::vector<uint8_t> want(row_bytes * n_slots, 0);
+    ref::kv_store(ref_type(ct), src.data(), n_tokens, row_len, slots.data(), want.data());
+    Buffer ds = test::to_device(src), dslots = test::to_device(slots), dc = test::to_device(std::vector<uint8_t>(want.size(), 0));
+    CommandRecorder rec(test::vk(), &test::pipelines());
+    record_kv_store(rec, ct, ds.view(), row_len, dslots.view(), n_tokens, row_len, dc.view());
+    rec.submit_and_wait();
+    const auto got = test::from_device<uint8_t>(dc, want.size());
+    std::vector<float> g(size_t(n_slots) * row_len), w(g.size());
+    for (uint32_t s = 0; s < n_slots; ++s) {
+      ref::dequantize_row(ref_type(ct), got.data() + s * row_bytes, g.data() + size_t(s) * row_len, row_len);
+      ref::dequantize_row(ref_type(ct), want.data() + s * row_bytes, w.data() + size_t(s) * row_len, row_len);
+    }
+    EXPECT_LE(test::nmse(g, w), 1e-7) << cache_type_name(ct);
+  }
+}
+
+struct AttnCase {
+  uint32_t n_head, n_head_kv, head_dim, n_q, n_kv, n_slots;
+  bool neox;
+};
+
+// Stores raw K/V with kv_store, runs attention (K rotated as read) and compares with the reference
+// run on K rotated in f32 after the same cache rounding.
+void check_attention(CacheType ct, const AttnCase& c, bool split) {
+  SCOPED_TRACE(std::string(cache_type_name(ct)) + " heads " + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) +
+               " hd " + std::to_string(c.head_dim) + " q " + std::to_string(c.n_q) + " kv " + std::to_string(c.n_kv) +
+               (split ? " split" : ""));
+  const uint32_t row_len = c.n_head_kv * c.head_dim;
+  const uint64_t row_bytes = cache_row_bytes(ct, row_len);
+  std::mt19937 rng(c.n_kv * 31 + c.n_q);
+  // Slot list in ring order: a random permutation of slots, positions 0..n_kv-1 (the queries are
+  // the last n_q positions).
+  std::vector<int32_t> slot_ids(c.n_slots);
+  std::iota(slot_ids.begin(), slot_ids.end(), 0);
+  std::shuffle(slot_ids.begin(), slot_ids.end(), rng);
+  std::vector<int32_t> kv_slots(slot_ids.begin(), slot_ids.begin() + c.n_kv), kv_pos(c.n_kv), q_pos(c.n_q);
+  std::iota(kv_pos.begin(), kv_pos.end(), 0);
+  for (uint32_t i = 0; i < c.n_q; ++i) q_pos[i] = int32_t(c.n_kv - c.n_q + i);
+
+  const auto k_raw = test::random_floats(size_t(c.n_kv) * row_len, 1 + c.n_kv, -2, 2);
+  const auto v_raw = test::random_floats(size_t(c.n_kv) * row_len, 2 + c.n_kv, -2, 2);
+  const auto q = test::random_floats(size_t(c.n_q) * c.n_head * c.head_dim, 3 + c.n_q, -2, 2);
+
+  // Reference: cache-round K and V, rotate K at its position, attend over an f32 cache.
+  std::vector<uint8_t> kq(row_bytes * c.n_slots), vq(row_bytes * c.n_slots);
+  ref::kv_store(ref_type(ct), k_raw.data(), c.n_kv, row_len, kv_slots.data(), kq.data());
+  ref::kv_store(ref_type(ct), v_raw.data(), c.n_kv, row_len, kv_slots.data(), vq.data());
+  std::vector<float> kf(size_t(c.n_slots) * row_len, 0.0f), vf(kf.size(), 0.0f), krot(kf.size(), 0.0f);
+  for (uint32_t s = 0; s < c.n_slots; ++s) {
+    ref::dequantize_row(ref_type(ct), kq.data() + s * row_bytes, kf.data() + size_t(s) * row_len, row_len);
+    ref::dequantize_row(ref_type(ct), vq.data() + s * row_bytes, vf.data() + size_t(s) * row_len, row_len);
+  }
+  std::vector<int32_t> slot_pos(c.n_slots, 0);
+  for (uint32_t i = 0; i < c.n_kv; ++i) slot_pos[kv_slots[i]] = kv_pos[i];
+  ref::rope(kf.data(), slot_pos.data(), c.n_slots, c.n_head_kv, ref_rope(c.head_dim, c.head_dim, c.neox, nullptr), krot.data());
+  std::vector<float> want(size_t(c.n_q) * c.n_head * c.head_dim);
+  ref::attention(q.data(), q_pos.data(), c.n_q, TensorType::F32, reinterpret_cast<const uint8_t*>(krot.data()),
+                 reinterpret_cast<const uint8_t*>(vf.data()), kv_slots.data(), kv_pos.data(), c.n_kv,
+                 {c.n_head, c.n_head_kv, c.head_dim}, want.data());
+
+  Buffer dk_raw = test::to_device(k_raw), dv_raw = test::to_device(v_raw), dq = test::to_device(q);
+  Buffer dslots = test::to_device(kv_slots), dpos = test::to_device(kv_pos), dqpos = test::to_device(q_pos);
+  Buffer dkc = test::to_device(std::vector<uint8_t>(kq.size(), 0)), dvc = test::to_device(std::vector<uint8_t>(vq.size(), 0));
+  Buffer dout = test::to_device(std::vector<float>(want.size(), 0.0f));
+  const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim};
+  Buffer scratch(test::vk(), attention_scratch_floats(shape) * 4, MemoryUse::Device, "attention scratch");
+  const RopeConfig rc{c.head_dim, c.head_dim, 10000.0f, 0.5f, c.neox, {}};
+  CommandRecorder rec(test::vk(), &test::pipelines());
+  record_kv_store(rec, ct, dk_raw.view(), row_len, dslots.view(), c.n_kv, row_len, dkc.view());
+  record_kv_store(rec, ct, dv_raw.view(), row_len, dslots.view(), c.n_kv, row_len, dvc.view());
+  rec.barrier();
+  record_attention(rec, ct, shape, rc, dq.view(), c.n_head * c.head_dim, dqpos.view(), c.n_q, dkc.view(), dvc.view(),
+                   dslots.view(), dpos.view(), c.n_kv, dout.view(), c.n_head * c.head_dim,
+                   split ? scratch.view() : BufferView{});
+  rec.submit_and_wait();
+  EXPECT_LE(test::nmse(test::from_device<float>(dout, want.size()), want), 5e-4);
+}
+
+TEST_F(AttentionOps, PrefillAndDecodeEveryCacheType) {
+  const AttnCase cases[] = {
+      {8, 4, 8, 1, 1, 4, false},       // stories260K shape, first token
+      {8, 4, 8, 23, 23, 40, false},    // prefill from empty
+      {4, 2, 64, 1, 300, 512, false},  // decode over a long context
+      {4, 2, 64, 37, 100, 128, true},  // prefill after a cached prefix, NeoX
+      {2, 1, 64, 5, 77, 80, true},     // qwen2-like GQA 2:1
+      {4, 4, 128, 3, 50, 64, false},   // no GQA, head dim 128
+  };
+  for (CacheType ct : {CacheType::F16, CacheType::Q8_0, CacheType::Q4_0})
+    for (const AttnCase& c : cases)
+      for (bool split : {false, true}) check_attention(ct, c, split);
+}
+
+}  // namespace
