@@ -169,7 +169,8 @@ std::vector<Candidate> Sampler::candidates(std::span<float> logits) const {
   if (params_.temp <= 0.0f) {
     size_t best = 0;
     for (size_t i = 1; i < logits.size(); ++i) {
-      if (logits[i] > logits[best]) best = i;
+      // NaN never wins (unless every logit is NaN).
+      if (logits[i] > logits[best] || (std::isnan(logits[best]) && !std::isnan(logits[i]))) best = i;
     }
     return {Candidate{static_cast<int32_t>(best), logits[best], 1.0f}};
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <random>
@@ -464,5 +465,20 @@ TEST(SamplerState, HostileFieldsWithValidChecksumThrow) {
     std::vector<uint8_t> junk(g() % 300);
     for (uint8_t& x : junk) x = static_cast<uint8_t>(g());
     EXPECT_THROW(b.restore_state(junk), vkllm::Error);
+  }
+}
+
+TEST(Sampler, NanLogitsNeverWin) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> l = {nan, 1.0f, nan, 2.0f};
+  Sampler g(plain(0.0f));
+  EXPECT_EQ(g.sample(l), 3);
+  SamplerParams p = plain(1.0f);
+  p.top_k = 2;
+  Sampler s(p);
+  for (int i = 0; i < 100; ++i) {
+    std::vector<float> x = {nan, 1.0f, nan, 2.0f};
+    const int32_t t = s.sample(x);
+    EXPECT_TRUE(t == 1 || t == 3) << t;
   }
 }
