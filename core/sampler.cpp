@@ -192,20 +192,29 @@ std::vector<Candidate> Sampler::candidates(std::span<float> logits) const {
   }
 
   // top-p: the smallest prefix (by probability) whose mass reaches top_p; at least one token.
+  // Without top-k the vocabulary is unsorted: select and sort it in growing blocks (256, 512, ...)
+  // and stop once the prefix reaches top_p, instead of sorting all 150k tokens.
   if (params_.top_p < 1.0f) {
-    if (!sorted) std::sort(c.begin(), c.end(), by_logit_desc);
-    sorted = true;
     softmax(c);
+    size_t n_sorted = sorted ? c.size() : 0;
+    size_t block = 256;
     double cum = 0.0;
-    size_t keep = c.size();
-    for (size_t i = 0; i < c.size(); ++i) {
-      cum += c[i].p;
-      if (cum >= params_.top_p) {
-        keep = i + 1;
-        break;
+    size_t keep = 0;
+    for (size_t i = 0; i < c.size() && keep == 0; ++i) {
+      if (i == n_sorted) {
+        const size_t end = std::min(c.size(), n_sorted + block);
+        const auto first = c.begin() + static_cast<ptrdiff_t>(n_sorted);
+        const auto last = c.begin() + static_cast<ptrdiff_t>(end);
+        std::nth_element(first, last - 1, c.end(), by_logit_desc);  // O(n), then sort the block
+        std::sort(first, last, by_logit_desc);
+        n_sorted = end;
+        block *= 2;
       }
+      cum += c[i].p;
+      if (cum >= params_.top_p) keep = i + 1;
     }
-    c.resize(keep);
+    c.resize(keep == 0 ? c.size() : keep);
+    sorted = true;
   }
 
   // min-p: drop tokens with p < min_p * p_max, i.e. logit < max_logit + log(min_p).

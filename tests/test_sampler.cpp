@@ -482,3 +482,27 @@ TEST(Sampler, NanLogitsNeverWin) {
     EXPECT_TRUE(t == 1 || t == 3) << t;
   }
 }
+
+TEST(Sampler, TopPWithoutTopKMatchesFullSort) {
+  const auto l = random_logits(151936, 21);
+  // Reference: full sort, softmax, smallest prefix reaching p.
+  std::vector<int32_t> order(l.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return l[a] > l[b] || (l[a] == l[b] && a < b);
+  });
+  const float m = l[order[0]];
+  double sum = 0;
+  for (float x : l) sum += std::exp(x - m);
+  for (float top_p : {0.5f, 0.95f, 0.999f}) {
+    size_t want = 0;
+    double cum = 0;
+    while (cum < top_p) cum += std::exp(l[order[want++]] - m) / sum;
+    SamplerParams p = plain();
+    p.top_p = top_p;
+    std::vector<float> x = l;
+    const auto c = Sampler(p).candidates(x);
+    ASSERT_EQ(c.size(), want) << "top_p " << top_p;
+    for (size_t i = 0; i < want; ++i) ASSERT_EQ(c[i].id, order[i]) << "top_p " << top_p << " rank " << i;
+  }
+}
