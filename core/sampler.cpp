@@ -65,8 +65,8 @@ void softmax(std::vector<Candidate>& c) {
 // A uniform double in [0, 1) from two 32-bit engine outputs (53 random bits). Written out rather
 // than std::uniform_real_distribution so the draw is the same under every standard library.
 double draw_unit(std::mt19937& rng) {
-  const uint64_t a = rng() >> 5;  // 27 bits
-  const uint64_t b = rng() >> 6;  // 26 bits
+  const uint64_t a = static_cast<uint32_t>(rng()) >> 5;  // 27 bits
+  const uint64_t b = static_cast<uint32_t>(rng()) >> 6;  // 26 bits
   return static_cast<double>((a << 26) | b) * 0x1.0p-53;
 }
 
@@ -285,6 +285,7 @@ std::vector<uint8_t> Sampler::save_state() const {
   w.put<int32_t>(params_.repeat_last_n);
   w.put<uint64_t>(params_.seed);
   w.put<uint64_t>(seed_);
+  VKLLM_CHECK(history_.size() <= 0xFFFFFFFFu, "sampler: penalty history exceeds 2^32 tokens");
   w.put<uint32_t>(static_cast<uint32_t>(history_.size()));
   for (int32_t t : history_) w.put<int32_t>(t);
   const std::string text = rng_text(rng_);
@@ -352,6 +353,15 @@ void Sampler::restore_state(std::span<const uint8_t> blob) {
   const auto text_bytes = r.get_bytes(text_len, "rng state");
   const std::string text(text_bytes.begin(), text_bytes.end());
   if (text.find_first_not_of("0123456789 ") != std::string::npos) r.fail("rng state holds a non-digit byte");
+  // Every word must fit 32 bits: libstdc++ keeps the words in 64-bit slots and would accept more,
+  // giving outputs above mt19937::max().
+  for (size_t at = text.find_first_not_of(' '); at != std::string::npos; at = text.find_first_not_of(' ', at)) {
+    const size_t end = std::min(text.find(' ', at), text.size());
+    if (end - at > 10 || std::stoull(text.substr(at, end - at)) > 0xFFFFFFFFull) {
+      r.fail("rng state word '" + text.substr(at, std::min<size_t>(end - at, 20)) + "' exceeds 32 bits");
+    }
+    at = end;
+  }
   std::istringstream is(text);
   std::mt19937 rng;
   is >> rng;

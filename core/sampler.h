@@ -49,7 +49,7 @@ class Sampler {
   // Greedy gives the argmax alone. Applies the penalties to `logits`; touches no RNG.
   std::vector<Candidate> candidates(std::span<float> logits) const;
 
-  void accept(int32_t token);  // record a token (prompt or generated) for the penalties
+  void accept(int32_t token);  // record a token (prompt or generated) for the penalties; < 0 ignored
   void reset();                // forget the history (RNG untouched)
 
   // Serialised state for session files: params, the penalty history and the full RNG state, so

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 #include <xxhash.h>
 
@@ -378,6 +379,18 @@ std::vector<uint8_t> with_field(std::vector<uint8_t> b, size_t offset, T v) {
   return b;
 }
 
+// The blob with its RNG text (at offset rng_at) replaced by `text`, resealed.
+std::vector<uint8_t> with_rng_text(const std::vector<uint8_t>& blob, size_t rng_at, const std::string& text) {
+  std::vector<uint8_t> b(blob.begin(), blob.begin() + static_cast<ptrdiff_t>(rng_at));
+  const auto len = static_cast<uint32_t>(text.size());
+  b.resize(b.size() + 4);
+  std::memcpy(b.data() + rng_at, &len, 4);
+  b.insert(b.end(), text.begin(), text.end());
+  b.resize(b.size() + 8);
+  reseal(b);
+  return b;
+}
+
 }  // namespace
 
 TEST(SamplerState, RestoreContinuesIdentically) {
@@ -450,15 +463,19 @@ TEST(SamplerState, HostileFieldsWithValidChecksumThrow) {
   for (size_t i = 0; i < bad.size(); ++i) {
     EXPECT_THROW(b.restore_state(bad[i]), vkllm::Error) << "case " << i;
   }
-  // A well-formed but short RNG text ("1 2 3") fails to parse as mt19937.
-  std::vector<uint8_t> shortrng(blob.begin(), blob.begin() + static_cast<ptrdiff_t>(rng_at));
-  const char txt[] = "1 2 3";
-  const uint32_t len = 5;
-  shortrng.insert(shortrng.end(), reinterpret_cast<const uint8_t*>(&len), reinterpret_cast<const uint8_t*>(&len) + 4);
-  shortrng.insert(shortrng.end(), txt, txt + 5);
-  shortrng.resize(shortrng.size() + 8);
-  reseal(shortrng);
-  EXPECT_THROW(b.restore_state(shortrng), vkllm::Error);
+  // Well-formed text that is not an mt19937 state, or whose words exceed 32 bits.
+  const std::string good = [&] {
+    uint32_t n;
+    std::memcpy(&n, blob.data() + rng_at, 4);
+    return std::string(blob.begin() + static_cast<ptrdiff_t>(rng_at) + 4,
+                       blob.begin() + static_cast<ptrdiff_t>(rng_at) + 4 + n);
+  }();
+  EXPECT_NO_THROW(b.restore_state(with_rng_text(blob, rng_at, good)));
+  const std::string bad_texts[] = {"", "1 2 3", "99999999999" + good.substr(good.find(' ')),
+                                   "4294967296" + good.substr(good.find(' ')), good + " 7"};
+  for (const std::string& t : bad_texts) {
+    EXPECT_THROW(b.restore_state(with_rng_text(blob, rng_at, t)), vkllm::Error) << t.substr(0, 30);
+  }
   // Random garbage of many lengths.
   std::mt19937 g(9);
   for (int i = 0; i < 2000; ++i) {
