@@ -223,16 +223,10 @@ std::vector<Candidate> Sampler::candidates(std::span<float> logits) const {
     if (!sorted) {
       for (const Candidate& x : c) max_logit = std::max(max_logit, x.logit);
     }
-    const float min_logit = max_logit + std::log(params_.min_p);
-    auto kept_end = std::remove_if(c.begin(), c.end(), [&](const Candidate& x) { return x.logit < min_logit; });
-    if (kept_end == c.begin()) {
-      // min_p > 1: keep the best token rather than nothing (llama.cpp always keeps the first).
-      kept_end = std::max_element(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) {
-        return by_logit_desc(b, a);
-      });
-      std::iter_swap(c.begin(), kept_end);
-      kept_end = c.begin() + 1;
-    }
+    // Capped at max_logit so the best token always survives (min_p > 1; llama.cpp keeps it too).
+    const float min_logit = std::min(max_logit + std::log(params_.min_p), max_logit);
+    const auto kept_end =
+        std::remove_if(c.begin(), c.end(), [&](const Candidate& x) { return x.logit < min_logit; });
     c.erase(kept_end, c.end());
   }
 
