@@ -12,6 +12,7 @@ namespace vkllm {
 namespace {
 
 constexpr std::string_view k_tokens_key = "tokenizer.ggml.tokens";
+constexpr std::string_view k_spm_space = "\xE2\x96\x81";  // ▁, SentencePiece's space
 
 [[noreturn]] void bad_vocab(const gguf::File& f, std::string_view key, const std::string& what) {
   throw Error(f.path() + ": key '" + std::string(key) + "': " + what);
@@ -40,8 +41,7 @@ std::string lower(std::string s) {
 
 // Sets a token id from `key` when present. 0xFFFFFFFF (-1) means "none" in converted files and
 // keeps the default, as llama.cpp does; any other id outside the vocabulary is an error.
-void read_token_id(const gguf::File& f, std::string_view key, int32_t n_vocab, int32_t& id,
-                   std::vector<std::string>& warnings) {
+void read_token_id(const gguf::File& f, std::string_view key, int32_t n_vocab, int32_t& id) {
   const gguf::Value* v = f.find(key);
   if (!v) return;
   int64_t value = 0;
@@ -52,10 +52,7 @@ void read_token_id(const gguf::File& f, std::string_view key, int32_t n_vocab, i
   } else {
     bad_vocab(f, key, std::string("is a ") + gguf::value_type_name(v->type) + ", expected an integer token id");
   }
-  if (value < 0) {
-    warnings.push_back(std::string(key) + " is -1: keeping the default");
-    return;
-  }
+  if (value < 0) return;
   if (value >= n_vocab) bad_vocab(f, key, "token id " + std::to_string(value) + " is outside the vocabulary [0, " + std::to_string(n_vocab) + ")");
   id = int32_t(value);
 }
@@ -75,15 +72,16 @@ uint32_t attr_from_type(int64_t type) {
 // Finds the first of `names` in the vocabulary for an unset id, making it a control token as
 // llama.cpp does. llama.cpp walks a hash map, so its pick among several present names is
 // arbitrary; this takes them in the listed order.
-void detect_special(Tokenizer::Impl& v, int32_t& id, std::initializer_list<std::string_view> names) {
+void detect_special(Tokenizer::Impl& v, int32_t& id, std::initializer_list<std::string_view> names,
+                    std::vector<std::string>& retyped) {
   if (id != -1) return;
   for (std::string_view name : names) {
     const int32_t found = v.find(name);
     if (found < 0) continue;
     id = found;
-    if (!(v.tokens[found].attr & token_attr::k_control)) {
-      v.warnings.push_back("control-looking token " + std::to_string(found) + " '" + std::string(name) + "' was not control-type; treating it as control");
-      v.tokens[found].attr = token_attr::k_control;
+    if (!(v.tokens[size_t(found)].attr & token_attr::k_control)) {
+      retyped.push_back(std::string(name));
+      v.tokens[size_t(found)].attr = token_attr::k_control;
     }
     return;
   }
@@ -102,19 +100,20 @@ void load_special_tokens(Tokenizer::Impl& v, const gguf::File& f) {
       {"tokenizer.ggml.prefix_token_id", &v.fim_pre},    {"tokenizer.ggml.suffix_token_id", &v.fim_suf},
       {"tokenizer.ggml.middle_token_id", &v.fim_mid},
   };
-  for (const auto& [key, id] : keys) read_token_id(f, key, n, *id, v.warnings);
+  for (const auto& [key, id] : keys) read_token_id(f, key, n, *id);
   v.add_bos = f.get_bool_or("tokenizer.ggml.add_bos_token", v.add_bos);
   v.add_eos = f.get_bool_or("tokenizer.ggml.add_eos_token", v.add_eos);
 
+  std::vector<std::string> retyped;  // control-looking tokens that were not typed control
   detect_special(v, v.eot, {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>", "_<EOT>",
-                            "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"});
-  detect_special(v, v.eom, {"<|eom_id|>"});
-  detect_special(v, v.fim_pre, {"<|fim_prefix|>", "<fim-prefix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>", "<PRE>"});
-  detect_special(v, v.fim_suf, {"<|fim_suffix|>", "<fim-suffix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "hole\xEF\xBD\x9C>", "<SUF>"});
-  detect_special(v, v.fim_mid, {"<|fim_middle|>", "<fim-middle>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>", "<MID>"});
-  detect_special(v, v.fim_pad, {"<|fim_pad|>", "<fim-pad>", "<PAD>"});
-  detect_special(v, v.fim_rep, {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>"});
-  detect_special(v, v.fim_sep, {"<|file_sep|>"});
+                            "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"}, retyped);
+  detect_special(v, v.eom, {"<|eom_id|>"}, retyped);
+  detect_special(v, v.fim_pre, {"<|fim_prefix|>", "<fim-prefix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>", "<PRE>"}, retyped);
+  detect_special(v, v.fim_suf, {"<|fim_suffix|>", "<fim-suffix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "hole\xEF\xBD\x9C>", "<SUF>"}, retyped);
+  detect_special(v, v.fim_mid, {"<|fim_middle|>", "<fim-middle>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>", "<MID>"}, retyped);
+  detect_special(v, v.fim_pad, {"<|fim_pad|>", "<fim-pad>", "<PAD>"}, retyped);
+  detect_special(v, v.fim_rep, {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>"}, retyped);
+  detect_special(v, v.fim_sep, {"<|file_sep|>"}, retyped);
 
   // End of generation: the FIM pad/repo/file-separator tokens, every token with an end-of-turn
   // text, and eos/eot/eom.
@@ -125,8 +124,16 @@ void load_special_tokens(Tokenizer::Impl& v, const gguf::File& f) {
   for (std::string_view name : {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>",
                                 "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>"}) {
     int32_t id = -1;
-    detect_special(v, id, {name});
+    detect_special(v, id, {name}, retyped);
     if (id >= 0) v.eog[size_t(id)] = 1;
+  }
+  if (!retyped.empty()) {
+    std::string list;
+    for (const std::string& t : retyped) {
+      if (!list.empty()) list += ", ";
+      list += t;
+    }
+    v.warnings.push_back("control-looking tokens not typed control, treated as control (as llama.cpp): " + list);
   }
 }
 
@@ -222,6 +229,12 @@ std::unique_ptr<Tokenizer::Impl> load(const gguf::File& f) {
       v->bpe_ranks.emplace(std::move(key), int32_t(i));
     }
   } else {
+    v->spm_word_split = true;
+    for (const TokenData& t : v->tokens) {
+      for (size_t at = t.text.find(k_spm_space, 1); at != std::string::npos; at = t.text.find(k_spm_space, at + 1)) {
+        if (at < 3 || t.text.compare(at - 3, 3, k_spm_space) != 0) v->spm_word_split = false;
+      }
+    }
     char name[8];
     for (int b = 0; b < 256; ++b) {
       std::snprintf(name, sizeof name, "<0x%02X>", b);
@@ -306,7 +319,7 @@ void escape_whitespace(std::string& s) {
   std::string out;
   out.reserve(s.size() + s.size() / 2);
   for (char c : s) {
-    if (c == ' ') out += "\xE2\x96\x81";  // ▁
+    if (c == ' ') out += k_spm_space;
     else out += c;
   }
   s.swap(out);
@@ -318,6 +331,8 @@ Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
+
+const Tokenizer::Impl& tokenizer_impl(const Tokenizer& tok) { return *tok.impl_; }
 
 Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
   try {
@@ -374,7 +389,7 @@ std::vector<int32_t> Tokenizer::tokenize(std::span<const TextPiece> pieces, bool
       if (v.add_space_prefix && prev_special) s = " ";
       s += all.substr(fr.offset, fr.length);
       escape_whitespace(s);
-      spm_tokenize(v, s, out);
+      spm_tokenize(v, s, v.spm_word_split, out);
       prev_special = false;
     }
   } else {

@@ -74,6 +74,7 @@ class Tokenizer {
 
  private:
   explicit Tokenizer(std::unique_ptr<Impl> impl);
+  friend const Impl& tokenizer_impl(const Tokenizer& tok);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -52,6 +52,10 @@ struct Tokenizer::Impl {
   StringIdMap bpe_ranks;
   std::unique_ptr<PreTokenizer> pretokenizer;  // BPE only
   std::array<int32_t, 256> byte_ids{};          // SPM: id of <0xXX>, -1 when absent
+  // SPM: no token holds a ▁ right after another character, so no merge can cross the point
+  // before a ▁ that follows a non-▁ character, and the text can be merged word by word with the
+  // same result (much faster than one queue over a long text).
+  bool spm_word_split = false;
 
   int32_t bos = -1, eos = -1, eot = -1, eom = -1, unk = -1, sep = -1, pad = -1, mask = -1;
   int32_t fim_pre = -1, fim_suf = -1, fim_mid = -1, fim_pad = -1, fim_rep = -1, fim_sep = -1;
@@ -73,8 +77,12 @@ struct Tokenizer::Impl {
   int32_t n_vocab() const { return int32_t(tokens.size()); }
 };
 
-// SentencePiece BPE over `text`, whose spaces are already ▁ (tokenizer_spm.cpp).
-void spm_tokenize(const Tokenizer::Impl& v, std::string_view text, std::vector<int32_t>& out);
+// SentencePiece BPE over `text`, whose spaces are already ▁ (tokenizer_spm.cpp). split_words
+// (only valid when v.spm_word_split) merges word by word; the result is the same.
+void spm_tokenize(const Tokenizer::Impl& v, std::string_view text, bool split_words, std::vector<int32_t>& out);
+
+// The vocabulary behind a Tokenizer, for tests that compare internal paths.
+const Tokenizer::Impl& tokenizer_impl(const Tokenizer& tok);
 
 // Byte-level BPE over one raw-text fragment: pre-tokenize, byte-encode, merge (tokenizer_bpe.cpp).
 class BpeSession {

@@ -32,9 +32,11 @@ struct BigramOrder {
 
 class SpmSession {
  public:
-  SpmSession(const Tokenizer::Impl& v, std::string_view text) : v_(v), text_(text) {}
+  explicit SpmSession(const Tokenizer::Impl& v) : v_(v) {}
 
-  void run(std::vector<int32_t>& out) {
+  void run(std::string_view text, std::vector<int32_t>& out) {
+    text_ = text;
+    symbols_.clear();
     if (text_.empty()) return;
     for (size_t offs = 0; offs < text_.size();) {
       const size_t n = std::min(utf8::seq_len(uint8_t(text_[offs])), text_.size() - offs);
@@ -99,8 +101,33 @@ class SpmSession {
 
 }  // namespace
 
-void spm_tokenize(const Tokenizer::Impl& v, std::string_view text, std::vector<int32_t>& out) {
-  SpmSession(v, text).run(out);
+void spm_tokenize(const Tokenizer::Impl& v, std::string_view text, bool split_words, std::vector<int32_t>& out) {
+  SpmSession session(v);
+  if (!split_words) {
+    session.run(text, out);
+    return;
+  }
+  // Cut before every ▁ whose preceding character (as the session splits characters) is not ▁;
+  // a word's ids depend on the word alone, and words repeat.
+  constexpr std::string_view k_space = "\xE2\x96\x81";
+  std::unordered_map<std::string_view, std::vector<int32_t>> cache;
+  auto word = [&](std::string_view w) {
+    auto [it, fresh] = cache.try_emplace(w);
+    if (fresh) session.run(w, it->second);
+    out.insert(out.end(), it->second.begin(), it->second.end());
+  };
+  size_t begin = 0;
+  size_t prev = 0;  // start of the previous character
+  for (size_t offs = 0; offs < text.size();) {
+    const size_t n = std::min(utf8::seq_len(uint8_t(text[offs])), text.size() - offs);
+    if (offs > begin && text.substr(offs, n) == k_space && text.substr(prev, offs - prev) != k_space) {
+      word(text.substr(begin, offs - begin));
+      begin = offs;
+    }
+    prev = offs;
+    offs += n;
+  }
+  word(text.substr(begin));
 }
 
 }  // namespace vkllm

@@ -12,6 +12,7 @@
 #include "gguf.h"
 #include "test_support.h"
 #include "tokenizer.h"
+#include "tokenizer_impl.h"
 #include "utf8.h"
 
 namespace vkllm {
@@ -135,6 +136,23 @@ TEST(Tokenizer, RoundTrip) {
       ADD_FAILURE() << name_of(gguf_path) << ": '" << s << "' came back as '" << back << "'";
     }
     std::printf("  %-36s %zu exact, %zu changed by clean_spaces\n", name_of(gguf_path).c_str(), exact, excepted);
+  }
+}
+
+// SPM merges word by word for speed; over long mixed text that must equal one merge over all.
+TEST(Tokenizer, SpmWordSplitMatchesWholeText) {
+  VKLLM_REQUIRE_SHARED("reference/stories.txt");
+  std::string text = slurp(shared_path("reference/stories.txt"));
+  for (const std::string& s : sample_strings()) text += s;
+  std::string escaped;
+  for (char c : " " + text) escaped += c == ' ' ? std::string("\xE2\x96\x81") : std::string(1, c);
+  for (const char* name : {"vocab/ggml-vocab-llama-spm.gguf", "vocab/ggml-vocab-phi-3.gguf", "vocab/ggml-vocab-baichuan.gguf"}) {
+    const Tokenizer::Impl& v = tokenizer_impl(tokenizer_for(shared_path(name)));
+    ASSERT_TRUE(v.spm_word_split) << name;
+    std::vector<int32_t> words, whole;
+    spm_tokenize(v, escaped, true, words);
+    spm_tokenize(v, escaped, false, whole);
+    EXPECT_EQ(words, whole) << name;
   }
 }
 
