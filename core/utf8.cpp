@@ -44,7 +44,9 @@ uint32_t decode_one(std::string_view s, size_t& pos) {
     cpt = (cpt << 6) | (b & 0x3F);
   }
   pos += n;
-  if (cpt >= 0xD800 && cpt <= 0xDFFF) return k_replacement;
+  // Surrogates and code points past U+10FFFF are not Unicode scalar values; PCRE2 would read
+  // them as invalid UTF-8 (llama.cpp throws on the latter).
+  if ((cpt >= 0xD800 && cpt <= 0xDFFF) || cpt > 0x10FFFF) return k_replacement;
   return cpt;
 }
 

@@ -18,13 +18,14 @@ inline size_t seq_len(uint8_t lead) {
 void append(std::string& out, uint32_t cpt);
 
 // Decodes the code point at `pos` and advances past it; a malformed sequence yields U+FFFD and
-// advances one byte (llama.cpp's unicode_cpts_from_utf8 rule). Surrogates also yield U+FFFD.
+// advances one byte (llama.cpp's unicode_cpts_from_utf8 rule). Surrogates and values past
+// U+10FFFF also yield U+FFFD.
 uint32_t next(std::string_view text, size_t& pos);
 
 // Re-encodes `text` as valid UTF-8, decoding as llama.cpp's unicode_cpts_from_utf8 does: a byte
 // that does not start a complete sequence becomes U+FFFD and decoding resumes at the next byte.
-// Overlong forms decode to their code point (re-encoded canonically); surrogates, which PCRE2
-// refuses, become U+FFFD.
+// Overlong forms decode to their code point (re-encoded canonically); surrogates and values
+// past U+10FFFF, which PCRE2 refuses, become U+FFFD.
 std::string sanitize(std::string_view text);
 
 // Length of the longest prefix of `bytes` that does not end inside an unfinished sequence:
