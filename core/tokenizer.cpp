@@ -212,7 +212,7 @@ std::unique_ptr<Tokenizer::Impl> load(const gguf::File& f) {
     }
     if (scores) t.score = float(scores->float_at(i));
     if (types) t.attr = attr_from_type(types->int_at(i));
-    if (!v->token_to_id.emplace(t.text, int32_t(i)).second) {
+    if (!v->token_to_id.insert(t.text, int32_t(i))) {
       bad_vocab(f, k_tokens_key, "token " + std::to_string(i) + " '" + t.text + "' appears twice");
     }
   }
@@ -226,7 +226,7 @@ std::unique_ptr<Tokenizer::Impl> load(const gguf::File& f) {
       if (sp == std::string::npos) continue;  // llama.cpp stores ("", ""), which never matches
       std::string key = m;
       key[sp] = '\0';
-      v->bpe_ranks.emplace(std::move(key), int32_t(i));
+      v->bpe_ranks.insert(key, int32_t(i));
     }
   } else {
     v->spm_word_split = true;

@@ -103,9 +103,9 @@ void BpeSession::encode_word(const std::string& word, std::vector<int32_t>& out)
     key.assign(word, l.offset, l.n);
     key += '\0';
     key.append(word, r.offset, r.n);
-    const auto it = v_.bpe_ranks.find(key);
-    if (it == v_.bpe_ranks.end()) return;
-    queue.push({left, right, it->second, l.n + r.n});
+    const int32_t rank = v_.bpe_ranks.find(key);
+    if (rank < 0) return;
+    queue.push({left, right, rank, l.n + r.n});
   };
   for (int i = 1; i < int(symbols.size()); ++i) add_bigram(i - 1, i);
   while (!queue.empty()) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "pretokenizer.h"
+#include "string_index.h"
 #include "tokenizer.h"
 
 namespace vkllm {
@@ -34,22 +35,15 @@ struct TokenData {
   uint32_t attr = token_attr::k_normal;
 };
 
-// Lets string maps be searched with a string_view without building a std::string.
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-using StringIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
-
 struct Tokenizer::Impl {
   VocabType type = VocabType::Spm;
   std::string model;  // tokenizer.ggml.model
   std::string pre;    // tokenizer.ggml.pre, "" when absent
   std::vector<TokenData> tokens;  // [n_vocab]
-  StringIdMap token_to_id;
+  StringIndex token_to_id;
   // BPE merges: key is left + '\0' + right (byte-level token texts never hold a NUL), value the
   // rank (line number in tokenizer.ggml.merges; the first of duplicates wins).
-  StringIdMap bpe_ranks;
+  StringIndex bpe_ranks;
   std::unique_ptr<PreTokenizer> pretokenizer;  // BPE only
   std::array<int32_t, 256> byte_ids{};          // SPM: id of <0xXX>, -1 when absent
   // SPM: no token holds a ▁ right after another character, so no merge can cross the point
@@ -70,10 +64,7 @@ struct Tokenizer::Impl {
   std::vector<std::string> pieces;      // [n_vocab] token_to_piece with render_special
   std::vector<std::string> warnings;
 
-  int32_t find(std::string_view text) const {
-    const auto it = token_to_id.find(text);
-    return it == token_to_id.end() ? -1 : it->second;
-  }
+  int32_t find(std::string_view text) const { return token_to_id.find(text); }
   int32_t n_vocab() const { return int32_t(tokens.size()); }
 };
 
