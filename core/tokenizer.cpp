@@ -18,8 +18,23 @@ constexpr std::string_view k_spm_space = "\xE2\x96\x81";  // ▁, SentencePiece'
   throw Error(f.path() + ": key '" + std::string(key) + "': " + what);
 }
 
-// An array under `key` with `elem` elements, or nullptr when absent (when !required).
-const gguf::Array* find_array(const gguf::File& f, std::string_view key, gguf::ValueType elem, bool required) {
+enum class ElemKind { String, Float, Integer };
+
+bool elem_is(gguf::ValueType t, ElemKind kind) {
+  using T = gguf::ValueType;
+  switch (kind) {
+    case ElemKind::String: return t == T::STRING;
+    case ElemKind::Float: return t == T::F32 || t == T::F64;
+    case ElemKind::Integer:
+      return t == T::U8 || t == T::I8 || t == T::U16 || t == T::I16 || t == T::U32 || t == T::I32 || t == T::U64 ||
+             t == T::I64;
+  }
+  return false;
+}
+
+// The array under `key`, whose elements must be of `kind`; nullptr when absent and !required.
+const gguf::Array* find_array(const gguf::File& f, std::string_view key, ElemKind kind, bool required) {
+  static constexpr const char* k_kind_names[] = {"strings", "floats", "integers"};
   const gguf::Value* v = f.find(key);
   if (!v) {
     if (required) bad_vocab(f, key, "missing");
@@ -27,10 +42,9 @@ const gguf::Array* find_array(const gguf::File& f, std::string_view key, gguf::V
   }
   if (v->type != gguf::ValueType::ARRAY) bad_vocab(f, key, std::string("is a ") + gguf::value_type_name(v->type) + ", expected an array");
   const auto& a = std::get<gguf::Array>(v->data);
-  const bool numeric = elem != gguf::ValueType::STRING;
-  const bool ok = numeric ? (a.elem_type != gguf::ValueType::STRING && a.elem_type != gguf::ValueType::ARRAY)
-                          : a.elem_type == gguf::ValueType::STRING;
-  if (!ok) bad_vocab(f, key, std::string("holds ") + gguf::value_type_name(a.elem_type) + ", expected " + gguf::value_type_name(elem));
+  if (!elem_is(a.elem_type, kind)) {
+    bad_vocab(f, key, std::string("holds ") + gguf::value_type_name(a.elem_type) + ", expected " + k_kind_names[int(kind)]);
+  }
   return &a;
 }
 
@@ -44,16 +58,22 @@ std::string lower(std::string s) {
 void read_token_id(const gguf::File& f, std::string_view key, int32_t n_vocab, int32_t& id) {
   const gguf::Value* v = f.find(key);
   if (!v) return;
+  std::string shown;  // the value as written, for the message
   int64_t value = 0;
   if (const auto* u = std::get_if<uint64_t>(&v->data); u && v->type != gguf::ValueType::BOOL) {
-    value = *u == 0xFFFFFFFFull || *u > uint64_t(INT32_MAX) ? -1 : int64_t(*u);
+    if (*u == 0xFFFFFFFFull || *u == ~0ull) return;
+    shown = std::to_string(*u);
+    value = *u > uint64_t(INT32_MAX) ? INT64_MAX : int64_t(*u);
   } else if (const auto* i = std::get_if<int64_t>(&v->data)) {
+    if (*i == -1) return;
+    shown = std::to_string(*i);
     value = *i;
   } else {
     bad_vocab(f, key, std::string("is a ") + gguf::value_type_name(v->type) + ", expected an integer token id");
   }
-  if (value < 0) return;
-  if (value >= n_vocab) bad_vocab(f, key, "token id " + std::to_string(value) + " is outside the vocabulary [0, " + std::to_string(n_vocab) + ")");
+  if (value < 0 || value >= n_vocab) {
+    bad_vocab(f, key, "token id " + shown + " is outside the vocabulary [0, " + std::to_string(n_vocab) + ")");
+  }
   id = int32_t(value);
 }
 
@@ -192,12 +212,12 @@ std::unique_ptr<Tokenizer::Impl> load(const gguf::File& f) {
   }
   v->add_space_prefix = f.get_bool_or("tokenizer.ggml.add_space_prefix", v->add_space_prefix);
 
-  const gguf::Array* tokens = find_array(f, k_tokens_key, gguf::ValueType::STRING, true);
+  const gguf::Array* tokens = find_array(f, k_tokens_key, ElemKind::String, true);
   if (tokens->strings.empty()) bad_vocab(f, k_tokens_key, "the vocabulary is empty");
   if (tokens->strings.size() > size_t(INT32_MAX)) bad_vocab(f, k_tokens_key, "too many tokens");
   const size_t n = tokens->strings.size();
-  const gguf::Array* scores = find_array(f, "tokenizer.ggml.scores", gguf::ValueType::F32, false);
-  const gguf::Array* types = find_array(f, "tokenizer.ggml.token_type", gguf::ValueType::I32, false);
+  const gguf::Array* scores = find_array(f, "tokenizer.ggml.scores", ElemKind::Float, false);
+  const gguf::Array* types = find_array(f, "tokenizer.ggml.token_type", ElemKind::Integer, false);
   if (scores && scores->count != n) bad_vocab(f, "tokenizer.ggml.scores", std::to_string(scores->count) + " scores for " + std::to_string(n) + " tokens");
   if (types && types->count != n) bad_vocab(f, "tokenizer.ggml.token_type", std::to_string(types->count) + " types for " + std::to_string(n) + " tokens");
 
@@ -218,7 +238,7 @@ std::unique_ptr<Tokenizer::Impl> load(const gguf::File& f) {
   }
 
   if (v->type == VocabType::Bpe) {
-    const gguf::Array* merges = find_array(f, "tokenizer.ggml.merges", gguf::ValueType::STRING, true);
+    const gguf::Array* merges = find_array(f, "tokenizer.ggml.merges", ElemKind::String, true);
     v->bpe_ranks.reserve(merges->strings.size());
     for (size_t i = 0; i < merges->strings.size(); ++i) {
       const std::string& m = merges->strings[i];

@@ -260,20 +260,20 @@ TEST(Tokenizer, StreamDecoderHoldsPartialCharacters) {
   EXPECT_EQ(partial.flush(), "");
 }
 
-// A vocabulary-only GGUF with three tokens, tweaked by `edit`.
-std::vector<uint8_t> tiny_vocab(const std::function<void(gguf::Writer&)>& edit) {
+// A vocabulary-only GGUF with three tokens (or none when !with_tokens), tweaked by `edit`.
+std::vector<uint8_t> tiny_vocab(const std::function<void(gguf::Writer&)>& edit, bool with_tokens = true) {
   gguf::Writer w;
   w.set("general.architecture", gguf::Value::str("llama"));
   w.set("tokenizer.ggml.model", gguf::Value::str("llama"));
-  w.set("tokenizer.ggml.tokens", gguf::Value::strings({"<unk>", "<s>", "</s>"}));
+  if (with_tokens) w.set("tokenizer.ggml.tokens", gguf::Value::strings({"<unk>", "<s>", "</s>"}));
   w.set("tokenizer.ggml.scores", gguf::Value::f32s(std::vector<float>{0, 0, 0}));
   w.set("tokenizer.ggml.token_type", gguf::Value::i32s(std::vector<int32_t>{2, 3, 3}));
   edit(w);
   return w.to_bytes();
 }
 
-void expect_vocab_error(const std::function<void(gguf::Writer&)>& edit, const std::string& key) {
-  const auto bytes = tiny_vocab(edit);
+void expect_vocab_error(const std::function<void(gguf::Writer&)>& edit, const std::string& key, bool with_tokens = true) {
+  const auto bytes = tiny_vocab(edit, with_tokens);
   try {
     Tokenizer::from_gguf(gguf::File::parse(bytes));
     ADD_FAILURE() << "no error for a bad '" << key << "'";
@@ -285,14 +285,21 @@ void expect_vocab_error(const std::function<void(gguf::Writer&)>& edit, const st
 TEST(Tokenizer, MalformedVocabularyIsAnError) {
   const auto good = tiny_vocab([](gguf::Writer&) {});
   EXPECT_NO_THROW(Tokenizer::from_gguf(gguf::File::parse(good)));
+  expect_vocab_error([](gguf::Writer&) {}, "tokenizer.ggml.tokens", false);
   expect_vocab_error([](gguf::Writer& w) { w.set("tokenizer.ggml.tokens", gguf::Value::u32(3)); }, "tokenizer.ggml.tokens");
   expect_vocab_error([](gguf::Writer& w) { w.set("tokenizer.ggml.tokens", gguf::Value::strings({})); }, "tokenizer.ggml.tokens");
   expect_vocab_error([](gguf::Writer& w) { w.set("tokenizer.ggml.tokens", gguf::Value::i32s(std::vector<int32_t>{1, 2})); },
                      "tokenizer.ggml.tokens");
   expect_vocab_error([](gguf::Writer& w) { w.set("tokenizer.ggml.scores", gguf::Value::f32s(std::vector<float>{0})); },
                      "tokenizer.ggml.scores");
+  expect_vocab_error([](gguf::Writer& w) { w.set("tokenizer.ggml.token_type", gguf::Value::f32s(std::vector<float>{1, 1, 1})); },
+                     "tokenizer.ggml.token_type");
   expect_vocab_error([](gguf::Writer& w) { w.set("tokenizer.ggml.bos_token_id", gguf::Value::u32(7)); },
                      "tokenizer.ggml.bos_token_id");
+  expect_vocab_error([](gguf::Writer& w) { w.set("tokenizer.ggml.eos_token_id", gguf::Value::i32(-5)); },
+                     "tokenizer.ggml.eos_token_id");
+  expect_vocab_error([](gguf::Writer& w) { w.set("tokenizer.ggml.eos_token_id", gguf::Value::str("2")); },
+                     "tokenizer.ggml.eos_token_id");
   expect_vocab_error([](gguf::Writer& w) { w.set("tokenizer.ggml.model", gguf::Value::str("t5")); }, "tokenizer.ggml.model");
   expect_vocab_error([](gguf::Writer& w) { w.set("tokenizer.ggml.model", gguf::Value::str("gpt2")); }, "tokenizer.ggml.merges");
   expect_vocab_error([](gguf::Writer& w) { w.set("tokenizer.ggml.tokens", gguf::Value::strings({"a", "b", "a"})); },
