@@ -87,20 +87,23 @@ const std::vector<NamedSet>& named_sets() {
   return k_sets;
 }
 
-// llama.cpp's whitespace set is Unicode White_Space, which includes U+0085; PCRE2's \s under
-// UCP is Z plus \t\n\v\f\r and leaves U+0085 out. Rewrites \s and \S to add it.
-std::string widen_whitespace(std::string_view pattern) {
+// llama.cpp's whitespace is Unicode's White_Space property. PCRE2's \s under UCP also matches
+// U+180E (Mongolian vowel separator, White_Space only before Unicode 6.3), so \s and \S are
+// spelled out as this set.
+constexpr std::string_view k_white_space =
+    R"(\t\n\x0B\f\r \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+
+std::string spell_out_whitespace(std::string_view pattern) {
   std::string out;
   bool in_class = false;
   for (size_t i = 0; i < pattern.size(); ++i) {
     const char c = pattern[i];
     if (c == '\\' && i + 1 < pattern.size()) {
-      const char n = pattern[i + 1];
-      ++i;
+      const char n = pattern[++i];
       if (n == 's') {
-        out += in_class ? "\\s\\x{85}" : "[\\s\\x{85}]";
+        out += in_class ? std::string(k_white_space) : "[" + std::string(k_white_space) + "]";
       } else if (n == 'S' && !in_class) {
-        out += "[^\\s\\x{85}]";
+        out += "[^" + std::string(k_white_space) + "]";
       } else {
         out += c;
         out += n;
@@ -123,7 +126,7 @@ struct PreTokenizer::Regex {
 
 PreTokenizer::PreTokenizer(const std::vector<std::string_view>& patterns, PreTokenizerFlags flags) : flags_(flags) {
   for (std::string_view p : patterns) {
-    const std::string pattern = widen_whitespace(p);
+    const std::string pattern = spell_out_whitespace(p);
     int err = 0;
     PCRE2_SIZE err_off = 0;
     auto r = std::make_unique<Regex>();

@@ -12,6 +12,7 @@
 
 #include "error.h"
 #include "gguf.h"
+#include "pretokenizer.h"
 #include "test_support.h"
 #include "tokenizer.h"
 #include "tokenizer_impl.h"
@@ -166,6 +167,21 @@ TEST(Tokenizer, SpmWordSplitMatchesWholeText) {
     spm_tokenize(v, escaped, false, whole);
     EXPECT_EQ(words, whole) << name;
   }
+}
+
+// llama.cpp's whitespace is Unicode White_Space: U+0085 is, U+180E is not (PCRE2's \s says it
+// is). "!" and U+0085 are separate pre-tokens as for "! "; "!" and U+180E stay together.
+TEST(Tokenizer, PreTokenizerWhitespaceIsUnicodeWhiteSpace) {
+  bool known = false;
+  const PreTokenizer gpt2 = PreTokenizer::for_name("gpt-2", known);
+  ASSERT_TRUE(known);
+  using Pieces = std::vector<std::pair<size_t, size_t>>;
+  EXPECT_EQ(gpt2.split("!\xC2\x85"), (Pieces{{0, 1}, {1, 2}}));
+  EXPECT_EQ(gpt2.split("! "), (Pieces{{0, 1}, {1, 1}}));
+  EXPECT_EQ(gpt2.split("!\xE1\xA0\x8E"), (Pieces{{0, 4}}));
+  const PreTokenizer unknown = PreTokenizer::for_name("no-such-pre", known);
+  EXPECT_FALSE(known);
+  EXPECT_EQ(unknown.split("Hello world"), (Pieces{{0, 5}, {5, 6}}));
 }
 
 TEST(Tokenizer, EveryVocabularyLoadsAndRuns) {
