@@ -177,8 +177,7 @@ void apply_name_rules(Tokenizer::Impl& v, const gguf::File& f) {
 
 std::unique_ptr<Tokenizer::Impl> load(const gguf::File& f) {
   auto v = std::make_unique<Tokenizer::Impl>();
-  const gguf::Value* model = f.find("tokenizer.ggml.model");
-  if (!model) bad_vocab(f, "tokenizer.ggml.model", "missing");
+  if (!f.find("tokenizer.ggml.model")) bad_vocab(f, "tokenizer.ggml.model", "missing");
   v->model = f.get_string("tokenizer.ggml.model");
   v->pre = f.get_string_or("tokenizer.ggml.pre", "");
 
@@ -193,7 +192,6 @@ std::unique_ptr<Tokenizer::Impl> load(const gguf::File& f) {
     v->type = VocabType::Bpe;
     v->bos = 11;  // llama.cpp's default for BPE vocabularies without bos_token_id
     v->eos = 11;
-    v->clean_spaces = true;
     if (v->pre.empty()) {
       v->warnings.push_back("no tokenizer.ggml.pre: using the 'default' pre-tokenizer (quality may suffer)");
       v->pretokenizer = std::make_unique<PreTokenizer>(PreTokenizer::default_set());

@@ -2,8 +2,10 @@
 // token injection, streaming decode, and malformed vocabularies.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
