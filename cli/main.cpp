@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "vkllm 0.1.0");
   vkllm::cli::add_info_command(app);
   vkllm::cli::add_devices_command(app);
+  vkllm::cli::add_tokenize_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
