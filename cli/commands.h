@@ -5,5 +5,6 @@
 namespace vkllm::cli {
 
 void add_info_command(CLI::App& app);
+void add_template_command(CLI::App& app);
 
 }  // namespace vkllm::cli
