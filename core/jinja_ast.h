@@ -26,6 +26,7 @@ enum class ExprKind {
   Test,     // args[0] is [not] name(args[1..]); `negate`
   Unary,    // name args[0], name in {"-", "+", "not"}
   Binary,   // args[0] name args[1]; "and"/"or" short-circuit
+  Compare,  // args[0] ops[0] args[1] ops[1] args[2] …, chained as in Python
   Cond,     // args[0] if args[1] else args[2] (args[2] may be null)
 };
 
@@ -37,6 +38,7 @@ struct Expr {
   bool negate = false;
   std::vector<ExprPtr> args;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
+  std::vector<std::string> ops;  // Compare
 };
 
 struct Node;

@@ -53,7 +53,7 @@ Value as_list(const Value& v) { return Value::list(v.iterate()); }
 
 // Jinja's sort key: strings compare case-insensitively unless case_sensitive.
 Value sort_key(const Value& v, bool case_sensitive) {
-  return v.is_string() && !case_sensitive ? Value(ascii_lower(v.str())) : v;
+  return v.is_string() && !case_sensitive ? Value(py_lower(v.str())) : v;
 }
 
 Value do_tojson(const Value& v, CallArgs& a) {
@@ -313,7 +313,7 @@ const FilterEntry k_filters[] = {
        return Value(v.length());
      }},
     {"list", [](const Value& v, CallArgs&) { return as_list(v); }},
-    {"lower", [](const Value& v, CallArgs&) { return Value(ascii_lower(v.to_str())); }},
+    {"lower", [](const Value& v, CallArgs&) { return Value(py_lower(v.to_str())); }},
     {"map", do_map},
     {"max", [](const Value& v, CallArgs& a) { return min_max(v, a, true); }},
     {"min", [](const Value& v, CallArgs& a) { return min_max(v, a, false); }},
@@ -362,7 +362,7 @@ const FilterEntry k_filters[] = {
        return Value(py_strip(v.to_str(), chars && !chars->is_none() ? std::optional<std::string>(chars->to_str()) : std::nullopt, true, true));
      }},
     {"unique", do_unique},
-    {"upper", [](const Value& v, CallArgs&) { return Value(ascii_upper(v.to_str())); }},
+    {"upper", [](const Value& v, CallArgs&) { return Value(py_upper(v.to_str())); }},
     {"wordcount", [](const Value& v, CallArgs&) { return Value(word_count(v.to_str())); }},
 };
 
@@ -410,7 +410,7 @@ const TestEntry k_tests[] = {
     {"integer", [](const Value& v, CallArgs&) { return v.kind() == Kind::Int; }},
     {"iterable", [](const Value& v, CallArgs&) { return v.is_string() || v.is_sequence() || v.is_mapping() || v.is_undefined(); }},
     {"le", [](const Value& v, CallArgs& a) { return !value_less(test_arg(a, "le"), v); }},
-    {"lower", [](const Value& v, CallArgs&) { return v.is_string() && ascii_lower(v.str()) == v.str(); }},
+    {"lower", [](const Value& v, CallArgs&) { return v.is_string() && py_lower(v.str()) == v.str(); }},
     {"lt", [](const Value& v, CallArgs& a) { return value_less(v, test_arg(a, "lt")); }},
     {"mapping", [](const Value& v, CallArgs&) { return v.kind() == Kind::Dict; }},
     {"ne", [](const Value& v, CallArgs& a) { return !(v == test_arg(a, "ne")); }},
@@ -427,7 +427,7 @@ const TestEntry k_tests[] = {
     {"string", [](const Value& v, CallArgs&) { return v.is_string(); }},
     {"true", [](const Value& v, CallArgs&) { return v.kind() == Kind::Bool && v.as_bool(); }},
     {"undefined", [](const Value& v, CallArgs&) { return v.is_undefined(); }},
-    {"upper", [](const Value& v, CallArgs&) { return v.is_string() && ascii_upper(v.str()) == v.str(); }},
+    {"upper", [](const Value& v, CallArgs&) { return v.is_string() && py_upper(v.str()) == v.str(); }},
 };
 
 const TestEntry* find_test(const std::string& name) {

@@ -342,7 +342,7 @@ class Evaluator {
           for (const MacroParam& p : params)
             if (!locals->count(p.name))
               (*locals)[p.name] = p.default_value ? eval(*p.default_value) : Value::undefined(p.name);
-          (*locals)["varargs"] = Value::list(std::move(varargs));
+          (*locals)["varargs"] = Value::tuple(std::move(varargs));
           (*locals)["kwargs"] = Value::dict(std::move(kwargs));
           std::string out;
           exec(body, out);
@@ -463,11 +463,34 @@ class Evaluator {
         return v.kind() == Kind::Float ? Value(-v.as_double()) : Value(-v.as_int());
       }
       case ExprKind::Binary: return eval_binary(e);
+      case ExprKind::Compare: return eval_compare(e);
       case ExprKind::Cond:
         if (eval(*e.args[1]).truthy()) return eval(*e.args[0]);
         return e.args[2] ? eval(*e.args[2]) : Value::undefined();
     }
     return Value::undefined();
+  }
+
+  static bool compare(const std::string& op, const Value& a, const Value& b) {
+    if (op == "==") return a == b;
+    if (op == "!=") return !(a == b);
+    if (op == "<") return value_less(a, b);
+    if (op == ">") return value_less(b, a);
+    if (op == "<=") return !value_less(b, a);
+    if (op == ">=") return !value_less(a, b);
+    if (op == "in") return contains(b, a);
+    return !contains(b, a);  // "not in"
+  }
+
+  // Python's chained comparison: a < b < c means a < b and b < c.
+  Value eval_compare(const Expr& e) {
+    Value left = eval(*e.args[0]);
+    for (size_t i = 0; i < e.ops.size(); ++i) {
+      Value right = eval(*e.args[i + 1]);
+      if (!compare(e.ops[i], left, right)) return Value(false);
+      left = std::move(right);
+    }
+    return Value(true);
   }
 
   Value eval_binary(const Expr& e) {
@@ -476,14 +499,6 @@ class Evaluator {
     if (op == "and") return a.truthy() ? eval(*e.args[1]) : a;
     if (op == "or") return a.truthy() ? a : eval(*e.args[1]);
     Value b = eval(*e.args[1]);
-    if (op == "==") return Value(a == b);
-    if (op == "!=") return Value(!(a == b));
-    if (op == "<") return Value(value_less(a, b));
-    if (op == ">") return Value(value_less(b, a));
-    if (op == "<=") return Value(!value_less(b, a));
-    if (op == ">=") return Value(!value_less(a, b));
-    if (op == "in") return Value(contains(b, a));
-    if (op == "not in") return Value(!contains(b, a));
     if (op == "~") return Value(a.to_str() + b.to_str());
     return arithmetic(op, a, b, lim_.max_output_bytes);
   }

@@ -89,8 +89,8 @@ Value string_method(const std::string& s, const std::string& name, CallArgs& a) 
   }
   if (name == "replace")
     return Value(py_replace(s, need_str(a, 0, "old", name), need_str(a, 1, "new", name), opt_int(a, 2, "count", -1)));
-  if (name == "upper") return Value(ascii_upper(s));
-  if (name == "lower") return Value(ascii_lower(s));
+  if (name == "upper") return Value(py_upper(s));
+  if (name == "lower") return Value(py_lower(s));
   if (name == "title") return Value(py_title(s));
   if (name == "capitalize") return Value(py_capitalize(s));
   if (name == "find" || name == "rfind" || name == "index" || name == "rindex") {
@@ -135,8 +135,8 @@ Value string_method(const std::string& s, const std::string& name, CallArgs& a) 
   if (name == "isalpha") return all_of([](unsigned char c) { return std::isalpha(c) != 0; });
   if (name == "isalnum") return all_of([](unsigned char c) { return std::isalnum(c) != 0; });
   if (name == "isspace") return all_of([](unsigned char c) { return is_py_space(static_cast<char>(c)); });
-  if (name == "isupper") return Value(ascii_upper(s) == s && ascii_lower(s) != s);
-  if (name == "islower") return Value(ascii_lower(s) == s && ascii_upper(s) != s);
+  if (name == "isupper") return Value(py_upper(s) == s && py_lower(s) != s);
+  if (name == "islower") return Value(py_lower(s) == s && py_upper(s) != s);
   throw Error("'str' object has no attribute '" + name + "'");
 }
 

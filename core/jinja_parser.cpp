@@ -352,7 +352,8 @@ class Parser {
   }
 
   ExprPtr parse_compare() {
-    ExprPtr e = parse_math1();
+    ExprPtr first = parse_math1();
+    ExprPtr e;
     while (true) {
       const Token at = cur();
       std::string op;
@@ -368,9 +369,14 @@ class Parser {
         next();
         next();
       } else {
-        return e;
+        return e ? std::move(e) : std::move(first);
       }
-      e = binary(at, op, std::move(e), parse_math1());
+      if (!e) {
+        e = make(ExprKind::Compare, at);
+        e->args.push_back(std::move(first));
+      }
+      e->ops.push_back(op);
+      e->args.push_back(parse_math1());
     }
   }
 
@@ -453,8 +459,8 @@ class Parser {
         auto e = make(ExprKind::Literal, at);
         errno = 0;
         const long long v = std::strtoll(at.text.c_str(), nullptr, 10);
-        if (errno == ERANGE) fail(at, "integer literal out of range");
-        e->literal = Value(static_cast<int64_t>(v));
+        // Past int64 (Python has big integers), keep the value as a float.
+        e->literal = errno == ERANGE ? Value(std::strtod(at.text.c_str(), nullptr)) : Value(static_cast<int64_t>(v));
         return e;
       }
       case Tok::Float: {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 
 namespace vkllm::jinja {
 
@@ -132,20 +133,84 @@ std::string py_replace(std::string_view s, std::string_view old, std::string_vie
   return out;
 }
 
-std::string ascii_upper(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = to_upper(c);
+namespace {
+
+// Simple case mapping for ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic; other code
+// points are left unchanged.
+uint32_t to_upper_cp(uint32_t c) {
+  if (c >= 'a' && c <= 'z') return c - 32;
+  if (c < 0x80) return c;
+  if ((c >= 0xe0 && c <= 0xfe && c != 0xf7)) return c - 32;
+  if (c == 0xff) return 0x178;
+  if (c >= 0x100 && c <= 0x17f && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17f) {
+    const bool odd_lower = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e);
+    if (odd_lower ? (c % 2 == 0) : (c % 2 == 1)) return c - 1;
+    return c;
+  }
+  if (c >= 0x3b1 && c <= 0x3c9 && c != 0x3c2) return c - 32;
+  if (c == 0x3c2) return 0x3a3;
+  if (c >= 0x430 && c <= 0x44f) return c - 32;
+  if (c >= 0x450 && c <= 0x45f) return c - 80;
+  return c;
+}
+
+uint32_t to_lower_cp(uint32_t c) {
+  if (c >= 'A' && c <= 'Z') return c + 32;
+  if (c < 0x80) return c;
+  if (c >= 0xc0 && c <= 0xde && c != 0xd7) return c + 32;
+  if (c == 0x178) return 0xff;
+  if (c >= 0x100 && c <= 0x17f && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17f) {
+    const bool odd_lower = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e);
+    if (odd_lower ? (c % 2 == 1) : (c % 2 == 0)) return c + 1;
+    return c;
+  }
+  if (c >= 0x391 && c <= 0x3a9 && c != 0x3a2) return c + 32;
+  if (c >= 0x410 && c <= 0x42f) return c + 32;
+  if (c >= 0x400 && c <= 0x40f) return c + 80;
+  return c;
+}
+
+// Decodes one code point of a well-formed 2- or 3-byte sequence; other bytes pass through.
+bool decode(const std::string& ch, uint32_t& cp) {
+  const auto b = [&](size_t i) { return static_cast<uint32_t>(static_cast<unsigned char>(ch[i])); };
+  if (ch.size() == 1) cp = b(0);
+  else if (ch.size() == 2 && (b(0) & 0xe0) == 0xc0) cp = ((b(0) & 0x1f) << 6) | (b(1) & 0x3f);
+  else if (ch.size() == 3 && (b(0) & 0xf0) == 0xe0) cp = ((b(0) & 0x0f) << 12) | ((b(1) & 0x3f) << 6) | (b(2) & 0x3f);
+  else return false;
+  return true;
+}
+
+void encode(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xc0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  } else {
+    out += static_cast<char>(0xe0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  }
+}
+
+std::string map_case(std::string_view s, uint32_t (*f)(uint32_t)) {
+  std::string out;
+  out.reserve(s.size());
+  for (const std::string& ch : utf8_chars(s)) {
+    uint32_t cp = 0;
+    if (decode(ch, cp)) encode(out, f(cp));
+    else out += ch;
+  }
   return out;
 }
 
-std::string ascii_lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = to_lower(c);
-  return out;
-}
+}  // namespace
+
+std::string py_upper(std::string_view s) { return map_case(s, to_upper_cp); }
+std::string py_lower(std::string_view s) { return map_case(s, to_lower_cp); }
 
 std::string py_capitalize(std::string_view s) {
-  std::string out = ascii_lower(s);
+  std::string out = py_lower(s);
   if (!out.empty()) out[0] = to_upper(out[0]);
   return out;
 }

@@ -18,8 +18,9 @@ std::vector<std::string> py_split(std::string_view s, const std::optional<std::s
                                   bool from_right);
 // str.replace with an optional count (< 0: all).
 std::string py_replace(std::string_view s, std::string_view old, std::string_view with, long count);
-std::string ascii_upper(std::string_view s);
-std::string ascii_lower(std::string_view s);
+// str.upper/str.lower (ASCII, Latin-1/Extended-A, Greek, Cyrillic).
+std::string py_upper(std::string_view s);
+std::string py_lower(std::string_view s);
 // str.capitalize, str.title, and Jinja's `title` filter (words split at whitespace, '-', brackets).
 std::string py_capitalize(std::string_view s);
 std::string py_title(std::string_view s);
