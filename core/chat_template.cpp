@@ -128,7 +128,7 @@ Value make_range() {
         if (step == 0) throw Error("range() arg 3 must not be zero");
         jinja::ValueList out;
         for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-          if (out.size() >= 1'000'000) throw Error("range() is longer than 1000000 items");
+          if (out.size() >= 100'000) throw Error("range() is longer than 100000 items");
           out.emplace_back(i);
         }
         return Value::list(std::move(out));

@@ -165,6 +165,15 @@ class Evaluator {
     if (++steps_ > lim_.max_steps) throw Error("template ran more than " + std::to_string(lim_.max_steps) + " steps");
   }
 
+  // Strings and lists built by operators and filters obey the output limit too, so a template
+  // cannot exhaust memory by doubling a variable.
+  Value checked(Value v) const {
+    const size_t n = v.is_string() ? v.str().size() : v.is_sequence() ? v.items().size() : 0;
+    if (n > lim_.max_output_bytes)
+      throw Error("template value exceeds " + std::to_string(lim_.max_output_bytes) + " bytes or items");
+    return v;
+  }
+
   void append(std::string& out, const std::string& s) {
     if (out.size() + s.size() > lim_.max_output_bytes)
       throw Error("template output exceeds " + std::to_string(lim_.max_output_bytes) + " bytes");
@@ -281,29 +290,35 @@ class Evaluator {
     }
     if (items.empty()) return exec(n.else_body, out);
     const size_t len = items.size();
+    // One `loop` object per loop, updated in place each iteration.
+    auto index = std::make_shared<size_t>(0);
+    Value loop = Value::dict();
+    for (const char* key : {"index", "index0", "revindex", "revindex0", "first", "last", "length", "depth", "depth0",
+                            "previtem", "nextitem"})
+      loop.set(Value(key), Value());
+    loop.set(Value("cycle"), Value::callable(
+                                 [index](CallArgs& a) -> Value {
+                                   if (a.args.empty()) throw Error("no items for cycling given");
+                                   return a.args[*index % a.args.size()];
+                                 },
+                                 "cycle"));
+    ValueDict& f = loop.entries();  // in the order set above
     for (size_t i = 0; i < len; ++i) {
       step();
       assign(n.targets, items[i]);
-      ValueDict loop{
-          {Value("index"), Value(i + 1)},
-          {Value("index0"), Value(i)},
-          {Value("revindex"), Value(len - i)},
-          {Value("revindex0"), Value(len - i - 1)},
-          {Value("first"), Value(i == 0)},
-          {Value("last"), Value(i + 1 == len)},
-          {Value("length"), Value(len)},
-          {Value("depth"), Value(1)},
-          {Value("depth0"), Value(0)},
-          {Value("previtem"), i > 0 ? items[i - 1] : Value::undefined("previtem")},
-          {Value("nextitem"), i + 1 < len ? items[i + 1] : Value::undefined("nextitem")},
-      };
-      loop.emplace_back(Value("cycle"), Value::callable(
-                                            [i](CallArgs& a) -> Value {
-                                              if (a.args.empty()) throw Error("no items for cycling given");
-                                              return a.args[i % a.args.size()];
-                                            },
-                                            "cycle"));
-      (*scopes_.back())["loop"] = Value::dict(std::move(loop));
+      *index = i;
+      f[0].second = Value(i + 1);
+      f[1].second = Value(i);
+      f[2].second = Value(len - i);
+      f[3].second = Value(len - i - 1);
+      f[4].second = Value(i == 0);
+      f[5].second = Value(i + 1 == len);
+      f[6].second = Value(len);
+      f[7].second = Value(1);
+      f[8].second = Value(0);
+      f[9].second = i > 0 ? items[i - 1] : Value::undefined("previtem");
+      f[10].second = i + 1 < len ? items[i + 1] : Value::undefined("nextitem");
+      (*scopes_.back())["loop"] = loop;
       if (exec(n.body, out) == Flow::Break) break;
     }
     return Flow::Normal;
@@ -443,12 +458,12 @@ class Evaluator {
       case ExprKind::Call: {
         Value callee = eval(*e.args[0]);
         CallArgs args = eval_args(e);
-        return invoke(callee, args);
+        return checked(invoke(callee, args));
       }
       case ExprKind::Filter: {
         Value target = eval(*e.args[0]);
         CallArgs args = eval_args(e);
-        return apply_filter(e.name, target, args);
+        return checked(apply_filter(e.name, target, args));
       }
       case ExprKind::Test: {
         Value target = eval(*e.args[0]);
@@ -499,8 +514,8 @@ class Evaluator {
     if (op == "and") return a.truthy() ? eval(*e.args[1]) : a;
     if (op == "or") return a.truthy() ? a : eval(*e.args[1]);
     Value b = eval(*e.args[1]);
-    if (op == "~") return Value(a.to_str() + b.to_str());
-    return arithmetic(op, a, b, lim_.max_output_bytes);
+    if (op == "~") return checked(Value(a.to_str() + b.to_str()));
+    return checked(arithmetic(op, a, b, lim_.max_output_bytes));
   }
 };
 

@@ -15,7 +15,7 @@ namespace vkllm::jinja {
 struct RenderLimits {
   size_t max_output_bytes = size_t{16} << 20;
   int max_call_depth = 100;          // nested macro calls
-  uint64_t max_steps = 20'000'000;   // statements executed plus loop iterations
+  uint64_t max_steps = 2'000'000;    // statements executed plus loop iterations
 };
 
 // Jinja2's compile-time checks: every filter and test named in `p` exists. Throws Error with
