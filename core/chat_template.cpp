@@ -162,7 +162,6 @@ ChatTemplate ChatTemplate::from_source(std::string source) {
   } catch (const Error& e) {
     throw Error(std::string("chat template: ") + e.what());
   }
-  t.source_ = std::move(source);
   return t;
 }
 

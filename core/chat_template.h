@@ -39,10 +39,8 @@ class ChatTemplate {
   // messages: a JSON list of {"role", "content", …} objects. Template errors (including
   // raise_exception) → Error naming the template line and column.
   std::string render(const nlohmann::json& messages, const ChatRenderOptions& o) const;
-  const std::string& source() const { return source_; }
 
  private:
-  std::string source_;
   std::shared_ptr<const jinja::Program> program_;
 };
 

@@ -57,6 +57,7 @@ enum class NodeKind {
   Break,
   Continue,
   Generation,  // Hugging Face's {% generation %} marker: renders body as is
+  With,        // with targets[i] = values[i], … body
 };
 
 struct MacroParam {
@@ -75,6 +76,7 @@ struct Node {
   std::vector<std::pair<ExprPtr, Body>> branches;
   Body body, else_body;
   std::vector<MacroParam> params;
+  std::vector<ExprPtr> values;  // With
 };
 
 // A parsed template.

@@ -266,6 +266,16 @@ class Evaluator {
       case NodeKind::Break: return Flow::Break;
       case NodeKind::Continue: return Flow::Continue;
       case NodeKind::Generation: return exec(n.body, out);
+      case NodeKind::With: {
+        auto scope = std::make_shared<Scope>();
+        for (size_t i = 0; i < n.targets.size(); ++i) (*scope)[n.targets[i]] = eval(*n.values[i]);
+        scopes_.push_back(scope);
+        struct Pop {
+          ScopeChain& s;
+          ~Pop() { s.pop_back(); }
+        } pop{scopes_};
+        return exec(n.body, out);
+      }
     }
     return Flow::Normal;
   }
@@ -305,6 +315,7 @@ class Evaluator {
     ValueDict& f = loop.entries();  // in the order set above
     for (size_t i = 0; i < len; ++i) {
       step();
+      scopes_.back() = std::make_shared<Scope>();  // each iteration starts with fresh locals
       assign(n.targets, items[i]);
       *index = i;
       f[0].second = Value(i + 1);
@@ -542,6 +553,7 @@ void check_body(const Body& body) {
     for (const MacroParam& p : n->params) check_expr(p.default_value.get());
     check_body(n->body);
     check_body(n->else_body);
+    for (const auto& v : n->values) check_expr(v.get());
   }
 }
 

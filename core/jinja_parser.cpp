@@ -249,6 +249,19 @@ class Parser {
       expect_block_end();
       return n;
     }
+    if (k == "with") {
+      auto n = new_node(NodeKind::With, kw);
+      while (cur().kind != Tok::BlockEnd) {
+        if (!n->targets.empty()) expect_op(",");
+        n->targets.push_back(expect_identifier());
+        expect_op("=");
+        n->values.push_back(parse_expression());
+      }
+      next();
+      n->body = parse_body({"endwith"}, end);
+      expect_block_end();
+      return n;
+    }
     if (k == "generation") {
       auto n = new_node(NodeKind::Generation, kw);
       expect_block_end();
