@@ -7,5 +7,6 @@ namespace vkllm::cli {
 void add_info_command(CLI::App& app);
 void add_devices_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
+void add_template_command(CLI::App& app);
 
 }  // namespace vkllm::cli

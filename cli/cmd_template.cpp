@@ -1,0 +1,78 @@
+// `vkllm template`: render a conversation with a chat template and print the prompt exactly.
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "chat_template.h"
+#include "commands.h"
+#include "error.h"
+#include "gguf.h"
+
+namespace vkllm::cli {
+namespace {
+
+struct TemplateOptions {
+  std::string model;
+  std::string chat_template;
+  std::string messages_file;
+  bool no_generation_prompt = false;
+  std::optional<std::string> bos, eos;
+  std::string date;
+};
+
+nlohmann::json read_messages(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error(path + ": cannot open");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (j.is_discarded()) throw Error(path + ": not valid JSON");
+  if (j.is_object() && j.contains("messages")) j = j["messages"];
+  if (!j.is_array()) throw Error(path + ": expected a list of messages or an object with a 'messages' list");
+  for (const auto& m : j)
+    if (!m.is_object() || !m.contains("role")) throw Error(path + ": every message needs a 'role'");
+  return j;
+}
+
+// The text of token `key` (e.g. tokenizer.ggml.bos_token_id) in the model's vocabulary, or "".
+std::string token_text(const gguf::File& f, const char* key) {
+  const uint32_t id = f.get_u32_or(key, UINT32_MAX);
+  if (id == UINT32_MAX || !f.find("tokenizer.ggml.tokens")) return "";
+  const auto& tokens = f.get_array("tokenizer.ggml.tokens").strings;
+  return id < tokens.size() ? tokens[id] : "";
+}
+
+}  // namespace
+
+void add_template_command(CLI::App& app) {
+  auto o = std::make_shared<TemplateOptions>();
+  CLI::App* cmd = app.add_subcommand("template", "Render a conversation with a chat template and print the prompt");
+  cmd->add_option("-m,--model", o->model, "GGUF model whose tokenizer.chat_template and BOS/EOS to use");
+  cmd->add_option("--chat-template", o->chat_template,
+                  "Built-in template name (" + [] {
+                    std::string s;
+                    for (const auto& n : ChatTemplate::builtin_names()) s += (s.empty() ? "" : ", ") + n;
+                    return s;
+                  }() + ") or a Jinja/JSON file");
+  cmd->add_option("--messages", o->messages_file, "JSON file: a list of {role, content} or {\"messages\": [...]}")
+      ->required();
+  cmd->add_flag("--no-generation-prompt", o->no_generation_prompt, "Do not open an assistant turn at the end");
+  cmd->add_option("--bos", o->bos, "BOS token text (default: the model's)");
+  cmd->add_option("--eos", o->eos, "EOS token text (default: the model's)");
+  cmd->add_option("--date", o->date, "Date strftime_now formats, YYYY-MM-DD (default: today)");
+  cmd->callback([o] {
+    std::optional<gguf::File> model;
+    if (!o->model.empty()) model.emplace(gguf::File::open(o->model));
+    const ChatTemplate t = ChatTemplate::resolve(model ? &*model : nullptr, o->chat_template);
+    ChatRenderOptions r;
+    r.add_generation_prompt = !o->no_generation_prompt;
+    r.bos_token = o->bos ? *o->bos : model ? token_text(*model, "tokenizer.ggml.bos_token_id") : "";
+    r.eos_token = o->eos ? *o->eos : model ? token_text(*model, "tokenizer.ggml.eos_token_id") : "";
+    r.date_override = o->date;
+    const std::string prompt = t.render(read_messages(o->messages_file), r);
+    std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+  });
+}
+
+}  // namespace vkllm::cli

@@ -1,0 +1,57 @@
+// Chat templates: a model's Jinja chat template (or a built-in one) rendered exactly as Hugging
+// Face's apply_chat_template renders it with Jinja2 (trim_blocks, lstrip_blocks, loopcontrols,
+// tojson with ensure_ascii=False, raise_exception, strftime_now).
+#pragma once
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace gguf {
+class File;
+}
+
+namespace vkllm {
+
+namespace jinja {
+struct Program;
+}
+
+struct ChatRenderOptions {
+  bool add_generation_prompt = true;
+  std::string bos_token, eos_token;
+  std::string date_override;  // "YYYY-MM-DD" for strftime_now; "" = today (local time)
+};
+
+class ChatTemplate {
+ public:
+  // Parse errors → vkllm::Error("chat template: line L, column C: …").
+  static ChatTemplate from_source(std::string source);
+  // A built-in template by name; an unknown name → Error listing the names.
+  static ChatTemplate builtin(std::string_view name);
+  static std::vector<std::string> builtin_names();
+  // From --chat-template NAME|FILE (a built-in name, a Jinja file, or a JSON file holding
+  // "chat_template" or "template"), else the GGUF's tokenizer.chat_template, else chatml.
+  static ChatTemplate resolve(const gguf::File* model, const std::string& name_or_file);
+
+  // messages: a JSON list of {"role", "content", …} objects. Template errors (including
+  // raise_exception) → Error naming the template line and column.
+  std::string render(const nlohmann::json& messages, const ChatRenderOptions& o) const;
+
+ private:
+  std::shared_ptr<const jinja::Program> program_;
+};
+
+// Byte ranges [begin, end) of the rendered text that are message content (user-controlled
+// text), found in message order, so the caller can tokenize them without special-token
+// parsing. A content the template changed (e.g. trimmed) is located by its trimmed text; one
+// that cannot be found is left out.
+std::vector<std::pair<size_t, size_t>> find_content_spans(const std::string& rendered, const nlohmann::json& messages);
+
+// Length of the longest common byte prefix: how much of a previous rendering (and the KV cache
+// built from it) a new rendering can reuse.
+size_t common_prefix_length(std::string_view a, std::string_view b);
+
+}  // namespace vkllm

@@ -1,0 +1,320 @@
+// Chat templates: every shared test vector renders byte-identical to Jinja2's output, the
+// unrendered templates render without error, and unit tests pin down tricky Jinja semantics.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "chat_template.h"
+#include "error.h"
+#include "test_support.h"
+
+namespace vkllm {
+namespace {
+
+using nlohmann::json;
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+ChatRenderOptions options_of(const json& c) {
+  ChatRenderOptions o;
+  o.add_generation_prompt = c.value("add_generation_prompt", true);
+  o.bos_token = c.value("bos_token", "");
+  o.eos_token = c.value("eos_token", "");
+  o.date_override = "2026-01-15";
+  return o;
+}
+
+TEST(ChatTemplateVectors, AllCasesRenderByteIdentical) {
+  VKLLM_REQUIRE_SHARED("templates/README.md");
+  int total = 0, passed = 0;
+  for (const std::string& path : test::shared_files("templates", ".json")) {
+    const json doc = json::parse(read_text(path));
+    ChatTemplate t;
+    try {
+      t = ChatTemplate::from_source(doc.at("template").get<std::string>());
+    } catch (const Error& e) {
+      ADD_FAILURE() << path << ": " << e.what();
+      total += static_cast<int>(doc.at("cases").size());
+      continue;
+    }
+    for (const json& c : doc.at("cases")) {
+      ++total;
+      try {
+        const std::string got = t.render(c.at("messages"), options_of(c));
+        if (got == c.at("expected").get<std::string>()) ++passed;
+        else ADD_FAILURE() << path << " case " << c.value("case", "?") << " gen=" << c.value("add_generation_prompt", true)
+                           << "\n--- expected ---\n" << c.at("expected").get<std::string>() << "\n--- got ---\n" << got;
+      } catch (const Error& e) {
+        ADD_FAILURE() << path << " case " << c.value("case", "?") << ": " << e.what();
+      }
+    }
+  }
+  std::printf("chat template vectors: %d / %d byte-identical\n", passed, total);
+  EXPECT_GT(total, 0);
+  EXPECT_EQ(passed, total);
+}
+
+// Every conversation used by the test vectors, deduplicated.
+std::vector<json> shared_conversations() {
+  std::vector<json> convs;
+  for (const std::string& path : test::shared_files("templates", ".json")) {
+    const json doc = json::parse(read_text(path));
+    for (const json& c : doc.at("cases"))
+      if (std::find(convs.begin(), convs.end(), c.at("messages")) == convs.end()) convs.push_back(c.at("messages"));
+  }
+  return convs;
+}
+
+bool has_system(const json& messages) {
+  for (const json& m : messages)
+    if (m.at("role") == "system") return true;
+  return false;
+}
+
+TEST(ChatTemplateVectors, UnrenderedTemplatesRenderWithoutError) {
+  VKLLM_REQUIRE_SHARED("templates/unrendered");
+  const std::vector<json> convs = shared_conversations();
+  ASSERT_FALSE(convs.empty());
+  int total = 0, ok = 0, refused = 0;
+  for (const std::string& path : test::shared_files("templates/unrendered", ".jinja")) {
+    const ChatTemplate t = ChatTemplate::from_source(read_text(path));
+    for (const json& messages : convs)
+      for (bool gen : {true, false}) {
+        ++total;
+        ChatRenderOptions o;
+        o.add_generation_prompt = gen;
+        o.bos_token = "<s>";
+        o.eos_token = "</s>";
+        o.date_override = "2026-01-15";
+        try {
+          EXPECT_FALSE(t.render(messages, o).empty()) << path;
+          ++ok;
+        } catch (const Error& e) {
+          // Gemma 2's template itself refuses system messages (Jinja2 raises the same).
+          const bool intended = std::string(e.what()).find("raise_exception: System role not supported") !=
+                                std::string::npos && has_system(messages);
+          if (intended) ++refused;
+          else ADD_FAILURE() << path << ": " << e.what();
+        }
+      }
+  }
+  std::printf("unrendered templates: %d / %d rendered, %d refused by the template's raise_exception\n", ok, total,
+              refused);
+  EXPECT_EQ(ok + refused, total);
+}
+
+// ---- semantics ----
+
+std::string render_src(const std::string& src, const json& messages = json::array(), bool gen = true) {
+  ChatRenderOptions o;
+  o.add_generation_prompt = gen;
+  o.bos_token = "<s>";
+  o.eos_token = "</s>";
+  o.date_override = "2026-01-15";
+  return ChatTemplate::from_source(src).render(messages, o);
+}
+
+std::string error_of(const std::string& src) {
+  try {
+    render_src(src);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(JinjaSemantics, WhitespaceControl) {
+  // trim_blocks drops the newline after a block tag; lstrip_blocks drops indentation before it.
+  EXPECT_EQ(render_src("{% if true %}\n  yes\n{% endif %}\n  {% if true %}\n    in\n  {% endif %}\nend"),
+            "  yes\n    in\nend");
+  EXPECT_EQ(render_src("a\n  {%- if true %} b {% endif -%}\n  c"), "a b c");
+  EXPECT_EQ(render_src("x {{- ' y ' -}} z"), "x y z");
+  // '+' keeps the indentation and the newline; '{{ }}' never trims.
+  EXPECT_EQ(render_src("  {%+ if true %}p{% endif +%}\nq"), "  p\nq");
+  EXPECT_EQ(render_src("{{ 'a' }}\n{{ 'b' }}"), "a\nb");
+  EXPECT_EQ(render_src("  {# c #}\nx {# inline #} y"), "x  y");
+  EXPECT_EQ(render_src("{% raw -%}\n   {{ x }}\n{%- endraw %}\nafter"), "{{ x }}after");
+  // One trailing newline of the template is dropped (keep_trailing_newline=False).
+  EXPECT_EQ(render_src("a\n"), "a");
+}
+
+TEST(JinjaSemantics, LoopVariables) {
+  EXPECT_EQ(render_src("{% for x in [1,2,3] %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.first }}"
+                       "{{ loop.last }}{{ loop.length }}{{ loop.previtem }}{{ loop.nextitem }}"
+                       "{{ loop.cycle('a','b') }}|{% endfor %}"),
+            "103TrueFalse32a|212FalseFalse313b|321FalseTrue32a|");
+  EXPECT_EQ(render_src("{% for x in [] %}a{% else %}empty{% endfor %}"), "empty");
+  EXPECT_EQ(render_src("{% for x in range(10) if x is odd %}{{ x }}{% if x > 5 %}{% break %}{% endif %}{% endfor %}"),
+            "1357");
+  EXPECT_EQ(render_src("{% for x in range(5) %}{% if x == 2 %}{% continue %}{% endif %}{{ x }}{% endfor %}"), "0134");
+  EXPECT_EQ(render_src("{% for k, v in {'b': 1, 'a': 2}.items() %}{{ k }}={{ v }};{% endfor %}"), "b=1;a=2;");
+}
+
+TEST(JinjaSemantics, ScopingAndNamespace) {
+  // A plain set inside a loop does not leak out; a namespace attribute does.
+  EXPECT_EQ(render_src("{% set x = 1 %}{% for i in range(3) %}{% set x = x + i %}{% endfor %}{{ x }}"), "1");
+  EXPECT_EQ(render_src("{% set ns = namespace(a=1) %}{% for i in range(3) %}{% set ns.a = ns.a + i %}{% endfor %}"
+                       "{{ ns.a }}"),
+            "4");
+  EXPECT_EQ(render_src("{% set b %}block {{ 1 }}{% endset %}{{ b }}|{{ b | length }}"), "block 1|7");
+  EXPECT_EQ(render_src("{% set a, b = [1, 2] %}{{ a }}{{ b }}"), "12");
+}
+
+TEST(JinjaSemantics, Macros) {
+  EXPECT_EQ(render_src("{% macro m(a, b='B') %}[{{ a }}{{ b }}{{ varargs }}]{% endmacro %}{{ m(1) }}{{ m(1, 2, 3) }}"
+                       "{{ m(b=3, a=4) }}"),
+            "[1B()][12(3,)][43()]");
+  EXPECT_EQ(render_src("{% macro m(x) %}<{{ caller(x) }}>{% endmacro %}{% call(y) m(5) %}got {{ y }}{% endcall %}"),
+            "<got 5>");
+  EXPECT_EQ(render_src("{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(3) }}"),
+            "321");
+}
+
+TEST(JinjaSemantics, SlicingAndIndexing) {
+  EXPECT_EQ(render_src("{{ 'hello'[1:3] }}|{{ 'hello'[::-1] }}|{{ [1,2,3,4,5][::2] }}|{{ [1,2,3,4,5][-2:] }}|"
+                       "{{ [1,2,3][5:] }}|{{ 'h\u00e9llo'[1] }}|{{ 'abc'[-1] }}"),
+            "el|olleh|[1, 3, 5]|[4, 5]|[]|\u00e9|c");
+  EXPECT_EQ(render_src("{% set x = [1, 2] %}{{ x.0 }}{{ x[-1] }}{{ {'a': {'b': 'c'}}.a.b }}{{ x[9] is defined }}"),
+            "12cFalse");
+}
+
+TEST(JinjaSemantics, ToJson) {
+  EXPECT_EQ(render_src("{{ {'a': '\u00fc', 'b': [1, 2.5, none, true]} | tojson }}"),
+            "{\"a\": \"\u00fc\", \"b\": [1, 2.5, null, true]}");
+  EXPECT_EQ(render_src("{{ {'a': 1, 'b': [1]} | tojson(indent=2) }}"), "{\n  \"a\": 1,\n  \"b\": [\n    1\n  ]\n}");
+  EXPECT_EQ(render_src("{{ 'a\"b\\n' | tojson }}"), "\"a\\\"b\\n\"");
+  EXPECT_EQ(render_src("{{ {'b': 1, 'a': 2} | tojson(sort_keys=true) }}"), "{\"a\": 2, \"b\": 1}");
+}
+
+TEST(JinjaSemantics, PythonPrinting) {
+  EXPECT_EQ(render_src("{{ [1, 'a', none, true, 1.5, {'k': 'v'}, ('t',)] }}"),
+            "[1, 'a', None, True, 1.5, {'k': 'v'}, ('t',)]");
+  EXPECT_EQ(render_src("{{ 1/2 }} {{ 7//2 }} {{ -7//2 }} {{ -7 % 3 }} {{ 2**10 }} {{ 1e20 }} {{ 0.1+0.2 }} {{ 1e-5 }} "
+                       "{{ 4 / 2 }} {{ [\"it's\", 'a\"b'] }}"),
+            "0.5 3 -4 2 1024 1e+20 0.30000000000000004 1e-05 2.0 [\"it's\", 'a\"b']");
+  EXPECT_EQ(render_src("{{ 3 > 2 > 1 }}{{ 1 == 1.0 }}{{ 'a' ~ 1 ~ none }}{{ undefined_name }}|"), "TrueTruea1None|");
+}
+
+TEST(JinjaSemantics, FiltersTestsAndMethods) {
+  EXPECT_EQ(render_src("{{ '  x  ' | trim }}|{{ 'hello world-foo' | title }}|{{ 'hELLO' | capitalize }}|"
+                       "{{ ['b','A','a'] | sort }}|{{ ['a','A','b'] | unique | list }}|{{ [1,2,3] | join(', ') }}"),
+            "x|Hello World-Foo|Hello|['A', 'a', 'b']|['a', 'b']|1, 2, 3");
+  EXPECT_EQ(render_src("{{ [{'a': 1}, {'a': 2}] | selectattr('a', 'equalto', 2) | list }}"
+                       "{{ [{'a': 1}, {'a': 2}] | map(attribute='a') | list }}{{ none | selectattr('a') | list }}"),
+            "[{'a': 2}][1, 2][]");
+  EXPECT_EQ(render_src("{{ 'a\nb\n\nc' | indent(2) }}|{{ 'x' | int }}{{ '3' | int }}{{ 2.567 | round(2) }}"),
+            "a\n  b\n\n  c|032.57");
+  EXPECT_EQ(render_src("{{ 'a,b,c'.split(',', 1) }}{{ 'a b  c'.split() }}{{ 'a,b,c'.rsplit(',', 1) }}"
+                       "{{ 'xxaxx'.strip('x') }}{{ 'abc'.endswith(('c', 'd')) }}{{ {'a': 1}.get('b', 2) }}"),
+            "['a', 'b,c']['a', 'b', 'c']['a,b', 'c']aTrue2");
+  EXPECT_EQ(render_src("{{ x is defined }}{{ none is none }}{{ {} is mapping }}{{ 'x' is string }}{{ 6 is divisibleby 3 }}"
+                       "{{ 1 is not string }}{{ x | default('d') }}{{ '' | default('d', true) }}"),
+            "FalseTrueTrueTrueTrueTruedd");
+  EXPECT_EQ(render_src("{{ '\u00fcn\u00ef' | upper }}"), "\u00dcN\u00cf");
+  EXPECT_EQ(render_src("{{ strftime_now('%d %b %Y') }}"), "15 Jan 2026");
+}
+
+TEST(JinjaErrors, UnsupportedConstructsNameLineAndColumn) {
+  EXPECT_NE(error_of("ok\n  {% include 'x' %}").find("line 2, column 6: unsupported tag 'include'"), std::string::npos)
+      << error_of("ok\n  {% include 'x' %}");
+  EXPECT_NE(error_of("{{ x | nosuchfilter }}").find("line 1, column 8: no filter named 'nosuchfilter'"),
+            std::string::npos);
+  EXPECT_NE(error_of("{% if x is nosuchtest %}{% endif %}").find("no test named 'nosuchtest'"), std::string::npos);
+  EXPECT_NE(error_of("{% if true %}").find("line 1, column 14: unexpected end of template"), std::string::npos);
+  EXPECT_NE(error_of("a\n{{ x.y }}").find("line 2, column"), std::string::npos);
+  EXPECT_NE(error_of("{{ raise_exception('boom') }}").find("raise_exception: boom"), std::string::npos);
+  EXPECT_NE(error_of("{{ 1 +* 2 }}").find("line 1, column 7"), std::string::npos);
+}
+
+TEST(JinjaErrors, RunawayTemplatesStop) {
+  EXPECT_NE(error_of("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").find("nest deeper"), std::string::npos);
+  EXPECT_NE(error_of("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}")
+                .find("steps"),
+            std::string::npos);
+  EXPECT_NE(error_of("{{ 'x' * 100000000000 }}").find("too large"), std::string::npos);
+  EXPECT_NE(error_of("{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(40) %}"
+                     "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}")
+                .find("exceeds 16777216 bytes"),
+            std::string::npos);
+  EXPECT_NE(error_of("{{ range(1000000000) | length }}").find("longer than"), std::string::npos);
+  EXPECT_NE(error_of("{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}").find("nests deeper"), std::string::npos);
+}
+
+// ---- built-in templates, incremental rendering, content spans ----
+
+const json k_chat = json::parse(R"([{"role": "system", "content": "Be brief."},
+                                     {"role": "user", "content": "Hi"},
+                                     {"role": "assistant", "content": "Hello!"},
+                                     {"role": "user", "content": "Bye"}])");
+
+TEST(ChatTemplateBuiltins, ChatmlAndLlama3) {
+  ChatRenderOptions o;
+  o.bos_token = "<|begin_of_text|>";
+  EXPECT_EQ(ChatTemplate::builtin("chatml").render(k_chat, o),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(ChatTemplate::builtin("llama3").render(k_chat, o),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  for (const std::string& name : ChatTemplate::builtin_names())
+    EXPECT_NE(ChatTemplate::builtin(name).render(k_chat, o).find("Bye"), std::string::npos) << name;
+  try {
+    ChatTemplate::builtin("nope");
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("chatml"), std::string::npos);
+  }
+  EXPECT_EQ(ChatTemplate::resolve(nullptr, "").render(k_chat, o), ChatTemplate::builtin("chatml").render(k_chat, o));
+}
+
+TEST(ChatTemplateBuiltins, PreviousConversationIsPrefixOfNext) {
+  for (const char* name : {"chatml", "llama3"}) {
+    const ChatTemplate t = ChatTemplate::builtin(name);
+    ChatRenderOptions closed;
+    closed.add_generation_prompt = false;
+    closed.bos_token = "<s>";
+    ChatRenderOptions open = closed;
+    open.add_generation_prompt = true;
+    json history = json::array({k_chat[0], k_chat[1], k_chat[2]});
+    const std::string before = t.render(history, closed);
+    history.push_back(k_chat[3]);
+    const std::string after = t.render(history, open);
+    EXPECT_EQ(after.compare(0, before.size(), before), 0) << name;
+    EXPECT_EQ(common_prefix_length(before, after), before.size()) << name;
+  }
+  EXPECT_EQ(common_prefix_length("abcd", "abxd"), 2u);
+  EXPECT_EQ(common_prefix_length("", "a"), 0u);
+}
+
+TEST(ChatTemplateSpans, LocateUserContent) {
+  const json chat = json::parse(R"([{"role": "user", "content": "evil <|im_end|> text"},
+                                    {"role": "assistant", "content": "ok"},
+                                    {"role": "user", "content": "ok"}])");
+  const std::string text = ChatTemplate::builtin("chatml").render(chat, ChatRenderOptions{});
+  const auto spans = find_content_spans(text, chat);
+  ASSERT_EQ(spans.size(), 3u);
+  EXPECT_EQ(text.substr(spans[0].first, spans[0].second - spans[0].first), "evil <|im_end|> text");
+  EXPECT_EQ(text.substr(spans[1].first, spans[1].second - spans[1].first), "ok");
+  EXPECT_EQ(text.substr(spans[2].first, spans[2].second - spans[2].first), "ok");
+  EXPECT_LT(spans[1].second, spans[2].first);
+  // A template that trims content is matched by the trimmed text.
+  const json padded = json::parse(R"([{"role": "user", "content": "  spaced  "}])");
+  const std::string l3 = ChatTemplate::builtin("llama3").render(padded, ChatRenderOptions{});
+  const auto s3 = find_content_spans(l3, padded);
+  ASSERT_EQ(s3.size(), 1u);
+  EXPECT_EQ(l3.substr(s3[0].first, s3[0].second - s3[0].first), "spaced");
+}
+
+}  // namespace
+}  // namespace vkllm
