@@ -5,7 +5,8 @@
 // add_space_prefix) and gpt2 (merges by rank, GPT-2 byte↔unicode mapping, the pre-tokenizer regex
 // set named by tokenizer.ggml.pre). Special tokens (control, user-defined, unknown) are split out
 // of the text longest first; user-defined ones always, control ones only when asked to.
-// See docs/tokenizer.md for the decisions and the known differences.
+// See docs/tokenizer.md for the decisions and the known differences. A Tokenizer does not change
+// after loading; its const methods may be called from several threads at once.
 #pragma once
 #include <cstdint>
 #include <memory>
