@@ -84,24 +84,16 @@ std::vector<std::string> sample_strings() {
   return inps.empty() ? std::vector<std::string>{} : split_inp(slurp(inps.front()));
 }
 
-// Vectors for shared vocabularies that have none beside them: tests/data/<vocab>.out.
-std::string extra_vectors_dir() { return std::filesystem::path(__FILE__).parent_path() / "data"; }
-
 TEST(Tokenizer, LlamaCppVectors) {
   VKLLM_REQUIRE_SHARED("vocab");
   const auto inps = shared_files("vocab", ".gguf.inp");
   ASSERT_FALSE(inps.empty());
-  // (vocabulary, its .out); the strings are those of the .inp beside it or, for the extra
-  // vectors, of any .inp (they all hold the same strings).
+  // (vocabulary, its .out), the strings being those of the .inp beside it.
   std::vector<std::pair<std::string, std::string>> cases;
   for (const std::string& inp : inps) cases.emplace_back(inp.substr(0, inp.size() - 4), inp.substr(0, inp.size() - 4) + ".out");
-  for (const auto& e : std::filesystem::directory_iterator(extra_vectors_dir())) {
-    const std::string file = e.path().filename().string();
-    if (file.size() > 4 && file.ends_with(".out")) cases.emplace_back(shared_path("vocab/" + file.substr(0, file.size() - 4)), e.path().string());
-  }
   for (const auto& [gguf_path, out_path] : cases) {
     const Tokenizer& tok = tokenizer_for(gguf_path);
-    const std::string inp = std::filesystem::exists(gguf_path + ".inp") ? gguf_path + ".inp" : inps.front();
+    const std::string inp = gguf_path + ".inp";
     auto pieces = split_inp(slurp(inp));
     auto expected = read_out(out_path);
     // The .inp ends with a separator: the empty text after it is not a case.
