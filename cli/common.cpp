@@ -1,0 +1,157 @@
+// Model loading for the CLI: flags, memory plan, progress bar.
+#include "common.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "format.h"
+#include "kv_layout.h"
+#include "model_summary.h"
+
+namespace vkllm::cli {
+
+bool stderr_is_tty() { return isatty(STDERR_FILENO) == 1; }
+bool stdout_is_tty() { return isatty(STDOUT_FILENO) == 1; }
+
+std::string fmt_ms(double ms) {
+  char buf[32];
+  if (ms < 1000) std::snprintf(buf, sizeof buf, "%.0f ms", ms);
+  else std::snprintf(buf, sizeof buf, "%.2f s", ms / 1000);
+  return buf;
+}
+
+void add_model_options(CLI::App* cmd, RunOptions& o) {
+  cmd->add_option("-m,--model", o.model, "GGUF model file")->required();
+  cmd->add_option("--device", o.device, "Vulkan device index (see `vkllm devices`)");
+  cmd->add_option("-c,--ctx", o.ctx, "KV cache capacity in tokens (default: min(trained context, 4096))");
+  const auto types = CLI::IsMember({"f16", "q8_0", "q4_0"});
+  cmd->add_option("--cache-type", o.cache_type, "KV cache type for K and V: f16, q8_0, q4_0")->check(types);
+  cmd->add_option("--cache-type-k", o.cache_type_k, "KV cache type for K")->check(types);
+  cmd->add_option("--cache-type-v", o.cache_type_v, "KV cache type for V")->check(types);
+  cmd->add_option("--keep", o.keep, "Tokens pinned at the start of the cache (default: BOS + system prompt)");
+  cmd->add_option("--ubatch", o.ubatch, "Prompt tokens per prefill chunk")->check(CLI::Range(1u, 8192u));
+  cmd->add_flag("-q,--quiet", o.quiet, "No statistics on stderr");
+  cmd->add_flag("--profile", o.profile, "Print GPU time per op at the end");
+}
+
+void add_sampling_options(CLI::App* cmd, SamplerParams& s) {
+  cmd->add_option("--temp", s.temp, "Temperature (0: greedy)");
+  cmd->add_option("--top-k", s.top_k, "Top-k (0: off)");
+  cmd->add_option("--top-p", s.top_p, "Top-p (1: off)");
+  cmd->add_option("--min-p", s.min_p, "Min-p (0: off)");
+  cmd->add_option("--repeat-penalty", s.repeat_penalty, "Repetition penalty (1: off)");
+  cmd->add_option("--repeat-last-n", s.repeat_last_n, "Tokens the penalties look back over (-1: all)");
+  cmd->add_option("--frequency-penalty", s.frequency_penalty, "Frequency penalty");
+  cmd->add_option("--presence-penalty", s.presence_penalty, "Presence penalty");
+  cmd->add_option("--seed", s.seed, "RNG seed (default: random)");
+}
+
+ProgressBar::ProgressBar(std::string label, std::string unit)
+    : label_(std::move(label)), unit_(std::move(unit)), start_(std::chrono::steady_clock::now()), tty_(stderr_is_tty()) {}
+
+ProgressBar::~ProgressBar() { finish(); }
+
+void ProgressBar::update(uint64_t done, uint64_t total) {
+  if (!tty_ || total == 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  const double elapsed = std::chrono::duration<double>(now - start_).count();
+  if (elapsed < 1.0 && done < total) return;
+  if (shown_ && done < total && now - last_ < std::chrono::milliseconds(100)) return;
+  if (!shown_ && done >= total) return;  // finished within a second: nothing to show
+  last_ = now;
+  shown_ = true;
+  const int width = 30, filled = int(double(done) / double(total) * width);
+  std::string bar(size_t(filled), '=');
+  bar.resize(width, ' ');
+  std::fprintf(stderr, "\r%s [%s] %3d%% %s", label_.c_str(), bar.c_str(), int(100.0 * double(done) / double(total)),
+               unit_ == "bytes" ? (human_bytes(done) + " / " + human_bytes(total)).c_str()
+                                : (with_commas(done) + " / " + with_commas(total) + " " + unit_).c_str());
+  std::fflush(stderr);
+}
+
+void ProgressBar::finish() {
+  if (shown_) std::fprintf(stderr, "\r\033[K");
+  shown_ = false;
+}
+
+void print_profile(const std::vector<DispatchTiming>& timings) {
+  std::map<std::string, std::pair<double, uint64_t>> by_op;
+  double total = 0;
+  for (const DispatchTiming& t : timings) {
+    auto& [ms, n] = by_op[t.label];
+    ms += t.ms;
+    ++n;
+    total += t.ms;
+  }
+  std::vector<std::pair<std::string, std::pair<double, uint64_t>>> rows(by_op.begin(), by_op.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  std::fprintf(stderr, "vkllm: GPU time per op (last call)\n  %-24s %10s %8s %7s\n", "op", "ms", "calls", "share");
+  for (const auto& [op, v] : rows)
+    std::fprintf(stderr, "  %-24s %10.3f %8llu %6.1f%%\n", op.c_str(), v.first, (unsigned long long)v.second,
+                 total > 0 ? 100.0 * v.first / total : 0.0);
+}
+
+void print_warnings(const Tokenizer& tok) {
+  for (const std::string& w : tok.warnings()) std::fprintf(stderr, "vkllm: warning: %s\n", w.c_str());
+}
+
+Session open_session(const RunOptions& o) {
+  Session s{gguf::File::open(o.model), nullptr, nullptr, nullptr, nullptr, nullptr};
+  const ModelSummary summary = summarize_model(s.file);
+  const ModelConfig& c = summary.config;
+
+  EngineOptions eo;
+  eo.cache.capacity = o.ctx ? o.ctx : std::min<uint32_t>(c.n_ctx_train ? c.n_ctx_train : 4096, 4096);
+  const std::string tk = o.cache_type.empty() ? o.cache_type_k : o.cache_type;
+  const std::string tv = o.cache_type.empty() ? o.cache_type_v : o.cache_type;
+  eo.cache.type_k = *cache_type_from_name(tk);
+  eo.cache.type_v = *cache_type_from_name(tv);
+  eo.n_ubatch = o.ubatch;
+  eo.profile = o.profile;
+
+  s.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(s.file));
+  print_warnings(*s.tokenizer);
+  ContextOptions co;
+  co.device_index = o.device;
+  s.ctx = std::make_unique<VulkanContext>(co);
+
+  // Memory plan: refuse before allocating anything when it cannot fit the device-local heap.
+  const MemoryPlan plan = plan_memory(c, summary.weight_bytes, eo);
+  uint64_t heap = 0;
+  for (const auto& [bytes, local] : s.ctx->info().heaps)
+    if (local) heap = std::max(heap, bytes);
+  const uint64_t per_token = kv_bytes_per_token(c, eo.cache.type_k, eo.cache.type_v);
+  if (!o.quiet) {
+    std::fprintf(stderr, "vkllm: %s: %s params, %s (%.1f bpw, %s) · ctx %s · KV %s/%s %s/token\n", o.model.c_str(),
+                 human_count(summary.n_params).c_str(), c.arch_name.c_str(), summary.bits_per_weight(),
+                 human_bytes(summary.weight_bytes).c_str(), with_commas(eo.cache.capacity).c_str(), tk.c_str(), tv.c_str(),
+                 human_bytes(per_token).c_str());
+    std::fprintf(stderr, "vkllm: memory: weights %s + KV cache %s + activations %s = %s of %s on %s\n",
+                 human_bytes(plan.weights).c_str(), human_bytes(plan.kv_cache).c_str(), human_bytes(plan.activations).c_str(),
+                 human_bytes(plan.total()).c_str(), human_bytes(heap).c_str(), s.ctx->info().name.c_str());
+  }
+  if (heap && plan.total() > heap) {
+    std::string hint;
+    const uint64_t room = heap > plan.weights + plan.activations ? heap - plan.weights - plan.activations : 0;
+    if (room / per_token >= 256)
+      hint = "; try --ctx " + std::to_string(room / per_token / 256 * 256);
+    if (eo.cache.type_k == CacheType::F16) hint += (hint.empty() ? "; try" : " or") + std::string(" --cache-type q8_0");
+    if (hint.empty()) hint = "; the weights alone do not fit: use a smaller or more quantized model";
+    throw Error("not enough device memory: weights " + human_bytes(plan.weights) + " + KV cache " + human_bytes(plan.kv_cache) +
+                " + activations " + human_bytes(plan.activations) + " = " + human_bytes(plan.total()) + ", but " +
+                s.ctx->info().name + " has " + human_bytes(heap) + hint);
+  }
+
+  s.pipelines = std::make_unique<Pipelines>(*s.ctx, default_cache_dir().empty() ? "" : default_cache_dir() + "/pipelines.bin");
+  {
+    ProgressBar bar("loading", "bytes");
+    s.model = std::make_unique<Model>(*s.ctx, s.file, [&](uint64_t done, uint64_t total) { bar.update(done, total); });
+  }
+  s.engine = std::make_unique<Engine>(*s.ctx, *s.pipelines, *s.model, eo);
+  return s;
+}
+
+}  // namespace vkllm::cli

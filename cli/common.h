@@ -1,0 +1,76 @@
+// What the model-running subcommands share: their flags, loading a model onto the device with a
+// progress bar and a memory plan, and stderr output helpers.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "engine.h"
+#include "gguf.h"
+#include "model.h"
+#include "sampler.h"
+#include "tokenizer.h"
+#include "vk_context.h"
+#include "vk_pipeline.h"
+
+namespace vkllm::cli {
+
+struct RunOptions {
+  std::string model;
+  std::optional<uint32_t> device;
+  uint32_t ctx = 0;  // 0: min(trained context, 4096)
+  std::string cache_type, cache_type_k = "f16", cache_type_v = "f16";
+  int32_t keep = -1;  // -1: BOS plus the system prompt
+  uint32_t ubatch = 512;
+  bool quiet = false;
+  bool profile = false;
+  SamplerParams sampling;
+};
+
+// -m, --device, --ctx, --cache-type[-k|-v], --keep, --ubatch, --quiet, --profile
+void add_model_options(CLI::App* cmd, RunOptions& o);
+// --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n, --frequency-penalty,
+// --presence-penalty, --seed
+void add_sampling_options(CLI::App* cmd, SamplerParams& s);
+
+// Everything a run needs, loaded in order; members are declared so that they destroy in reverse.
+struct Session {
+  gguf::File file;
+  std::unique_ptr<VulkanContext> ctx;
+  std::unique_ptr<Pipelines> pipelines;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Engine> engine;
+};
+// Opens the model, checks the memory plan against the device, uploads the weights (progress bar
+// on a terminal), builds the engine. Prints one summary line and the plan unless quiet.
+Session open_session(const RunOptions& o);
+
+// A progress bar on stderr, shown only on a terminal and only once the work has taken over a
+// second. `update` may be called often.
+class ProgressBar {
+ public:
+  explicit ProgressBar(std::string label, std::string unit = "");
+  ~ProgressBar();
+  void update(uint64_t done, uint64_t total);
+  void finish();
+
+ private:
+  std::string label_, unit_;
+  std::chrono::steady_clock::time_point start_, last_;
+  bool shown_ = false;
+  bool tty_;
+};
+
+bool stderr_is_tty();
+bool stdout_is_tty();
+// Prints "vkllm: warning: …" lines for tokenizer warnings.
+void print_warnings(const Tokenizer& tok);
+// The per-op GPU time table of --profile, on stderr.
+void print_profile(const std::vector<DispatchTiming>& timings);
+// "3.2 ms" / "1.25 s".
+std::string fmt_ms(double ms);
+
+}  // namespace vkllm::cli

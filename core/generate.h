@@ -1,0 +1,63 @@
+// Generation: prompt prefill with prefix reuse against the cache, the sampling loop, stop
+// conditions and timing. Tokens leave through a callback; nothing is printed here.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine.h"
+#include "sampler.h"
+#include "tokenizer.h"
+
+namespace vkllm {
+
+struct GenerateOptions {
+  int32_t n_predict = -1;             // tokens to generate; -1: until end of generation
+  std::vector<std::string> stop;      // stop strings (not included in the output)
+  bool ignore_eos = false;
+};
+
+struct GenerationStats {
+  uint32_t prompt_tokens = 0;     // tokens of the prompt
+  uint32_t cached_tokens = 0;     // of which reused from the cache
+  uint32_t generated = 0;         // tokens sampled
+  double prefill_ms = 0;          // running the uncached prompt tokens
+  double ttft_ms = 0;             // prefill + first token sampled
+  double decode_ms = 0;           // from the first token sampled to the last one run
+  std::string stop_reason;        // "eos", "length", "stop string", "interrupted"
+  std::vector<int32_t> tokens;    // generated token ids
+  double prefill_tok_s() const { return prefill_ms > 0 ? (prompt_tokens - cached_tokens) * 1000.0 / prefill_ms : 0; }
+  double decode_tok_s() const { return decode_ms > 0 ? generated * 1000.0 / decode_ms : 0; }
+};
+
+// Where a new prompt diverges from what the cache holds (for the prefix-reuse messages).
+struct PrefixMatch {
+  uint32_t matched = 0;  // leading tokens shared
+  bool usable = true;    // false once the ring has evicted tokens: the cache is no longer a prefix
+};
+PrefixMatch match_prefix(const KvCache& cache, std::span<const int32_t> tokens);
+
+class Generator {
+ public:
+  Generator(Engine& engine, const Tokenizer& tok, Sampler& sampler) : engine_(engine), tok_(tok), sampler_(sampler) {}
+
+  // Makes the cache hold `prompt` (keeping the longest prefix it already holds) and leaves the
+  // logits of its last token ready. Returns the number of reused tokens.
+  uint32_t prefill(std::span<const int32_t> prompt, const ProgressFn& progress = {});
+  // Samples until a stop condition; `on_text` receives decoded text as it becomes final (never
+  // half a UTF-8 character or a possible stop-string prefix) and returns false to interrupt.
+  void generate(const GenerateOptions& o, const std::function<bool(const std::string&)>& on_text);
+
+  const GenerationStats& stats() const { return stats_; }
+  GenerationStats& stats() { return stats_; }
+
+ private:
+  Engine& engine_;
+  const Tokenizer& tok_;
+  Sampler& sampler_;
+  std::vector<float> logits_;  // of the last token in the cache
+  GenerationStats stats_;
+};
+
+}  // namespace vkllm
