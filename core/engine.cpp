@@ -53,6 +53,7 @@ Engine::Engine(const VulkanContext& ctx, Pipelines& pipelines, const Model& mode
   gate_ = dev(ub * c.n_ff * F, "gate");
   up_ = dev(ub * c.n_ff * F, "up");
   out_rows_ = dev(uint64_t{logits_rows_} * c.n_embd * F, "out rows");
+  rope_table_ = dev(uint64_t{cache_.capacity()} * c.head_dim / 2 * 2 * F, "rope table");
   scratch_ = dev(attention_scratch_floats({c.n_head, c.n_head_kv, c.head_dim}) * F, "attention scratch");
   ids_ = host(ub * 4, "ids");
   pos_ = host(ub * 4, "pos");
@@ -74,8 +75,9 @@ void Engine::record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out) {
   const BufferView x = x_.view(), xn = xn_.view(), q = q_.view(), k = k_.view(), v = v_.view();
   const BufferView attn = attn_.view(), gate = gate_.view(), up = up_.view();
 
-  // Embedding: x = tok_embd[ids]
+  // Embedding: x = tok_embd[ids]; the RoPE angles of every position in the cache
   record_get_rows(rec, w.tok_embd, ids_.view(), n, x, c.n_embd);
+  record_rope_table(rec, rope_table_.view(), cache_.used(), rope);
   rec.barrier();
   for (uint32_t l = 0; l < c.n_layer; ++l) {
     const LayerWeights& L = w.layers[l];
@@ -99,7 +101,7 @@ void Engine::record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out) {
     record_kv_store(rec, cache_.type_v(), v, kvd, slots_.view(), n, kvd, cache_.v(l).view());
     rec.barrier();
     // attn = softmax(q kᵀ / √d) v over every live slot (k rotated as read), causal by position
-    record_attention(rec, cache_.type_k(), shape, rope, q, qd, pos_.view(), n, cache_.k(l).view(), cache_.v(l).view(),
+    record_attention(rec, cache_.type_k(), shape, rope, rope_table_.view(), q, qd, pos_.view(), n, cache_.k(l).view(), cache_.v(l).view(),
                      kv_slots_.view(), kv_pos_.view(), n_kv_listed_, attn, qd, scratch_.view());
     rec.barrier();
     // Output projection and residual: x += wo · attn
@@ -156,7 +158,6 @@ void Engine::run_chunk(std::span<const int32_t> tokens, uint32_t n_out) {
 
 const std::vector<float>& Engine::decode(std::span<const int32_t> tokens, LogitsMode mode, const ProgressFn& progress) {
   logits_.clear();
-  timings_.clear();
   // Chunks: at most n_ubatch tokens, at most the logits rows when every row is wanted, and at
   // most the ring's window so a chunk never overwrites its own tokens.
   uint32_t chunk = opts_.n_ubatch;

@@ -45,7 +45,7 @@ class Engine {
   const KvCache& cache() const { return cache_; }
   const ModelConfig& config() const { return model_.config(); }
   uint64_t activation_bytes() const { return activation_bytes_; }
-  // Per-op GPU time of the last decode() (profile on): op name → (ms, dispatches).
+  // GPU time of every dispatch since the engine was made (profile on).
   const std::vector<DispatchTiming>& timings() const { return timings_; }
 
  private:
@@ -71,6 +71,7 @@ class Engine {
   Buffer attn_;      // attention output [n_head * head_dim]
   Buffer gate_, up_; // feed-forward [n_ff]
   Buffer out_rows_;  // rows that produce logits [logits_rows][n_embd]
+  Buffer rope_table_;  // [capacity][head_dim/2] (cos, sin) of each position's angles
   Buffer scratch_;   // attention split-KV partials
   // Host-written inputs (upload memory)
   Buffer ids_;       // [n_ubatch] i32 token ids

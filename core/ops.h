@@ -60,6 +60,9 @@ struct RopeConfig {
 void record_rope(CommandRecorder& rec, const BufferView& x, uint32_t token_stride, const BufferView& pos,
                  uint32_t n_tokens, uint32_t n_heads, const RopeConfig& rope);
 
+// The cos/sin of every pair angle for positions 0..n_pos-1: table [n_pos][head_dim/2] vec2 f32.
+void record_rope_table(CommandRecorder& rec, const BufferView& table, uint32_t n_pos, const RopeConfig& rope);
+
 // cache[slots[t]] = convert(src[t]).  src [n_tokens][src_stride] f32, slots [n_tokens] i32,
 // cache [n_slots][cache_row_bytes(type, row_len)].
 void record_kv_store(CommandRecorder& rec, CacheType type, const BufferView& src, uint32_t src_stride,
@@ -75,10 +78,12 @@ struct AttentionShape {
 uint64_t attention_scratch_floats(const AttentionShape& shape);
 
 // Causal grouped-query attention of n_q query tokens over the n_kv cache slots listed in
-// kv_slots (with their positions kv_pos); K is rotated by `rope` at kv_pos as it is read.
+// kv_slots (with their positions kv_pos); K is rotated at kv_pos as it is read, with the angles
+// of `rope_table` (record_rope_table, covering every position in kv_pos).
 //   q [n_q][q_stride] f32 rotated, q_pos [n_q] i32, k/v cache [n_slots][row bytes] in `type`,
 //   out [n_q][out_stride] f32, scratch ≥ attention_scratch_floats() f32 (used when splitting).
 void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape& shape, const RopeConfig& rope,
+                      const BufferView& rope_table,
                       const BufferView& q, uint32_t q_stride, const BufferView& q_pos, uint32_t n_q,
                       const BufferView& k_cache, const BufferView& v_cache, const BufferView& kv_slots,
                       const BufferView& kv_pos, uint32_t n_kv, const BufferView& out, uint32_t out_stride,

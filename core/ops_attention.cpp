@@ -20,7 +20,8 @@ struct AttentionTiles {
 // Tile sizes that fit the device's shared memory: Q tile + K and V tiles + scores, f32.
 AttentionTiles attention_tiles(const VulkanContext& ctx, uint32_t head_dim) {
   const uint32_t shared = ctx.limits().maxComputeSharedMemorySize;
-  for (uint32_t b : {16u, 8u, 4u}) {
+  // Larger tiles mean fewer barriers per score (which dominate on CPU drivers like lavapipe).
+  for (uint32_t b : {32u, 16u, 8u, 4u}) {
     const uint64_t bytes = 4ull * (b * head_dim * 3 + b * b + 6 * b);
     const uint32_t wg = 128;
     if (bytes <= shared && b * head_dim <= wg * 32) return {wg, b, b};
@@ -39,6 +40,13 @@ void record_rope(CommandRecorder& rec, const BufferView& x, uint32_t token_strid
   rec.dispatch(p, {x, pos, or_dummy(rope.factors, pos)}, params, div_ceil(rope.head_dim / 2, 32), n_heads, n_tokens);
 }
 
+void record_rope_table(CommandRecorder& rec, const BufferView& table, uint32_t n_pos, const RopeConfig& rope) {
+  const Pipeline& p = rec.pipelines().get("rope_table", 2, sizeof(RopeParams), {32});
+  const RopeParams params{n_pos, 1, rope.head_dim, rope.n_rot, 0, rope.freq_base, rope.freq_scale, rope.neox ? 1u : 0u,
+                          rope.factors.buffer ? 1u : 0u};
+  rec.dispatch(p, {table, or_dummy(rope.factors, table)}, params, div_ceil(rope.head_dim / 2, 32), n_pos);
+}
+
 void record_kv_store(CommandRecorder& rec, CacheType type, const BufferView& src, uint32_t src_stride,
                      const BufferView& slots, uint32_t n_tokens, uint32_t row_len, const BufferView& cache) {
   VKLLM_CHECK(cache_type_fits(type, row_len), "KV row length not a multiple of 32 for a quantized cache");
@@ -53,7 +61,7 @@ uint64_t attention_scratch_floats(const AttentionShape& shape) {
 }
 
 void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape& shape, const RopeConfig& rope,
-                      const BufferView& q, uint32_t q_stride, const BufferView& q_pos, uint32_t n_q,
+                      const BufferView& rope_table, const BufferView& q, uint32_t q_stride, const BufferView& q_pos, uint32_t n_q,
                       const BufferView& k_cache, const BufferView& v_cache, const BufferView& kv_slots,
                       const BufferView& kv_pos, uint32_t n_kv, const BufferView& out, uint32_t out_stride,
                       const BufferView& scratch) {
@@ -70,13 +78,11 @@ void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape
   n_split = std::max<uint32_t>(div_ceil(std::max<uint32_t>(n_kv, 1), kv_per_split), 1);
 
   AttentionParams params{n_q, n_kv, shape.n_head, shape.n_head_kv, shape.head_dim, q_stride, out_stride, n_split,
-                         kv_per_split, 1.0f / std::sqrt(float(shape.head_dim)), rope.n_rot, rope.freq_base,
-                         rope.freq_scale, rope.neox ? 1u : 0u, rope.factors.buffer ? 1u : 0u};
+                         kv_per_split, 1.0f / std::sqrt(float(shape.head_dim)), rope.n_rot, rope.neox ? 1u : 0u};
   const Pipeline& p = rec.pipelines().get(std::string("attention_") + cache_type_name(type), 9, sizeof(AttentionParams),
                                           {t.wg, shape.head_dim, t.bq, t.bkv});
-  const BufferView factors = or_dummy(rope.factors, q_pos);
   if (n_split == 1) {
-    rec.dispatch(p, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, out, or_dummy(scratch, out), factors}, params,
+    rec.dispatch(p, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, out, or_dummy(scratch, out), rope_table}, params,
                  row_tiles, shape.n_head_kv, 1);
     return;
   }
@@ -84,7 +90,7 @@ void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape
   const BufferView partial_o = scratch.sub(0, o_floats * 4);
   const BufferView partial_ml = scratch.sub(o_floats * 4, uint64_t{n_split} * shape.n_head_kv * rows * 2 * 4);
   VKLLM_CHECK(o_floats * 4 + partial_ml.range <= scratch.range, "attention scratch too small");
-  rec.dispatch(p, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, partial_o, partial_ml, factors}, params, row_tiles,
+  rec.dispatch(p, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, partial_o, partial_ml, rope_table}, params, row_tiles,
                shape.n_head_kv, n_split);
   rec.barrier();
   const Pipeline& c = rec.pipelines().get("attention_combine", 3, sizeof(AttentionParams), {64});

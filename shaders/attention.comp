@@ -4,7 +4,8 @@
 // A workgroup owns one KV head, a tile of BQ query rows and one split of the slot list. Query row
 // r is (token r / G, head hk·G + r % G) with G = n_head / n_head_kv, so the query heads that share a
 // KV head share every K/V load. For each tile of BKV slots it loads K (rotated by RoPE at the
-// slot's position as it is read: the cache holds K un-rotated) and V into shared memory, scores
+// slot's position as it is read, from the cos/sin table of rope_table.comp: the cache holds K
+// un-rotated) and V into shared memory, scores
 // them, and folds them into running max / sum / output accumulators. Slots whose position is
 // greater than the query's are masked (causal), so a ring buffer in any order works.
 //
@@ -14,13 +15,13 @@
 // Bindings: 0 q [n_q][q_stride] f32 (rotated), 1 k cache, 2 v cache ([n_slots][row bytes] in the
 // cache type), 3 kv_slots [n_kv] i32, 4 kv_pos [n_kv] i32, 5 q_pos [n_q] i32,
 // 6 out [n_q][out_stride] f32 (n_split = 1) or partial_o [n_split][n_q·G·n_head_kv][HD] f32,
-// 7 partial_ml [n_split][rows][2] f32, 8 rope factors [n_rot/2] f32.
+// 7 partial_ml [n_split][rows][2] f32, 8 rope table [positions][HD/2] vec2 (cos, sin).
 // Specialization: 0 workgroup size, 1 HD (head_dim), 2 BQ, 3 BKV.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "kv_cache.glsl"
 #include "params.h"
-#include "rope.glsl"
+#include "rope.glsl"  // rope_pair
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint HD = 64;
@@ -37,7 +38,7 @@ layout(binding = 4) readonly buffer KvPos { int kv_pos[]; };
 layout(binding = 5) readonly buffer QPos { int q_pos[]; };
 layout(binding = 6) writeonly buffer Out { float out_[]; };
 layout(binding = 7) writeonly buffer PartialMl { float partial_ml[]; };
-layout(binding = 8) readonly buffer Factors { float factors[]; };
+layout(binding = 8) readonly buffer RopeTable { vec2 rope_table[]; };
 layout(push_constant) uniform Push { AttentionParams p; };
 
 shared float qs[BQ * HD];   // query rows, pre-scaled
@@ -89,11 +90,9 @@ void main() {
         a = kc_at(row, hk * HD + d0);
         b = kc_at(row, hk * HD + d1);
         if (rotated) {
-          const float factor = p.has_factors != 0 ? factors[i] : 1.0;
-          const float theta = rope_theta(float(kv_pos[idx]), i, p.n_rot, p.freq_base, p.freq_scale, factor);
-          const float c = cos(theta), s = sin(theta);
-          const float a2 = a * c - b * s;
-          b = a * s + b * c;
+          const vec2 cs = rope_table[uint(kv_pos[idx]) * (HD / 2) + i];
+          const float a2 = a * cs.x - b * cs.y;
+          b = a * cs.y + b * cs.x;
           a = a2;
         }
       }

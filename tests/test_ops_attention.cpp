@@ -130,11 +130,13 @@ void check_attention(CacheType ct, const AttnCase& c, bool split) {
   const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim};
   Buffer scratch(test::vk(), attention_scratch_floats(shape) * 4, MemoryUse::Device, "attention scratch");
   const RopeConfig rc{c.head_dim, c.head_dim, 10000.0f, 0.5f, c.neox, {}};
+  Buffer table(test::vk(), uint64_t{c.n_kv} * c.head_dim * 4, MemoryUse::Device, "rope table");
   CommandRecorder rec(test::vk(), &test::pipelines());
+  record_rope_table(rec, table.view(), c.n_kv, rc);
   record_kv_store(rec, ct, dk_raw.view(), row_len, dslots.view(), c.n_kv, row_len, dkc.view());
   record_kv_store(rec, ct, dv_raw.view(), row_len, dslots.view(), c.n_kv, row_len, dvc.view());
   rec.barrier();
-  record_attention(rec, ct, shape, rc, dq.view(), c.n_head * c.head_dim, dqpos.view(), c.n_q, dkc.view(), dvc.view(),
+  record_attention(rec, ct, shape, rc, table.view(), dq.view(), c.n_head * c.head_dim, dqpos.view(), c.n_q, dkc.view(), dvc.view(),
                    dslots.view(), dpos.view(), c.n_kv, dout.view(), c.n_head * c.head_dim,
                    split ? scratch.view() : BufferView{});
   rec.submit_and_wait();

@@ -68,7 +68,7 @@ struct RowParams {
   u32 n_cols;
 };
 
-// rope: rotates the first n_rot dims of every head of x[t] by pos[t] · freq_scale · base^(−2i/n_rot)
+// rope / rope_table (n_tokens = positions in the table): rotates the first n_rot dims of every head of x[t] by pos[t] · freq_scale · base^(−2i/n_rot)
 // / factor[i] (Normal: pairs (2i, 2i+1); NeoX: pairs (i, i + n_rot/2)).
 struct RopeParams {
   u32 n_tokens;
@@ -101,12 +101,10 @@ struct AttentionParams {
   u32 n_split;      // KV ranges processed by separate workgroups (1: write the output directly)
   u32 kv_per_split; // slot-list entries per split
   float scale;      // 1 / sqrt(head_dim)
-  // RoPE applied to K as it is read (K is cached un-rotated; see docs/kv-cache.md)
+  // RoPE applied to K as it is read (K is cached un-rotated; see docs/kv-cache.md), with the
+  // angles from the rope table
   u32 n_rot;
-  float freq_base;
-  float freq_scale;
   u32 neox;
-  u32 has_factors;
 };
 
 #ifdef __cplusplus
