@@ -1,10 +1,13 @@
 // `vkllm run`: one prompt in, the generated text out on stdout, one stats line on stderr.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "chat_template.h"
@@ -12,7 +15,9 @@
 #include "common.h"
 #include "format.h"
 #include "generate.h"
+#include "persistence.h"
 #include "prompt.h"
+#include "session_file.h"
 
 namespace vkllm::cli {
 namespace {
@@ -23,7 +28,25 @@ struct RunCommand {
   bool chat = false, json = false, ignore_eos = false;
   int32_t n_predict = -1;
   std::vector<std::string> stop;
+  PersistenceOptions persist;
 };
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// A conversation continued from a session file: its messages (chat) or none (raw text).
+nlohmann::json session_messages(const std::string& path, const std::string& blob, bool chat) {
+  nlohmann::json conv = nlohmann::json::object();
+  if (!blob.empty()) {
+    conv = nlohmann::json::parse(blob, nullptr, false);
+    if (conv.is_discarded() || !conv.is_object()) throw Error(path + ": section 'CONV' is not a JSON object");
+  }
+  const bool has_messages = conv.contains("messages") && conv["messages"].is_array();
+  if (chat && !has_messages) throw Error(path + ": holds a raw-text session; continue it without --chat");
+  if (!chat && has_messages) throw Error(path + ": holds a chat session; continue it with --chat");
+  return has_messages ? conv["messages"] : nlohmann::json::array();
+}
 
 std::string read_all(std::istream& in) { return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()}; }
 
@@ -53,23 +76,79 @@ void run(const RunCommand& c) {
   Session s = open_session(c.opts);
   const Tokenizer& tok = *s.tokenizer;
   KvCache& cache = s.engine->cache();
-
-  PromptTokens p = c.chat ? chat_prompt(s.file, tok, c.chat_template, c.system, text) : raw_prompt(tok, text);
-  cache.set_keep(c.opts.keep >= 0 ? std::min<uint32_t>(uint32_t(c.opts.keep), cache.capacity() - 1)
-                                  : std::min<uint32_t>(p.pinned, cache.capacity() - 1));
+  const bool persist = !c.persist.session.empty() || c.persist.prompt_cache;
+  const ModelFingerprint fp = persist ? model_fingerprint(s.file) : ModelFingerprint{};
 
   Sampler sampler(c.opts.sampling);
   Generator gen(*s.engine, tok, sampler);
+  // --session: a saved conversation replaces the empty cache, sampler state included.
+  bool resumed = false;
+  double restore_ms = 0;
+  nlohmann::json messages = nlohmann::json::array();
+  if (!c.persist.session.empty() && std::filesystem::exists(c.persist.session)) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const SessionInfo info = load_session(c.persist.session, *s.engine, fp, &sampler);
+    messages = session_messages(c.persist.session, info.conversation, c.chat);
+    restore_ms = ms_since(t0);
+    resumed = true;
+    if (!c.opts.quiet)
+      std::fprintf(stderr, "vkllm: session %s: %s tokens restored in %.2f ms\n", c.persist.session.c_str(),
+                   with_commas(info.tokens.size()).c_str(), restore_ms);
+  }
+
+  PromptTokens p;
+  std::vector<int32_t> appended;  // raw text continuing a restored session
+  if (c.chat) {
+    if (resumed) {
+      messages.push_back({{"role", "user"}, {"content", text}});
+      p.tokens = tokenize_rendered(tok, ChatTemplate::resolve(&s.file, c.chat_template).render(messages, render_options(tok, true)),
+                                   messages);
+    } else {
+      p = chat_prompt(s.file, tok, c.chat_template, c.system, text);
+      if (!c.system.empty()) messages.push_back({{"role", "system"}, {"content", c.system}});
+      messages.push_back({{"role", "user"}, {"content", text}});
+    }
+  } else if (resumed) {
+    appended = tok.tokenize(text, false, false);
+  } else {
+    p = raw_prompt(tok, text);
+  }
+  if (!resumed)
+    cache.set_keep(c.opts.keep >= 0 ? std::min<uint32_t>(uint32_t(c.opts.keep), cache.capacity() - 1)
+                                    : std::min<uint32_t>(p.pinned, cache.capacity() - 1));
+
+  // --prompt-cache: load the stored entry sharing the longest prefix; prefill only the rest.
+  std::optional<PromptCache> pc;
+  double cache_load_ms = 0;
+  if (c.persist.prompt_cache && !p.tokens.empty()) {
+    pc.emplace(prompt_cache_dir(c.persist), parse_size("--prompt-cache-size", c.persist.prompt_cache_size), fp, cache.type_k(),
+               cache.type_v());
+    const auto t0 = std::chrono::steady_clock::now();
+    const PromptCacheMatch m = pc->find(p.tokens);
+    const PrefixMatch live = match_prefix(cache, p.tokens);
+    // One token is always run so its logits are fresh; a resumed session may already hold more.
+    const uint32_t n = std::min<uint32_t>(m.matched, uint32_t(p.tokens.size()) - 1);
+    if (n > 0 && (!live.usable || n > live.matched)) pc->load(m, n, *s.engine);
+    cache_load_ms = ms_since(t0);
+    print_cache_warnings(*pc);
+    if (!c.opts.quiet) {
+      if (m.entries_seen == 0) std::fprintf(stderr, "vkllm: prompt cache: no entry for this model and cache type yet\n");
+      else if (m.matched < p.tokens.size()) std::fprintf(stderr, "vkllm: prompt cache: %s\n", divergence_message(tok, p.tokens, m).c_str());
+    }
+  }
   {
     ProgressBar bar("prefill", "tok");
-    gen.prefill(p.tokens, [&](uint64_t done, uint64_t total) { bar.update(done, total); });
+    auto progress = [&](uint64_t done, uint64_t total) { bar.update(done, total); };
+    if (resumed && !c.chat) gen.extend(appended, progress);
+    else gen.prefill(p.tokens, progress);
   }
   GenerateOptions go;
   go.n_predict = c.n_predict;
   go.stop = c.stop;
   go.ignore_eos = c.ignore_eos;
-  std::string out;
+  std::string out, out_text;
   gen.generate(go, [&](const std::string& piece) {
+    out_text += piece;
     if (c.json) {
       out += piece;
     } else {
@@ -78,7 +157,27 @@ void run(const RunCommand& c) {
     }
     return true;
   });
-  const GenerationStats& st = gen.stats();
+  GenerationStats& st = gen.stats();
+  st.ttft_ms += cache_load_ms + restore_ms;  // restoring is part of the time to the first token
+  if (pc) {
+    const uint32_t n_prompt = uint32_t(p.tokens.size());
+    if (st.cached_tokens < n_prompt - 1) pc->store(*s.engine, n_prompt);
+    print_cache_warnings(*pc);
+    if (!c.opts.quiet)
+      std::fprintf(stderr, "vkllm: prompt %s tok · cached %s · TTFT %s\n", with_commas(st.prompt_tokens).c_str(),
+                   with_commas(st.cached_tokens).c_str(), fmt_ms(st.ttft_ms).c_str());
+  }
+  if (!c.persist.session.empty()) {
+    std::string conv;
+    if (c.chat) {
+      messages.push_back({{"role", "assistant"}, {"content", out_text}});
+      conv = nlohmann::json{{"messages", messages}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    }
+    const uint64_t bytes = save_session(c.persist.session, *s.engine, fp, &sampler, conv);
+    if (!c.opts.quiet)
+      std::fprintf(stderr, "vkllm: session %s: saved %s tokens, %s\n", c.persist.session.c_str(), with_commas(cache.used()).c_str(),
+                   human_bytes(bytes).c_str());
+  }
   if (c.json) {
     const nlohmann::json j = {
         {"text", out},
@@ -122,6 +221,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--chat-template", c->chat_template, "Chat template: a built-in name or a Jinja file");
   cmd->add_flag("--ignore-eos", c->ignore_eos, "Keep generating past end-of-generation tokens");
   cmd->add_flag("--json", c->json, "Print one JSON object with the text and statistics instead");
+  add_persistence_options(cmd, c->persist);
   cmd->callback([c] { run(*c); });
 }
 

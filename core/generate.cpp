@@ -53,6 +53,36 @@ uint32_t Generator::prefill(std::span<const int32_t> prompt, const ProgressFn& p
   return reuse;
 }
 
+void Generator::extend(std::span<const int32_t> tokens, const ProgressFn& progress) {
+  stats_ = {};
+  KvCache& cache = engine_.cache();
+  stats_.cached_tokens = cache.used();
+  stats_.prompt_tokens = cache.used() + static_cast<uint32_t>(tokens.size());
+  if (tokens.empty()) {
+    resume();
+    return;
+  }
+  for (int32_t t : tokens) sampler_.accept(t);
+  const auto t0 = std::chrono::steady_clock::now();
+  logits_ = engine_.decode(tokens, LogitsMode::Last, progress);
+  stats_.prefill_ms = ms_since(t0);
+}
+
+void Generator::resume() {
+  KvCache& cache = engine_.cache();
+  logits_.clear();
+  if (cache.used() == 0) return;
+  const int32_t last = cache.tokens().back();
+  const uint32_t keep = cache.keep();
+  // Truncating into the pinned prefix shrinks the pin; the decode lands in the same slot either
+  // way, and the pin is put back (the ring head is at 0 whenever the pin was cut).
+  cache.truncate(cache.used() - 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  logits_ = engine_.decode(std::span(&last, 1), LogitsMode::Last);
+  stats_.prefill_ms += ms_since(t0);
+  if (cache.keep() != keep) cache.set_keep(keep);
+}
+
 void Generator::generate(const GenerateOptions& o, const std::function<bool(const std::string&)>& on_text) {
   if (logits_.empty()) throw Error("nothing to continue from: the prompt is empty and the cache holds no tokens");
   StreamDecoder decoder(tok_);

@@ -45,6 +45,14 @@ class Generator {
   // Makes the cache hold `prompt` (keeping the longest prefix it already holds) and leaves the
   // logits of its last token ready. Returns the number of reused tokens.
   uint32_t prefill(std::span<const int32_t> prompt, const ProgressFn& progress = {});
+  // Appends `tokens` after whatever the cache holds (a restored session's history, even after
+  // the ring has wrapped) and leaves the last token's logits ready. Stats count the cache's
+  // previous tokens as cached. Empty `tokens`: same as resume().
+  void extend(std::span<const int32_t> tokens, const ProgressFn& progress = {});
+  // After the cache was restored from disk: recomputes the last cached token's logits (truncate
+  // by one, decode it again, the pinned prefix unchanged) so generate() continues exactly where
+  // the saved run stopped. The token's K/V rows are rewritten with the same values.
+  void resume();
   // Samples until a stop condition; `on_text` receives decoded text as it becomes final (never
   // half a UTF-8 character or a possible stop-string prefix) and returns false to interrupt.
   void generate(const GenerateOptions& o, const std::function<bool(const std::string&)>& on_text);

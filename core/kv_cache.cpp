@@ -2,11 +2,14 @@
 #include "kv_cache.h"
 
 #include <algorithm>
+#include <cstring>
+
+#include "vk_commands.h"
 
 namespace vkllm {
 
 KvCache::KvCache(const VulkanContext& ctx, const ModelConfig& config, const KvCacheOptions& o)
-    : capacity_(o.capacity), type_k_(o.type_k), type_v_(o.type_v) {
+    : ctx_(&ctx), capacity_(o.capacity), type_k_(o.type_k), type_v_(o.type_v) {
   const uint32_t row = config.n_embd_kv();
   for (CacheType t : {type_k_, type_v_})
     if (!cache_type_fits(t, row))
@@ -111,6 +114,62 @@ void KvCache::set_keep(uint32_t n) {
   n_keep_ = n;
   n_pinned_ = std::min(total, n);
   n_window_ = total - n_pinned_;
+}
+
+std::vector<uint8_t> KvCache::read_rows(uint32_t n) const {
+  VKLLM_CHECK(n <= used(), "read_rows beyond the cached tokens");
+  // Runs of consecutive slots in logical order: at most three (pinned, window to the end of the
+  // ring, window from its start), so a layer is a handful of copies.
+  struct Run {
+    uint32_t first, slot, count;
+  };
+  std::vector<Run> runs;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t s = static_cast<uint32_t>(slot_of(i));
+    if (!runs.empty() && runs.back().slot + runs.back().count == s) ++runs.back().count;
+    else runs.push_back({i, s, 1});
+  }
+  const uint64_t layer_bytes = uint64_t{n} * (row_bytes_k_ + row_bytes_v_);
+  std::vector<uint8_t> out(layer_bytes * k_.size());
+  if (n == 0) return out;
+  // One staging buffer and one submit per layer: bounded host-visible memory for any model.
+  Buffer staging(*ctx_, layer_bytes, MemoryUse::Readback, "kv read staging");
+  CommandRecorder rec(*ctx_);
+  for (size_t l = 0; l < k_.size(); ++l) {
+    for (const Run& r : runs) {
+      rec.copy(k_[l].view(r.slot * row_bytes_k_, r.count * row_bytes_k_), staging.view(r.first * row_bytes_k_, r.count * row_bytes_k_));
+      rec.copy(v_[l].view(r.slot * row_bytes_v_, r.count * row_bytes_v_),
+               staging.view(n * row_bytes_k_ + r.first * row_bytes_v_, r.count * row_bytes_v_));
+    }
+    rec.submit_and_wait();
+    std::memcpy(out.data() + l * layer_bytes, staging.mapped(), layer_bytes);
+  }
+  return out;
+}
+
+void KvCache::restore(std::span<const int32_t> tokens, uint32_t n_keep, uint64_t n_evicted, std::span<const uint8_t> rows) {
+  const uint32_t n = static_cast<uint32_t>(tokens.size());
+  VKLLM_CHECK(n <= capacity_ && n_keep < capacity_, "restore beyond the cache capacity");
+  const uint64_t layer_bytes = uint64_t{n} * (row_bytes_k_ + row_bytes_v_);
+  VKLLM_CHECK(rows.size() == layer_bytes * k_.size(), "restore: rows do not match the token count");
+  if (n > 0) {
+    Buffer staging(*ctx_, layer_bytes, MemoryUse::Upload, "kv restore staging");
+    CommandRecorder rec(*ctx_);
+    for (size_t l = 0; l < k_.size(); ++l) {
+      std::memcpy(staging.mapped(), rows.data() + l * layer_bytes, layer_bytes);
+      rec.copy(staging.view(0, n * row_bytes_k_), k_[l].view(0, n * row_bytes_k_));
+      rec.copy(staging.view(n * row_bytes_k_, n * row_bytes_v_), v_[l].view(0, n * row_bytes_v_));
+      rec.submit_and_wait();
+    }
+  }
+  // Identity layout: with head_ = 0, pinned token i is in slot i and window token j (logical
+  // n_keep + j) in slot n_keep + j.
+  n_keep_ = n_keep;
+  n_pinned_ = std::min(n, n_keep);
+  n_window_ = n - n_pinned_;
+  head_ = 0;
+  n_evicted_ = n_evicted;
+  tokens_.assign(tokens.begin(), tokens.end());
 }
 
 }  // namespace vkllm

@@ -61,7 +61,17 @@ class KvCache {
   // Slot of logical index i.
   int32_t slot_of(uint32_t i) const;
 
+  // Session files and the prompt cache (core/session_file.h) move rows in the *session layout*:
+  // for each layer, K rows [n][row_bytes_k] then V rows [n][row_bytes_v], tokens in logical
+  // order. read_rows copies the first n logical tokens (n ≤ used()) out of the device.
+  std::vector<uint8_t> read_rows(uint32_t n) const;
+  // Replaces the whole cache: `tokens` become the logical sequence at slots 0…n−1 (logical i in
+  // slot i, i.e. an unwrapped ring), the first min(n, n_keep) of them pinned, `rows` (session
+  // layout, n tokens) uploaded. The caller has validated sizes: a mismatch is a bug.
+  void restore(std::span<const int32_t> tokens, uint32_t n_keep, uint64_t n_evicted, std::span<const uint8_t> rows);
+
  private:
+  const VulkanContext* ctx_;
   uint32_t capacity_;
   CacheType type_k_, type_v_;
   uint64_t row_bytes_k_, row_bytes_v_, bytes_per_token_;

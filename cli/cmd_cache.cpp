@@ -1,0 +1,68 @@
+// `vkllm cache list|clear`: what the prompt cache holds, and emptying it.
+#include <cstdio>
+#include <ctime>
+#include <memory>
+
+#include "commands.h"
+#include "format.h"
+#include "persistence.h"
+#include "prompt_cache.h"
+
+namespace vkllm::cli {
+namespace {
+
+struct CacheCommand {
+  std::string dir;
+};
+
+std::string dir_of(const CacheCommand& c) {
+  PersistenceOptions o;
+  o.prompt_cache_dir = c.dir;
+  return prompt_cache_dir(o);
+}
+
+void list(const CacheCommand& c) {
+  const std::string dir = dir_of(c);
+  const std::vector<PromptCacheEntry> entries = list_prompt_cache(dir);
+  uint64_t total = 0;
+  // stdout: one entry per line, most recently used first.
+  std::printf("%-19s  %10s  %9s  %-9s  %-24s  %s\n", "last used", "size", "tokens", "cache", "model", "file");
+  for (const PromptCacheEntry& e : entries) {
+    total += e.bytes;
+    char when[32];
+    const std::time_t t = static_cast<std::time_t>(e.last_used);
+    std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", std::localtime(&t));
+    const std::string file = e.path.substr(e.path.find_last_of('/') + 1);
+    if (!e.valid) {
+      std::printf("%-19s  %10s  %9s  %-9s  %-24s  %s (unreadable: %s)\n", when, human_bytes(e.bytes).c_str(), "-", "-", "-", file.c_str(),
+                  e.error.c_str());
+      continue;
+    }
+    const std::string types = std::string(cache_type_name(e.info.type_k)) + "/" + cache_type_name(e.info.type_v);
+    std::printf("%-19s  %10s  %9s  %-9s  %-24s  %s\n", when, human_bytes(e.bytes).c_str(), with_commas(e.info.tokens.size()).c_str(),
+                types.c_str(), e.info.model.name.substr(0, 24).c_str(), file.c_str());
+  }
+  std::fprintf(stderr, "vkllm: %s: %s entries, %s\n", dir.c_str(), with_commas(entries.size()).c_str(), human_bytes(total).c_str());
+}
+
+void clear(const CacheCommand& c) {
+  const std::string dir = dir_of(c);
+  const uint64_t freed = clear_prompt_cache(dir);
+  std::fprintf(stderr, "vkllm: %s: cleared, %s freed\n", dir.c_str(), human_bytes(freed).c_str());
+}
+
+}  // namespace
+
+void add_cache_command(CLI::App& app) {
+  auto c = std::make_shared<CacheCommand>();
+  CLI::App* cmd = app.add_subcommand("cache", "List or clear the prompt cache (vkllm run --prompt-cache)");
+  cmd->require_subcommand(1);
+  CLI::App* ls = cmd->add_subcommand("list", "List the entries, most recently used first");
+  CLI::App* cl = cmd->add_subcommand("clear", "Remove every entry");
+  for (CLI::App* sub : {ls, cl})
+    sub->add_option("--dir", c->dir, "Prompt cache directory (default $XDG_CACHE_HOME/vkllm/prompt-cache)");
+  ls->callback([c] { list(*c); });
+  cl->callback([c] { clear(*c); });
+}
+
+}  // namespace vkllm::cli

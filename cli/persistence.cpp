@@ -1,0 +1,67 @@
+// --session / --prompt-cache flags and messages.
+#include "persistence.h"
+
+#include <cstdio>
+
+#include "format.h"
+
+namespace vkllm::cli {
+
+void add_persistence_options(CLI::App* cmd, PersistenceOptions& o) {
+  cmd->add_option("--session", o.session, "Session file: loaded when it exists, saved after the call (docs/session-format.md)");
+  cmd->add_option("--prompt-cache", o.prompt_cache_dir,
+                  "Reuse and store prompt prefixes' KV state in DIR (default $XDG_CACHE_HOME/vkllm/prompt-cache)")
+      ->expected(0, 1)
+      ->trigger_on_parse()
+      ->each([&o](const std::string&) { o.prompt_cache = true; });
+  cmd->add_option("--prompt-cache-size", o.prompt_cache_size, "Size cap of the prompt cache, least recently used evicted first (default 2GiB)");
+}
+
+std::string prompt_cache_dir(const PersistenceOptions& o) {
+  if (!o.prompt_cache_dir.empty()) return o.prompt_cache_dir;
+  std::string d = default_prompt_cache_dir();
+  if (d.empty()) throw Error("--prompt-cache: neither XDG_CACHE_HOME nor HOME is set; give a directory");
+  return d;
+}
+
+uint64_t parse_size(const std::string& flag, const std::string& text) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = text.substr(used);
+  for (char& ch : unit) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  double mul = 0;
+  if (unit.empty() || unit == "b") mul = 1;
+  else if (unit == "k" || unit == "kib" || unit == "kb") mul = 1024.0;
+  else if (unit == "m" || unit == "mib" || unit == "mb") mul = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gib" || unit == "gb") mul = 1024.0 * 1024 * 1024;
+  if (used == 0 || mul == 0 || v < 0) throw Error(flag + " '" + text + "' is not a size (e.g. 2GiB, 512M, 1000000)");
+  return static_cast<uint64_t>(v * mul);
+}
+
+std::string divergence_message(const Tokenizer& tok, std::span<const int32_t> prompt, const PromptCacheMatch& m) {
+  const size_t d = m.matched;
+  // A few tokens either side of the first differing one, as text, newlines made visible.
+  const size_t from = d >= 4 ? d - 4 : 0, to = std::min(prompt.size(), d + 6);
+  std::string around = tok.detokenize(prompt.subspan(from, to - from), false);
+  std::string shown;
+  for (char ch : around) {
+    if (ch == '\n') shown += "\\n";
+    else if (ch == '\t') shown += "\\t";
+    else shown += ch;
+  }
+  std::string msg = "matched " + with_commas(d) + " of " + with_commas(prompt.size()) + " tokens: ";
+  if (d >= prompt.size()) return msg + "the whole prompt is cached";
+  return msg + "the prompt differs from the cached one at token " + with_commas(d) + ", '" + (from > 0 ? "…" : "") + shown +
+         (to < prompt.size() ? "…" : "") + "'";
+}
+
+void print_cache_warnings(const PromptCache& pc) {
+  for (const std::string& w : pc.warnings()) std::fprintf(stderr, "vkllm: warning: %s\n", w.c_str());
+}
+
+}  // namespace vkllm::cli

@@ -1,0 +1,33 @@
+// What `vkllm run` (and later `chat`) shares for --session and --prompt-cache: flags, the
+// stderr lines, and the divergence message.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "prompt_cache.h"
+#include "tokenizer.h"
+
+namespace vkllm::cli {
+
+struct PersistenceOptions {
+  std::string session;                      // --session FILE ("" = none)
+  bool prompt_cache = false;                // --prompt-cache given
+  std::string prompt_cache_dir;             // its value ("" = default_prompt_cache_dir())
+  std::string prompt_cache_size = "2GiB";   // --prompt-cache-size
+};
+
+// --session, --prompt-cache [DIR], --prompt-cache-size.
+void add_persistence_options(CLI::App* cmd, PersistenceOptions& o);
+// The directory --prompt-cache uses; throws when none can be determined.
+std::string prompt_cache_dir(const PersistenceOptions& o);
+// "2GiB", "512M", "1000000" → bytes; throws Error naming the flag.
+uint64_t parse_size(const std::string& flag, const std::string& text);
+
+// "matched 3 of 2,113 tokens: the prompt differs from the cached one at token 3, '…2026-11-30…'"
+std::string divergence_message(const Tokenizer& tok, std::span<const int32_t> prompt, const PromptCacheMatch& m);
+// "vkllm: warning: …" for each line.
+void print_cache_warnings(const PromptCache& pc);
+
+}  // namespace vkllm::cli

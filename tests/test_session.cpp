@@ -1,0 +1,189 @@
+// Sessions and the prompt cache end to end, through the vkllm binary on stories260K: a split
+// continuation equals one run (greedy and seeded sampling), refused loads name the reason and
+// leave the file alone, file size tracks tokens used, and two concurrent runs share one
+// prompt-cache directory.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "test_support.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kModel = "models/stories260K.gguf";
+
+struct Result {
+  int rc = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+class SessionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("vkllm_test_session_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Runs `vkllm <args>` with stdin from /dev/null; stdout and stderr captured.
+  Result vkllm(const std::string& args, const std::string& tag = "r") const {
+    const std::string out = (dir_ / (tag + ".out")).string(), err = (dir_ / (tag + ".err")).string();
+    const std::string cmd = std::string(VKLLM_BINARY) + " " + args + " </dev/null >" + out + " 2>" + err;
+    Result r;
+    const int status = std::system(cmd.c_str());
+    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
+  std::string model() const { return "-m " + vkllm::test::shared_path(kModel) + " --ctx 256"; }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  static std::vector<int32_t> tokens_of(const Result& r) {
+    const auto j = nlohmann::json::parse(r.out);
+    return j.at("tokens").get<std::vector<int32_t>>();
+  }
+
+  fs::path dir_;
+};
+
+}  // namespace
+
+// Two calls of 8 tokens through a session equal one call of 16, greedy and with a seeded
+// temperature (the RNG state is in the file).
+TEST_F(SessionTest, SplitContinuationEqualsOneRun) {
+  VKLLM_REQUIRE_SHARED(kModel);
+  for (const std::string sampling : {"--temp 0", "--temp 0.9 --seed 42"}) {
+    const std::string s = path("split.vkv");
+    fs::remove(s);
+    const Result whole = vkllm(model() + " " + sampling + " --ignore-eos --json -p 'Once upon a time' -n 16");
+    ASSERT_EQ(whole.rc, 0) << whole.err;
+    const Result a = vkllm(model() + " " + sampling + " --ignore-eos --json -p 'Once upon a time' -n 8 --session " + s);
+    ASSERT_EQ(a.rc, 0) << a.err;
+    ASSERT_TRUE(fs::exists(s));
+    const Result b = vkllm(model() + " " + sampling + " --ignore-eos --json -p '' -n 8 --session " + s);
+    ASSERT_EQ(b.rc, 0) << b.err;
+    std::vector<int32_t> joined = tokens_of(a);
+    const std::vector<int32_t> second = tokens_of(b);
+    joined.insert(joined.end(), second.begin(), second.end());
+    EXPECT_EQ(joined, tokens_of(whole)) << sampling;
+  }
+}
+
+// Appending raw text to a session continues the token history; the stats count the restored
+// tokens as cached.
+TEST_F(SessionTest, AppendedPromptReusesTheSession) {
+  VKLLM_REQUIRE_SHARED(kModel);
+  const std::string s = path("append.vkv");
+  ASSERT_EQ(vkllm(model() + " --temp 0 --json -p 'Once upon a time' -n 4 --session " + s).rc, 0);
+  const Result b = vkllm(model() + " --temp 0 --json -p ' there was a cat' -n 4 --session " + s);
+  ASSERT_EQ(b.rc, 0) << b.err;
+  const auto j = nlohmann::json::parse(b.out);
+  EXPECT_GE(j.at("cached_tokens").get<int>(), 5);
+  EXPECT_GT(j.at("prompt_tokens").get<int>(), j.at("cached_tokens").get<int>());
+}
+
+// Refused loads: another model, another cache type, too small a --ctx, a truncated file. Each
+// is one line naming the file, and the file is left as it was.
+TEST_F(SessionTest, RefusedLoadsNameTheReason) {
+  VKLLM_REQUIRE_SHARED(kModel);
+  VKLLM_REQUIRE_SHARED("models/synth-llama-q8_0.gguf");
+  const std::string s = path("refuse.vkv");
+  ASSERT_EQ(vkllm(model() + " --temp 0 -p 'Once upon a time there was' -n 8 -q --session " + s).rc, 0);
+  const std::string before = slurp(s);
+
+  const Result other = vkllm("-m " + vkllm::test::shared_path("models/synth-llama-q8_0.gguf") + " -p '' -n 2 -q --session " + s);
+  EXPECT_EQ(other.rc, 1);
+  EXPECT_NE(other.err.find("refuse.vkv: saved with"), std::string::npos) << other.err;
+  EXPECT_NE(other.err.find(", this is "), std::string::npos) << other.err;
+
+  const Result type = vkllm(model() + " --cache-type q8_0 -p '' -n 2 -q --session " + s);
+  EXPECT_EQ(type.rc, 1);
+  EXPECT_NE(type.err.find("saved with KV cache type f16/f16, this cache is q8_0/q8_0; rerun with --cache-type f16"), std::string::npos)
+      << type.err;
+
+  const Result ctx = vkllm("-m " + vkllm::test::shared_path(kModel) + " --ctx 8 -p '' -n 2 -q --session " + s);
+  EXPECT_EQ(ctx.rc, 1);
+  EXPECT_NE(ctx.err.find("more than --ctx 8 can hold; use --ctx"), std::string::npos) << ctx.err;
+  EXPECT_EQ(slurp(s), before);
+
+  {
+    std::ofstream f(s, std::ios::binary | std::ios::trunc);
+    f.write(before.data(), std::streamsize(before.size() - 100));
+  }
+  const Result cut = vkllm(model() + " -p '' -n 2 -q --session " + s);
+  EXPECT_EQ(cut.rc, 1);
+  EXPECT_NE(cut.err.find("truncated: section 'KVDT'"), std::string::npos) << cut.err;
+  EXPECT_EQ(std::count(cut.err.begin(), cut.err.end(), '\n'), 1) << cut.err;
+}
+
+// The file holds the occupied slots only: tokens used × bytes per token + a small header.
+TEST_F(SessionTest, FileSizeTracksTokensUsed) {
+  VKLLM_REQUIRE_SHARED(kModel);
+  const std::string s = path("size.vkv");
+  const Result r = vkllm(model() + " --temp 0 --ignore-eos --json -p 'Once upon a time' -n 20 --session " + s);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const uint64_t used = j.at("kv_tokens_used"), per_token = j.at("kv_bytes_per_token");
+  const uint64_t size = fs::file_size(s);
+  EXPECT_GE(size, used * per_token);
+  // Header, token ids (4 bytes each) and the sampler state (its history is ≤ 64 tokens).
+  EXPECT_LE(size, used * per_token + used * 4 + 2048) << "used " << used << " × " << per_token;
+}
+
+// Two runs started together on one prompt-cache directory both succeed; a third run reuses
+// the stored prefix and says where its prompt diverged.
+TEST_F(SessionTest, ConcurrentRunsShareThePromptCache) {
+  VKLLM_REQUIRE_SHARED(kModel);
+  const std::string dir = path("pc");
+  const std::string manual = "Once upon a time there was a little girl named Lily. She liked to play in the park with her dog. ";
+  const std::string common = model() + " --temp 0 -n 4 --prompt-cache " + dir + " --prompt-cache-size 1MiB";
+  std::vector<pid_t> kids;
+  for (int i = 0; i < 2; ++i) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      const Result r = vkllm(common + " -p '" + manual + (i ? "Where did Lily play?" : "What was the dog called?") + "'",
+                             "kid" + std::to_string(i));
+      ::_exit(r.rc);
+    }
+    kids.push_back(pid);
+  }
+  for (pid_t pid : kids) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << slurp(path("kid0.err")) << slurp(path("kid1.err"));
+  }
+  const Result third = vkllm(common + " -p '" + manual + "Who was happy?'");
+  ASSERT_EQ(third.rc, 0) << third.err;
+  EXPECT_NE(third.err.find("the prompt differs from the cached one at token"), std::string::npos) << third.err;
+  EXPECT_NE(third.err.find("· cached "), std::string::npos) << third.err;
+  EXPECT_EQ(third.err.find("cached 0 "), std::string::npos) << third.err;
+  const Result list = vkllm("cache list --dir " + dir);
+  EXPECT_EQ(list.rc, 0) << list.err;
+  EXPECT_NE(list.out.find(".vkv"), std::string::npos) << list.out;
+
+  // A corrupt entry is skipped with a warning and removed.
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".vkv") fs::resize_file(e.path(), fs::file_size(e.path()) / 2);
+  const Result after = vkllm(common + " -p '" + manual + "Who was happy?'");
+  EXPECT_EQ(after.rc, 0) << after.err;
+  EXPECT_NE(after.err.find("skipping and removing"), std::string::npos) << after.err;
+  ASSERT_EQ(vkllm("cache clear --dir " + dir).rc, 0);
+  EXPECT_EQ(vkllm("cache list --dir " + dir).out.find(".vkv"), std::string::npos);
+}

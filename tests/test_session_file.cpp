@@ -1,0 +1,233 @@
+// Session file format without a device: round trip of encode/read, every truncation and byte
+// flip refused with the section and offset, a newer version refused, the model fingerprint,
+// and kill -9 during 200 repeated atomic saves never leaving an unreadable file.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <xxhash.h>
+#include <vector>
+
+#include "core/error.h"
+#include "core/session_file.h"
+#include "gguf_loader/atomic_file.h"
+#include "test_support.h"
+
+namespace fs = std::filesystem;
+using vkllm::CacheType;
+using vkllm::SessionInfo;
+
+namespace {
+
+// A small session: 3 layers, rows of 64 / 34 bytes (f16 K, q8_0 V), `n` tokens.
+SessionInfo make_info(uint32_t n, uint32_t salt = 0) {
+  SessionInfo s;
+  s.model.hash = 0x0123456789abcdefull;
+  s.model.name = "test-model";
+  s.n_layer = 3;
+  s.n_head_kv = 2;
+  s.head_dim = 16;
+  s.type_k = CacheType::F16;
+  s.type_v = CacheType::Q8_0;
+  s.row_bytes_k = 64;
+  s.row_bytes_v = 34;
+  s.capacity = 256;
+  s.n_keep = 1;
+  for (uint32_t i = 0; i < n; ++i) s.tokens.push_back(int32_t((i * 7 + salt) % 500));
+  s.conversation = R"({"messages":[{"role":"user","content":"hi"}]})";
+  s.sampler = {1, 2, 3, 4, 5};
+  return s;
+}
+
+std::vector<uint8_t> make_kv(const SessionInfo& s, uint32_t salt = 0) {
+  std::vector<uint8_t> kv(s.n_layer * s.tokens.size() * (s.row_bytes_k + s.row_bytes_v));
+  for (size_t i = 0; i < kv.size(); ++i) kv[i] = uint8_t(i * 31 + salt);
+  return kv;
+}
+
+std::string tmp_path(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("vkllm_test_session_file_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return (dir / name).string();
+}
+
+void write(const std::string& path, std::span<const uint8_t> bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+}
+
+// The message read_session_info throws for these bytes ("" when it accepts them).
+std::string error_for(std::span<const uint8_t> bytes, bool with_kv = true) {
+  const std::string path = tmp_path("probe.vkv");
+  write(path, bytes);
+  try {
+    vkllm::read_session_info(path, with_kv);
+  } catch (const vkllm::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Offsets where each section's frame starts: the preamble is 16 bytes, a frame 24 + payload.
+std::vector<std::pair<std::string, uint64_t>> section_starts(const std::vector<uint8_t>& f) {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  uint64_t at = 16;
+  while (at + 16 <= f.size()) {
+    uint64_t len;
+    std::memcpy(&len, f.data() + at + 8, 8);
+    out.emplace_back(std::string(reinterpret_cast<const char*>(f.data() + at), 4), at);
+    at += 24 + len;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(SessionFile, RoundTrip) {
+  const SessionInfo s = make_info(40);
+  const std::vector<uint8_t> kv = make_kv(s);
+  const std::vector<uint8_t> bytes = vkllm::encode_session(s, kv);
+  const std::string path = tmp_path("round.vkv");
+  write(path, bytes);
+  const SessionInfo r = vkllm::read_session_info(path);
+  EXPECT_EQ(r.model.hash, s.model.hash);
+  EXPECT_EQ(r.model.name, s.model.name);
+  EXPECT_EQ(r.tokens, s.tokens);
+  EXPECT_EQ(r.conversation, s.conversation);
+  EXPECT_EQ(r.sampler, s.sampler);
+  EXPECT_EQ(r.type_v, CacheType::Q8_0);
+  EXPECT_EQ(r.n_keep, 1u);
+  EXPECT_EQ(r.file_bytes, bytes.size());
+  // Header-only read (the prompt cache's index) agrees.
+  EXPECT_EQ(vkllm::read_session_info(path, false).tokens, s.tokens);
+  // Size: the KV rows plus tokens plus a small fixed overhead.
+  const uint64_t overhead = bytes.size() - kv.size() - s.tokens.size() * 4 - s.conversation.size() - s.sampler.size();
+  EXPECT_LT(overhead, 256u);
+}
+
+TEST(SessionFile, TruncationAtEverySectionBoundaryAndRandomOffsets) {
+  const SessionInfo s = make_info(20);
+  const std::vector<uint8_t> bytes = vkllm::encode_session(s, make_kv(s));
+  std::vector<uint64_t> cuts = {0, 1, 7, 8, 12, 15};
+  for (const auto& [tag, at] : section_starts(bytes)) {
+    for (uint64_t d : {0, 1, 4, 8, 15, 16, 17}) cuts.push_back(at + d);
+  }
+  std::mt19937 rng(7);
+  for (int i = 0; i < 200; ++i) cuts.push_back(rng() % bytes.size());
+  for (uint64_t cut : cuts) {
+    if (cut >= bytes.size()) continue;
+    const std::string err = error_for(std::span(bytes).first(cut));
+    ASSERT_FALSE(err.empty()) << "truncated at " << cut << " was accepted";
+    EXPECT_NE(err.find("probe.vkv"), std::string::npos) << err;
+    if (cut > 16) EXPECT_TRUE(err.find("truncated") != std::string::npos || err.find("section") != std::string::npos) << err;
+  }
+  // A cut inside KVDT names that section and its offset.
+  const auto starts = section_starts(bytes);
+  const uint64_t kvdt = starts.back().second;
+  const std::string err = error_for(std::span(bytes).first(kvdt + 40));
+  EXPECT_NE(err.find("truncated: section 'KVDT' at offset " + std::to_string(kvdt)), std::string::npos) << err;
+}
+
+TEST(SessionFile, EveryByteFlipIsRefused) {
+  const SessionInfo s = make_info(6);
+  const std::vector<uint8_t> bytes = vkllm::encode_session(s, make_kv(s));
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    std::vector<uint8_t> bad = bytes;
+    bad[i] ^= uint8_t(1u << (i % 8));
+    const std::string err = error_for(bad);
+    ASSERT_FALSE(err.empty()) << "flip at " << i << " was accepted";
+  }
+  // A flip inside a payload is reported as that section's checksum mismatch.
+  std::vector<uint8_t> bad = bytes;
+  const auto starts = section_starts(bytes);
+  bad[starts[1].second + 24 + 2] ^= 0x40;  // inside TOKS' payload
+  EXPECT_NE(error_for(bad).find("section 'TOKS' at offset " + std::to_string(starts[1].second) + " (24 bytes): checksum mismatch"),
+            std::string::npos)
+      << error_for(bad);
+  // Trailing garbage is refused too.
+  bad = bytes;
+  bad.push_back(0);
+  EXPECT_NE(error_for(bad).find("1 bytes after the last section"), std::string::npos) << error_for(bad);
+}
+
+TEST(SessionFile, MagicAndNewerVersion) {
+  const SessionInfo s = make_info(3);
+  std::vector<uint8_t> bytes = vkllm::encode_session(s, make_kv(s));
+  std::vector<uint8_t> v2 = bytes;
+  v2[8] = 2;
+  EXPECT_NE(error_for(v2).find("format version 2 is newer than this vkllm reads (1)"), std::string::npos) << error_for(v2);
+  std::vector<uint8_t> gguf = bytes;
+  std::memcpy(gguf.data(), "GGUF", 4);
+  EXPECT_NE(error_for(gguf).find("not a vkllm session file"), std::string::npos);
+}
+
+TEST(SessionFile, HugeCountsAreBoundedByTheFileSize) {
+  // A HEAD claiming 2^31 tokens in a small file must fail before allocating.
+  SessionInfo s = make_info(2);
+  std::vector<uint8_t> bytes = vkllm::encode_session(s, make_kv(s));
+  // n_used sits 8 (n_evicted) + 4 bytes before the HEAD checksum; rewrite it and the checksum.
+  const auto starts = section_starts(bytes);
+  uint64_t head_len;
+  std::memcpy(&head_len, bytes.data() + 16 + 8, 8);
+  const uint64_t payload = 16 + 16, n_used_at = payload + head_len - 12;
+  const uint32_t huge = 0x7fffffff;
+  std::memcpy(bytes.data() + n_used_at, &huge, 4);
+  uint32_t tag;
+  std::memcpy(&tag, "HEAD", 4);
+  const uint64_t sum = XXH64(bytes.data() + payload, head_len, tag);
+  std::memcpy(bytes.data() + payload + head_len, &sum, 8);
+  const std::string err = error_for(bytes);
+  EXPECT_NE(err.find("tokens cannot fit"), std::string::npos) << err;
+  (void)starts;
+}
+
+TEST(SessionFile, FingerprintDistinguishesModels) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  VKLLM_REQUIRE_SHARED("models/synth-llama-f16.gguf");
+  VKLLM_REQUIRE_SHARED("models/synth-llama-q8_0.gguf");
+  const auto a = vkllm::model_fingerprint(gguf::File::open(vkllm::test::shared_path("models/stories260K.gguf")));
+  const auto a2 = vkllm::model_fingerprint(gguf::File::open(vkllm::test::shared_path("models/stories260K.gguf")));
+  const auto b = vkllm::model_fingerprint(gguf::File::open(vkllm::test::shared_path("models/synth-llama-f16.gguf")));
+  const auto c = vkllm::model_fingerprint(gguf::File::open(vkllm::test::shared_path("models/synth-llama-q8_0.gguf")));
+  EXPECT_EQ(a.hash, a2.hash);
+  EXPECT_NE(a.hash, b.hash);
+  EXPECT_NE(b.hash, c.hash);
+  EXPECT_EQ(a.hex().size(), 16u);
+  EXPECT_FALSE(a.name.empty());
+}
+
+// A child saves 200 times in a loop (alternating contents); the parent kills it with SIGKILL at
+// a random moment. Whatever is on disk must read back as one of the two contents.
+TEST(SessionFile, KillDuringRepeatedSavesNeverLeavesABrokenFile) {
+  const SessionInfo s1 = make_info(200, 1), s2 = make_info(300, 2);
+  const std::vector<uint8_t> b1 = vkllm::encode_session(s1, make_kv(s1, 1));
+  const std::vector<uint8_t> b2 = vkllm::encode_session(s2, make_kv(s2, 2));
+  const std::string path = tmp_path("killed.vkv");
+  std::mt19937 rng(11);
+  for (int round = 0; round < 5; ++round) {
+    fs::remove(path);
+    gguf::write_file_atomic(path, b1);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      for (int i = 0; i < 200; ++i) gguf::write_file_atomic(path, i % 2 ? b1 : b2);
+      ::_exit(0);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(500 + rng() % 20000));
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    SessionInfo r;
+    ASSERT_NO_THROW(r = vkllm::read_session_info(path)) << "round " << round;
+    EXPECT_TRUE(r.tokens == s1.tokens || r.tokens == s2.tokens);
+  }
+  // Leftover temporaries (".killed.vkv.XXXXXX") are possible; the file itself never breaks.
+  fs::remove_all(fs::path(path).parent_path());
+}
