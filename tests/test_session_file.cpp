@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -126,7 +127,9 @@ TEST(SessionFile, TruncationAtEverySectionBoundaryAndRandomOffsets) {
     const std::string err = error_for(std::span(bytes).first(cut));
     ASSERT_FALSE(err.empty()) << "truncated at " << cut << " was accepted";
     EXPECT_NE(err.find("probe.vkv"), std::string::npos) << err;
-    if (cut > 16) EXPECT_TRUE(err.find("truncated") != std::string::npos || err.find("section") != std::string::npos) << err;
+    if (cut > 16) {
+      EXPECT_TRUE(err.find("truncated") != std::string::npos || err.find("section") != std::string::npos) << err;
+    }
   }
   // A cut inside KVDT names that section and its offset.
   const auto starts = section_starts(bytes);
