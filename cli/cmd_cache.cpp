@@ -42,6 +42,7 @@ void list(const CacheCommand& c) {
     std::printf("%-19s  %10s  %9s  %-9s  %-24s  %s\n", when, human_bytes(e.bytes).c_str(), with_commas(e.info.tokens.size()).c_str(),
                 types.c_str(), e.info.model.name.substr(0, 24).c_str(), file.c_str());
   }
+  std::fflush(stdout);
   std::fprintf(stderr, "vkllm: %s: %s entries, %s\n", dir.c_str(), with_commas(entries.size()).c_str(), human_bytes(total).c_str());
 }
 

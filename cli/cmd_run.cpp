@@ -76,7 +76,7 @@ void run(const RunCommand& c) {
   Session s = open_session(c.opts);
   const Tokenizer& tok = *s.tokenizer;
   KvCache& cache = s.engine->cache();
-  const bool persist = !c.persist.session.empty() || c.persist.prompt_cache;
+  const bool persist = !c.persist.session.empty() || c.persist.prompt_cache();
   const ModelFingerprint fp = persist ? model_fingerprint(s.file) : ModelFingerprint{};
 
   Sampler sampler(c.opts.sampling);
@@ -91,6 +91,13 @@ void run(const RunCommand& c) {
     messages = session_messages(c.persist.session, info.conversation, c.chat);
     restore_ms = ms_since(t0);
     resumed = true;
+    // The saved sampler (parameters and RNG) continues the session; say so when the flags differ.
+    const SamplerParams& sp = sampler.params();
+    const SamplerParams& up = c.opts.sampling;
+    if (!c.opts.quiet && (sp.temp != up.temp || sp.top_k != up.top_k || sp.top_p != up.top_p || sp.min_p != up.min_p ||
+                          sp.repeat_penalty != up.repeat_penalty || (up.seed != Sampler::kRandomSeed && up.seed != sp.seed)))
+      std::fprintf(stderr, "vkllm: session %s: sampling continues with the saved sampler (temp %.2f, seed %llu), not this call's flags\n",
+                   c.persist.session.c_str(), sp.temp, static_cast<unsigned long long>(sampler.seed()));
     if (!c.opts.quiet)
       std::fprintf(stderr, "vkllm: session %s: %s tokens restored in %.2f ms\n", c.persist.session.c_str(),
                    with_commas(info.tokens.size()).c_str(), restore_ms);
@@ -120,7 +127,7 @@ void run(const RunCommand& c) {
   // --prompt-cache: load the stored entry sharing the longest prefix; prefill only the rest.
   std::optional<PromptCache> pc;
   double cache_load_ms = 0;
-  if (c.persist.prompt_cache && !p.tokens.empty()) {
+  if (c.persist.prompt_cache() && !p.tokens.empty()) {
     pc.emplace(prompt_cache_dir(c.persist), parse_size("--prompt-cache-size", c.persist.prompt_cache_size), fp, cache.type_k(),
                cache.type_v());
     const auto t0 = std::chrono::steady_clock::now();
@@ -133,7 +140,7 @@ void run(const RunCommand& c) {
     print_cache_warnings(*pc);
     if (!c.opts.quiet) {
       if (m.entries_seen == 0) std::fprintf(stderr, "vkllm: prompt cache: no entry for this model and cache type yet\n");
-      else if (m.matched < p.tokens.size()) std::fprintf(stderr, "vkllm: prompt cache: %s\n", divergence_message(tok, p.tokens, m).c_str());
+      else if (m.matched < m.entry_tokens && m.matched < p.tokens.size()) std::fprintf(stderr, "vkllm: prompt cache: %s\n", divergence_message(tok, p.tokens, m).c_str());
     }
   }
   {

@@ -9,11 +9,9 @@ namespace vkllm::cli {
 
 void add_persistence_options(CLI::App* cmd, PersistenceOptions& o) {
   cmd->add_option("--session", o.session, "Session file: loaded when it exists, saved after the call (docs/session-format.md)");
-  cmd->add_option("--prompt-cache", o.prompt_cache_dir,
+  o.prompt_cache_opt = cmd->add_option("--prompt-cache", o.prompt_cache_dir,
                   "Reuse and store prompt prefixes' KV state in DIR (default $XDG_CACHE_HOME/vkllm/prompt-cache)")
-      ->expected(0, 1)
-      ->trigger_on_parse()
-      ->each([&o](const std::string&) { o.prompt_cache = true; });
+      ->expected(0, 1);
   cmd->add_option("--prompt-cache-size", o.prompt_cache_size, "Size cap of the prompt cache, least recently used evicted first (default 2GiB)");
 }
 
@@ -45,19 +43,31 @@ uint64_t parse_size(const std::string& flag, const std::string& text) {
 
 std::string divergence_message(const Tokenizer& tok, std::span<const int32_t> prompt, const PromptCacheMatch& m) {
   const size_t d = m.matched;
-  // A few tokens either side of the first differing one, as text, newlines made visible.
-  const size_t from = d >= 4 ? d - 4 : 0, to = std::min(prompt.size(), d + 6);
-  std::string around = tok.detokenize(prompt.subspan(from, to - from), false);
+  // About 24 characters either side of the first differing token, newlines made visible: enough
+  // to recognise a timestamp or a changed name.
+  const size_t from = d >= 24 ? d - 24 : 0, to = std::min(prompt.size(), d + 24);
+  std::string before = tok.detokenize(prompt.subspan(from, d - from), false);
+  std::string after = tok.detokenize(prompt.subspan(d, to - d), false);
+  const bool cut_before = before.size() > 24 || from > 0, cut_after = after.size() > 24 || to < prompt.size();
+  // Trim on UTF-8 character boundaries.
+  if (before.size() > 24) {
+    size_t at = before.size() - 24;
+    while (at < before.size() && (static_cast<unsigned char>(before[at]) & 0xC0) == 0x80) ++at;
+    before.erase(0, at);
+  }
+  if (after.size() > 24) {
+    size_t at = 24;
+    while (at > 0 && (static_cast<unsigned char>(after[at]) & 0xC0) == 0x80) --at;
+    after.resize(at);
+  }
   std::string shown;
-  for (char ch : around) {
+  for (char ch : before + after) {
     if (ch == '\n') shown += "\\n";
     else if (ch == '\t') shown += "\\t";
     else shown += ch;
   }
-  std::string msg = "matched " + with_commas(d) + " of " + with_commas(prompt.size()) + " tokens: ";
-  if (d >= prompt.size()) return msg + "the whole prompt is cached";
-  return msg + "the prompt differs from the cached one at token " + with_commas(d) + ", '" + (from > 0 ? "…" : "") + shown +
-         (to < prompt.size() ? "…" : "") + "'";
+  return "matched " + with_commas(d) + " of " + with_commas(prompt.size()) + " tokens: the prompt differs from the cached one at token " +
+         with_commas(d) + ", '" + (cut_before ? "…" : "") + shown + (cut_after ? "…" : "") + "'";
 }
 
 void print_cache_warnings(const PromptCache& pc) {

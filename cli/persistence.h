@@ -13,9 +13,10 @@ namespace vkllm::cli {
 
 struct PersistenceOptions {
   std::string session;                      // --session FILE ("" = none)
-  bool prompt_cache = false;                // --prompt-cache given
+  CLI::Option* prompt_cache_opt = nullptr;  // --prompt-cache, which may come without a value
   std::string prompt_cache_dir;             // its value ("" = default_prompt_cache_dir())
   std::string prompt_cache_size = "2GiB";   // --prompt-cache-size
+  bool prompt_cache() const { return prompt_cache_opt && prompt_cache_opt->count() > 0; }
 };
 
 // --session, --prompt-cache [DIR], --prompt-cache-size.

@@ -73,7 +73,14 @@ void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape
   // Split the slot list when one tile of queries per KV head would leave the device idle
   // (decode over a long context); each split covers at least 64 slots.
   uint32_t n_split = 1;
-  if (row_tiles == 1 && scratch.buffer) n_split = std::clamp<uint32_t>(n_kv / 64, 1, k_max_split);
+  // The scratch is sized for one query token (n_head rows); a few query tokens over a long
+  // cached prefix (a prefill after a prompt-cache or session restore, a short last chunk) may
+  // split only as far as their partials fit.
+  if (row_tiles == 1 && scratch.buffer) {
+    const uint64_t per_split = uint64_t{shape.n_head_kv} * rows * (shape.head_dim + 2) * 4;
+    const uint32_t fit = static_cast<uint32_t>(std::min<uint64_t>(scratch.range / per_split, k_max_split));
+    n_split = std::clamp<uint32_t>(n_kv / 64, 1, std::max<uint32_t>(fit, 1));
+  }
   const uint32_t kv_per_split = std::max<uint32_t>(div_ceil(std::max<uint32_t>(n_kv, 1), n_split), 1);
   n_split = std::max<uint32_t>(div_ceil(std::max<uint32_t>(n_kv, 1), kv_per_split), 1);
 
