@@ -19,14 +19,22 @@ ctx=$(( (n_tok + 64 + 255) / 256 * 256 ))
 "$vkllm" run -m "$model" --ctx "$ctx" --temp 0 -f "$text" -n 1 --json --session "$ses" </dev/null >"$work/a.json" 2>"$work/a.err"
 prefill_ms=$(python3 -c 'import json,sys; print("%.1f" % json.load(open(sys.argv[1]))["ttft_ms"])' "$work/a.json")
 # 2. Restore it in a new process (three times; best of three).
+#    The session is copied first so every try restores the same 2,341 tokens. TTFT also counts
+#    recomputing the last token's logits (one decode step over the whole context).
 best=""
+best_ttft=""
 for i in 1 2 3; do
-  "$vkllm" run -m "$model" --ctx "$ctx" --temp 0 -p '' -n 1 --session "$ses" </dev/null >/dev/null 2>"$work/b.err"
-  ms=$(sed -n 's/.*tokens restored in \([0-9.]*\) \(m\?s\).*/\1 \2/p' "$work/b.err" | awk '{ print ($2 == "s") ? $1 * 1000 : $1 }')
+  cp "$ses" "$work/try.vkv"
+  "$vkllm" run -m "$model" --ctx "$ctx" --temp 0 -p '' -n 1 --json --session "$work/try.vkv" </dev/null >"$work/b.json" 2>"$work/b.err"
+  ms=$(sed -n 's/.*tokens restored in \([0-9.]*\) ms.*/\1/p' "$work/b.err")
+  ttft=$(python3 -c 'import json,sys; print("%.1f" % json.load(open(sys.argv[1]))["ttft_ms"])' "$work/b.json")
   if [ -z "$best" ] || awk "BEGIN{exit !($ms < $best)}"; then best=$ms; fi
+  if [ -z "$best_ttft" ] || awk "BEGIN{exit !($ttft < $best_ttft)}"; then best_ttft=$ttft; fi
 done
 size=$(stat -c %s "$ses")
 echo "session: $n_tok prompt tokens, file $size bytes"
 echo "prefill (from scratch): ${prefill_ms} ms"
 echo "restore (read + validate + upload): ${best} ms"
-awk -v p="$prefill_ms" -v r="$best" 'BEGIN { printf "ratio: %.1fx faster to restore\n", (r > 0 ? p / r : 0) }'
+echo "TTFT of the continued run (restore + last token's logits + sampling): ${best_ttft} ms"
+awk -v p="$prefill_ms" -v r="$best" -v t="$best_ttft" \
+  'BEGIN { printf "ratio: restore %.0fx faster than prefill; first token %.1fx sooner\n", (r > 0 ? p / r : 0), (t > 0 ? p / t : 0) }'

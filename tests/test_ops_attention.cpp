@@ -151,6 +151,7 @@ TEST_F(AttentionOps, PrefillAndDecodeEveryCacheType) {
       {4, 2, 64, 37, 100, 128, true},  // prefill after a cached prefix, NeoX
       {2, 1, 64, 5, 77, 80, true},     // qwen2-like GQA 2:1
       {4, 4, 128, 3, 50, 64, false},   // no GQA, head dim 128
+      {8, 4, 8, 15, 2366, 2560, false},  // a short prefill after a long restored prefix (splits)
   };
   for (CacheType ct : {CacheType::F16, CacheType::Q8_0, CacheType::Q4_0})
     for (const AttnCase& c : cases)
