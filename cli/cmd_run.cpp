@@ -91,6 +91,9 @@ void run(const RunCommand& c) {
     messages = session_messages(c.persist.session, info.conversation, c.chat);
     restore_ms = ms_since(t0);
     resumed = true;
+    if (!c.opts.quiet)
+      std::fprintf(stderr, "vkllm: session %s: %s tokens restored in %.2f ms\n", c.persist.session.c_str(),
+                   with_commas(info.tokens.size()).c_str(), restore_ms);
     // The saved sampler (parameters and RNG) continues the session; say so when the flags differ.
     const SamplerParams& sp = sampler.params();
     const SamplerParams& up = c.opts.sampling;
@@ -98,9 +101,6 @@ void run(const RunCommand& c) {
                           sp.repeat_penalty != up.repeat_penalty || (up.seed != Sampler::kRandomSeed && up.seed != sp.seed)))
       std::fprintf(stderr, "vkllm: session %s: sampling continues with the saved sampler (temp %.2f, seed %llu), not this call's flags\n",
                    c.persist.session.c_str(), sp.temp, static_cast<unsigned long long>(sampler.seed()));
-    if (!c.opts.quiet)
-      std::fprintf(stderr, "vkllm: session %s: %s tokens restored in %.2f ms\n", c.persist.session.c_str(),
-                   with_commas(info.tokens.size()).c_str(), restore_ms);
   }
 
   PromptTokens p;
