@@ -219,9 +219,18 @@ ChatTemplate ChatTemplate::resolve(const gguf::File* model, const std::string& n
 
 std::string ChatTemplate::render(const nlohmann::json& messages, const ChatRenderOptions& o) const {
   if (!messages.is_array()) throw Error("chat template: messages must be a JSON list");
+  return render_value(Value::from_json(messages), o);
+}
+
+std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const ChatRenderOptions& o) const {
+  if (!messages.is_array()) throw Error("chat template: messages must be a JSON list");
+  return render_value(Value::from_json(messages), o);
+}
+
+std::string ChatTemplate::render_value(const Value& messages, const ChatRenderOptions& o) const {
   const std::tm date = render_date(o.date_override);
   std::vector<std::pair<std::string, Value>> globals = {
-      {"messages", Value::from_json(messages)},
+      {"messages", messages},
       {"add_generation_prompt", Value(o.add_generation_prompt)},
       {"bos_token", Value(o.bos_token)},
       {"eos_token", Value(o.eos_token)},

@@ -17,6 +17,7 @@ namespace vkllm {
 
 namespace jinja {
 struct Program;
+class Value;
 }
 
 struct ChatRenderOptions {
@@ -39,8 +40,12 @@ class ChatTemplate {
   // messages: a JSON list of {"role", "content", …} objects. Template errors (including
   // raise_exception) → Error naming the template line and column.
   std::string render(const nlohmann::json& messages, const ChatRenderOptions& o) const;
+  // The same; objects keep their key order (what templates see when iterating a message or
+  // applying tojson to it), as with Python dicts.
+  std::string render(const nlohmann::ordered_json& messages, const ChatRenderOptions& o) const;
 
  private:
+  std::string render_value(const jinja::Value& messages, const ChatRenderOptions& o) const;
   std::shared_ptr<const jinja::Program> program_;
 };
 

@@ -289,7 +289,7 @@ const FilterEntry k_filters[] = {
     {"float", do_float},
     {"from_json", [](const Value& v, CallArgs&) {
        try {
-         return Value::from_json(nlohmann::json::parse(v.to_str()));
+         return Value::from_json(nlohmann::ordered_json::parse(v.to_str()));
        } catch (const nlohmann::json::exception& e) {
          throw Error(std::string("from_json: ") + e.what());
        }

@@ -336,13 +336,19 @@ class Evaluator {
   }
 
   Value make_macro(const std::string& name, const std::vector<MacroParam>& params, const Body& body) {
-    ScopeChain closure = scopes_;
+    // Weak references: the macro usually lives in one of these scopes, and a strong one would
+    // make a cycle. A scope that has ended (a loop's) is skipped.
+    std::vector<std::weak_ptr<Scope>> closure(scopes_.begin(), scopes_.end());
     return Value::callable(
         [this, closure, &params, &body, name](CallArgs& a) -> Value {
-          if (++call_depth_ > lim_.max_call_depth)
+          if (++call_depth_ > lim_.max_call_depth) {
+            --call_depth_;
             throw Error("macro calls nest deeper than " + std::to_string(lim_.max_call_depth));
+          }
           auto locals = std::make_shared<Scope>();
-          ScopeChain frame = closure;
+          ScopeChain frame;
+          for (const auto& w : closure)
+            if (auto s = w.lock()) frame.push_back(std::move(s));
           frame.push_back(locals);
           std::swap(scopes_, frame);
           struct Restore {

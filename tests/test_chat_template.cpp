@@ -23,7 +23,7 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
-ChatRenderOptions options_of(const json& c) {
+ChatRenderOptions options_of(const nlohmann::ordered_json& c) {
   ChatRenderOptions o;
   o.add_generation_prompt = c.value("add_generation_prompt", true);
   o.bos_token = c.value("bos_token", "");
@@ -36,7 +36,8 @@ TEST(ChatTemplateVectors, AllCasesRenderByteIdentical) {
   VKLLM_REQUIRE_SHARED("templates/README.md");
   int total = 0, passed = 0;
   for (const std::string& path : test::shared_files("templates", ".json")) {
-    const json doc = json::parse(read_text(path));
+    // Key order matters to templates that print or tojson a message, as in Python.
+    const nlohmann::ordered_json doc = nlohmann::ordered_json::parse(read_text(path));
     ChatTemplate t;
     try {
       t = ChatTemplate::from_source(doc.at("template").get<std::string>());
@@ -45,7 +46,7 @@ TEST(ChatTemplateVectors, AllCasesRenderByteIdentical) {
       total += static_cast<int>(doc.at("cases").size());
       continue;
     }
-    for (const json& c : doc.at("cases")) {
+    for (const nlohmann::ordered_json& c : doc.at("cases")) {
       ++total;
       try {
         const std::string got = t.render(c.at("messages"), options_of(c));
@@ -232,6 +233,7 @@ TEST(JinjaErrors, UnsupportedConstructsNameLineAndColumn) {
   EXPECT_NE(error_of("a\n{{ x.y }}").find("line 2, column"), std::string::npos);
   EXPECT_NE(error_of("{{ raise_exception('boom') }}").find("raise_exception: boom"), std::string::npos);
   EXPECT_NE(error_of("{{ 1 +* 2 }}").find("line 1, column 7"), std::string::npos);
+  EXPECT_NE(error_of("{% set x = [] %}{{ x.append(1) }}").find("unsafe"), std::string::npos);
 }
 
 TEST(JinjaErrors, RunawayTemplatesStop) {
@@ -295,6 +297,13 @@ TEST(ChatTemplateBuiltins, PreviousConversationIsPrefixOfNext) {
   }
   EXPECT_EQ(common_prefix_length("abcd", "abxd"), 2u);
   EXPECT_EQ(common_prefix_length("", "a"), 0u);
+}
+
+TEST(ChatTemplateVectors, KeyOrderFollowsTheInput) {
+  const auto chat = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "x", "b": 1, "a": 2}])");
+  const ChatTemplate t = ChatTemplate::from_source("{{ messages[0] | tojson }}|{{ messages[0].keys() | list }}");
+  EXPECT_EQ(t.render(chat, ChatRenderOptions{}),
+            "{\"role\": \"user\", \"content\": \"x\", \"b\": 1, \"a\": 2}|['role', 'content', 'b', 'a']");
 }
 
 TEST(ChatTemplateSpans, LocateUserContent) {
