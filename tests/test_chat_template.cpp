@@ -3,12 +3,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <unistd.h>
 
 #include "chat_template.h"
 #include "error.h"
+#include "gguf.h"
 #include "test_support.h"
 
 namespace vkllm {
@@ -304,6 +308,59 @@ TEST(ChatTemplateVectors, KeyOrderFollowsTheInput) {
   const ChatTemplate t = ChatTemplate::from_source("{{ messages[0] | tojson }}|{{ messages[0].keys() | list }}");
   EXPECT_EQ(t.render(chat, ChatRenderOptions{}),
             "{\"role\": \"user\", \"content\": \"x\", \"b\": 1, \"a\": 2}|['role', 'content', 'b', 'a']");
+}
+
+// A GGUF holding only a chat template and a three-token vocabulary.
+std::vector<uint8_t> template_gguf(const std::string& source) {
+  gguf::Writer w;
+  w.set("general.architecture", gguf::Value::str("llama"));
+  w.set("tokenizer.chat_template", gguf::Value::str(source));
+  w.set("tokenizer.ggml.tokens", gguf::Value::strings({"<unk>", "<B>", "<E>"}));
+  w.set("tokenizer.ggml.bos_token_id", gguf::Value::u32(1));
+  w.set("tokenizer.ggml.eos_token_id", gguf::Value::u32(2));
+  return w.to_bytes();
+}
+
+TEST(ChatTemplateResolve, ModelTemplateNameAndFile) {
+  const std::vector<uint8_t> bytes = template_gguf("{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}");
+  const gguf::File f = gguf::File::parse(bytes);
+  ChatRenderOptions o;
+  o.bos_token = "<B>";
+  EXPECT_EQ(ChatTemplate::resolve(&f, "").render(k_chat, o), "<B>Be brief.HiHello!Bye");
+  EXPECT_EQ(ChatTemplate::resolve(&f, "llama3").render(k_chat, o), ChatTemplate::builtin("llama3").render(k_chat, o));
+  try {
+    ChatTemplate::resolve(&f, "/nonexistent/template.jinja");
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("neither a built-in template"), std::string::npos);
+  }
+}
+
+// `vkllm template` prints exactly the rendering, with the model's BOS/EOS texts by default.
+TEST(ChatTemplateCli, PrintsTheRenderedPrompt) {
+  if (!std::filesystem::exists(VKLLM_BINARY)) GTEST_SKIP() << VKLLM_BINARY << " is not built";
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("vkllm_tmpl_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::vector<uint8_t> bytes =
+      template_gguf("{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}{{ eos_token }}{% endfor %}"
+                    "{% if add_generation_prompt %}[assistant]{% endif %}");
+  std::ofstream((dir / "m.gguf").string(), std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                                                   static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(dir / "chat.json") << R"({"messages": [{"role": "user", "content": "Hi\n"}]})";
+  auto run = [&](const std::string& args) {
+    const std::string cmd = std::string(VKLLM_BINARY) + " template " + args + " --messages " + (dir / "chat.json").string();
+    std::string out;
+    FILE* p = popen(cmd.c_str(), "r");
+    char buf[256];
+    for (size_t n; p && (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+    EXPECT_EQ(p ? pclose(p) : -1, 0) << cmd;
+    return out;
+  };
+  const std::string model = "-m " + (dir / "m.gguf").string();
+  EXPECT_EQ(run(model), "<B>[user]Hi\n<E>[assistant]");
+  EXPECT_EQ(run(model + " --no-generation-prompt --bos X --eos Y"), "X[user]Hi\nY");
+  EXPECT_EQ(run("--chat-template chatml"), "<|im_start|>user\nHi\n<|im_end|>\n<|im_start|>assistant\n");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ChatTemplateSpans, LocateUserContent) {
