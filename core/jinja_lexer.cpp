@@ -6,6 +6,7 @@
 #include <cctype>
 
 #include "error.h"
+#include "jinja_text.h"
 
 namespace vkllm::jinja {
 namespace {
@@ -200,7 +201,7 @@ class Lexer {
             op = o;
             break;
           }
-        if (op.empty()) fail(i, std::string("unexpected character '") + c + "'");
+        if (op.empty()) fail(i, "unexpected character '" + utf8_chars(std::string_view(s_).substr(i, 4))[0] + "'");
         if (op == "(" || op == "[" || op == "{") ++depth;
         if ((op == ")" || op == "]" || op == "}") && depth > 0) --depth;
         push(Tok::Op, op, i);
