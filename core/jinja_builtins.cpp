@@ -27,7 +27,7 @@ Value attribute_of(const Value& v, const std::string& path) {
     size_t dot = path.find('.', start);
     std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     Value key(part);
-    if (!part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    if (!part.empty() && part.size() < 18 && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; }))
       key = Value(static_cast<int64_t>(std::stoll(part)));
     if (cur.is_mapping()) {
       const Value* f = cur.get(key);

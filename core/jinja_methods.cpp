@@ -57,7 +57,7 @@ std::string py_format(const std::string& fmt, CallArgs& a) {
     if (field.find_first_of(":!") != std::string::npos) throw Error("str.format: format specs are not supported");
     const Value* v = nullptr;
     if (field.empty()) v = auto_index < a.args.size() ? &a.args[auto_index++] : nullptr;
-    else if (std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; }))
+    else if (field.size() < 6 && std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; }))
       v = std::stoul(field) < a.args.size() ? &a.args[std::stoul(field)] : nullptr;
     else
       for (const auto& [k, kv] : a.kwargs)
