@@ -3,6 +3,7 @@
 #include "jinja_builtins.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 
@@ -271,7 +272,11 @@ struct FilterEntry {
 };
 
 const FilterEntry k_filters[] = {
-    {"abs", [](const Value& v, CallArgs&) { return v.kind() == Kind::Float ? Value(std::fabs(v.as_double())) : Value(static_cast<int64_t>(std::llabs(v.as_int()))); }},
+    {"abs", [](const Value& v, CallArgs&) {
+       if (!v.is_number()) throw Error("bad operand type for abs(): '" + v.type_name() + "'");
+       if (v.kind() == Kind::Float || v.as_int() == INT64_MIN) return Value(std::fabs(v.as_double()));
+       return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
+     }},
     {"attr", [](const Value& v, CallArgs& a) { return attribute_of(v, attr_name(a, 0, "attr")); }},
     {"capitalize", [](const Value& v, CallArgs&) { return Value(py_capitalize(v.to_str())); }},
     {"count", [](const Value& v, CallArgs&) { return Value(v.length()); }},
@@ -391,7 +396,7 @@ const TestEntry k_tests[] = {
     {"defined", [](const Value& v, CallArgs&) { return !v.is_undefined(); }},
     {"divisibleby", [](const Value& v, CallArgs& a) {
        const int64_t d = test_arg(a, "divisibleby").as_int();
-       return d != 0 && v.as_int() % d == 0;
+       return d != 0 && (d == -1 || v.as_int() % d == 0);
      }},
     {"eq", [](const Value& v, CallArgs& a) { return v == test_arg(a, "eq"); }},
     {"even", [](const Value& v, CallArgs&) { return v.kind() == Kind::Int && v.as_int() % 2 == 0; }},

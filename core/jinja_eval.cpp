@@ -2,7 +2,9 @@
 // (for-loop and macro scopes, namespaces), loop variables and loop controls.
 #include "jinja_eval.h"
 
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <unordered_map>
 
 #include "error.h"
@@ -117,7 +119,7 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b, size_t m
   }
   if (op == "//" || op == "%") {
     if (y == 0) throw Error(op == "//" ? "integer division or modulo by zero" : "modulo by zero");
-    if (ints) {
+    if (ints && !(a.as_int() == INT64_MIN && b.as_int() == -1)) {
       const int64_t i = a.as_int(), j = b.as_int();
       int64_t q = i / j, r = i % j;
       if (r != 0 && ((r < 0) != (j < 0))) {
@@ -129,19 +131,26 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b, size_t m
     const double q = std::floor(x / y);
     return op == "//" ? Value(q) : Value(x - q * y);
   }
+  // Integer results that overflow int64 (Python would grow a big integer) become floats.
   if (op == "**") {
     if (ints && b.as_int() >= 0) {
-      int64_t r = 1;
-      for (int64_t i = 0; i < b.as_int() && i < 64; ++i) r *= a.as_int();
-      return Value(r);
+      int64_t r = 1, base = a.as_int(), e = b.as_int();
+      bool overflow = false;
+      while (e > 0 && !overflow) {  // square and multiply
+        if (e & 1) overflow = __builtin_mul_overflow(r, base, &r);
+        e >>= 1;
+        if (e > 0 && !overflow) overflow = __builtin_mul_overflow(base, base, &base);
+      }
+      if (!overflow) return Value(r);
     }
     return Value(std::pow(x, y));
   }
   if (ints) {
     const int64_t i = a.as_int(), j = b.as_int();
-    if (op == "+") return Value(i + j);
-    if (op == "-") return Value(i - j);
-    if (op == "*") return Value(i * j);
+    int64_t r = 0;
+    if (op == "+" && !__builtin_add_overflow(i, j, &r)) return Value(r);
+    if (op == "-" && !__builtin_sub_overflow(i, j, &r)) return Value(r);
+    if (op == "*" && !__builtin_mul_overflow(i, j, &r)) return Value(r);
   }
   if (op == "+") return Value(x + y);
   if (op == "-") return Value(x - y);
@@ -492,7 +501,8 @@ class Evaluator {
         if (e.name == "not") return Value(!v.truthy());
         if (!v.is_number()) throw Error("bad operand type for unary " + e.name + ": '" + v.type_name() + "'");
         if (e.name == "+") return v.kind() == Kind::Float ? v : Value(v.as_int());
-        return v.kind() == Kind::Float ? Value(-v.as_double()) : Value(-v.as_int());
+        if (v.kind() == Kind::Float || v.as_int() == INT64_MIN) return Value(-v.as_double());
+        return Value(-v.as_int());
       }
       case ExprKind::Binary: return eval_binary(e);
       case ExprKind::Compare: return eval_compare(e);
