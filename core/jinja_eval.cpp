@@ -479,6 +479,8 @@ class Evaluator {
         for (int i = 0; i < 3; ++i)
           if (e.args[static_cast<size_t>(i) + 1]) b[i] = eval(*e.args[static_cast<size_t>(i) + 1]);
         auto ptr = [](const Value& v) { return v.is_undefined() || v.is_none() ? nullptr : &v; };
+        // Like a failed subscript in Jinja2, slicing what cannot be sliced is undefined.
+        if (!target.is_string() && !target.is_sequence()) return Value::undefined();
         return slice_value(target, ptr(b[0]), ptr(b[1]), ptr(b[2]));
       }
       case ExprKind::Call: {
