@@ -3,6 +3,7 @@
 #include "chat_template.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -12,7 +13,6 @@
 #include "gguf.h"
 #include "jinja_eval.h"
 #include "jinja_parser.h"
-#include "jinja_text.h"
 
 namespace vkllm {
 namespace {

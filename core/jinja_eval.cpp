@@ -432,15 +432,13 @@ class Evaluator {
     }
     if ((obj.is_sequence() || obj.is_string()) && (key.kind() == Kind::Int || key.kind() == Kind::Bool)) {
       int64_t i = key.as_int();
-      if (obj.is_string()) {
-        Value one(i);
-        Value stop(i + 1);
-        if (i == -1) return slice_value(obj, &one, nullptr, nullptr);
-        return slice_value(obj, &one, &stop, nullptr);
-      }
-      const int64_t n = static_cast<int64_t>(obj.items().size());
+      const int64_t n = obj.length();
       if (i < 0) i += n;
-      if (i < 0 || i >= n) return Value::undefined();
+      if (i < 0 || i >= n) return Value::undefined();  // Python's IndexError
+      if (obj.is_string()) {
+        const Value start(i), stop(i + 1);
+        return slice_value(obj, &start, &stop, nullptr);
+      }
       return obj.items()[static_cast<size_t>(i)];
     }
     if (key.is_string()) return get_attr(obj, key.str());
