@@ -228,6 +228,7 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const C
 }
 
 std::string ChatTemplate::render_value(const Value& messages, const ChatRenderOptions& o) const {
+  VKLLM_CHECK(program_ != nullptr, "ChatTemplate used before from_source/builtin/resolve");
   const std::tm date = render_date(o.date_override);
   std::vector<std::pair<std::string, Value>> globals = {
       {"messages", messages},
