@@ -34,8 +34,8 @@ struct RenderedPrompt {
   std::vector<std::pair<size_t, size_t>> content_spans;
 };
 
-// Cheap to copy (the parsed template is shared). A default-constructed one must be assigned
-// from one of the factories before rendering.
+// Cheap to copy (the parsed template is shared and immutable; render may run concurrently).
+// A default-constructed one must be assigned from one of the factories before rendering.
 class ChatTemplate {
  public:
   // Parse errors → vkllm::Error("chat template: line L, column C: …").
