@@ -21,12 +21,13 @@ struct TemplateOptions {
   std::string date;
 };
 
-nlohmann::json read_messages(const std::string& path) {
+// Parsed keeping key order, as Python's json module does.
+nlohmann::ordered_json read_messages(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw Error(path + ": cannot open");
   std::ostringstream ss;
   ss << f.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(ss.str(), nullptr, false);
   if (j.is_discarded()) throw Error(path + ": not valid JSON");
   if (j.is_object() && j.contains("messages")) j = j["messages"];
   if (!j.is_array()) throw Error(path + ": expected a list of messages or an object with a 'messages' list");

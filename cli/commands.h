@@ -6,6 +6,8 @@ namespace vkllm::cli {
 
 void add_info_command(CLI::App& app);
 void add_run_command(CLI::App& app);
+void add_perplexity_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 void add_devices_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_template_command(CLI::App& app);

@@ -12,6 +12,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "vkllm 0.1.0");
   vkllm::cli::add_info_command(app);
   vkllm::cli::add_run_command(app);
+  vkllm::cli::add_perplexity_command(app);
+  vkllm::cli::add_bench_command(app);
   vkllm::cli::add_devices_command(app);
   vkllm::cli::add_tokenize_command(app);
   vkllm::cli::add_template_command(app);

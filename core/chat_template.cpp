@@ -1,8 +1,9 @@
-// Chat templates: parsing, the Hugging Face rendering globals, built-in templates, resolution
-// from flags or the GGUF file, and content spans for special-token-free tokenization.
+// Chat templates: parsing, the Hugging Face rendering globals, built-in templates, and
+// resolution from flags or the GGUF file.
 #include "chat_template.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -12,7 +13,6 @@
 #include "gguf.h"
 #include "jinja_eval.h"
 #include "jinja_parser.h"
-#include "jinja_text.h"
 
 namespace vkllm {
 namespace {
@@ -219,9 +219,19 @@ ChatTemplate ChatTemplate::resolve(const gguf::File* model, const std::string& n
 
 std::string ChatTemplate::render(const nlohmann::json& messages, const ChatRenderOptions& o) const {
   if (!messages.is_array()) throw Error("chat template: messages must be a JSON list");
+  return render_value(Value::from_json(messages), o);
+}
+
+std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const ChatRenderOptions& o) const {
+  if (!messages.is_array()) throw Error("chat template: messages must be a JSON list");
+  return render_value(Value::from_json(messages), o);
+}
+
+std::string ChatTemplate::render_value(const Value& messages, const ChatRenderOptions& o) const {
+  VKLLM_CHECK(program_ != nullptr, "ChatTemplate used before from_source/builtin/resolve");
   const std::tm date = render_date(o.date_override);
   std::vector<std::pair<std::string, Value>> globals = {
-      {"messages", Value::from_json(messages)},
+      {"messages", messages},
       {"add_generation_prompt", Value(o.add_generation_prompt)},
       {"bos_token", Value(o.bos_token)},
       {"eos_token", Value(o.eos_token)},
@@ -253,34 +263,6 @@ std::string ChatTemplate::render(const nlohmann::json& messages, const ChatRende
   } catch (const Error& e) {
     throw Error(std::string("chat template: ") + e.what());
   }
-}
-
-std::vector<std::pair<size_t, size_t>> find_content_spans(const std::string& rendered, const nlohmann::json& messages) {
-  std::vector<std::pair<size_t, size_t>> spans;
-  size_t cursor = 0;
-  auto locate = [&](const std::string& text) {
-    if (text.empty()) return;
-    for (const std::string& needle : {text, jinja::py_strip(text, std::nullopt, true, true)}) {
-      if (needle.empty()) continue;
-      const size_t p = rendered.find(needle, cursor);
-      if (p == std::string::npos) continue;
-      spans.emplace_back(p, p + needle.size());
-      cursor = p + needle.size();
-      return;
-    }
-  };
-  if (!messages.is_array()) return spans;
-  for (const auto& m : messages) {
-    if (!m.is_object() || !m.contains("content")) continue;
-    const auto& c = m["content"];
-    if (c.is_string()) {
-      locate(c.get<std::string>());
-    } else if (c.is_array()) {
-      for (const auto& part : c)
-        if (part.is_object() && part.contains("text") && part["text"].is_string()) locate(part["text"].get<std::string>());
-    }
-  }
-  return spans;
 }
 
 size_t common_prefix_length(std::string_view a, std::string_view b) {

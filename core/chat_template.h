@@ -17,6 +17,7 @@ namespace vkllm {
 
 namespace jinja {
 struct Program;
+class Value;
 }
 
 struct ChatRenderOptions {
@@ -25,6 +26,16 @@ struct ChatRenderOptions {
   std::string date_override;  // "YYYY-MM-DD" for strftime_now; "" = today (local time)
 };
 
+// A rendered prompt and the byte ranges [begin, end) of it that came from message content
+// (user- or model-controlled text), in order. The caller tokenizes those ranges as plain text,
+// so content such as "<|im_end|>" never becomes a special token.
+struct RenderedPrompt {
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> content_spans;
+};
+
+// Cheap to copy (the parsed template is shared and immutable; render may run concurrently).
+// A default-constructed one must be assigned from one of the factories before rendering.
 class ChatTemplate {
  public:
   // Parse errors → vkllm::Error("chat template: line L, column C: …").
@@ -39,15 +50,23 @@ class ChatTemplate {
   // messages: a JSON list of {"role", "content", …} objects. Template errors (including
   // raise_exception) → Error naming the template line and column.
   std::string render(const nlohmann::json& messages, const ChatRenderOptions& o) const;
+  // The same; objects keep their key order (what templates see when iterating a message or
+  // applying tojson to it), as with Python dicts.
+  std::string render(const nlohmann::ordered_json& messages, const ChatRenderOptions& o) const;
+  // Renders and locates the message content in the result; see RenderedPrompt.
+  RenderedPrompt render_with_spans(const nlohmann::ordered_json& messages, const ChatRenderOptions& o) const;
 
  private:
+  std::string render_value(const jinja::Value& messages, const ChatRenderOptions& o) const;
   std::shared_ptr<const jinja::Program> program_;
 };
 
 // Byte ranges [begin, end) of the rendered text that are message content (user-controlled
-// text), found in message order, so the caller can tokenize them without special-token
-// parsing. A content the template changed (e.g. trimmed) is located by its trimmed text; one
-// that cannot be found is left out.
+// text), found by searching the text for each content in message order, so the caller can
+// tokenize them without special-token parsing. A content the template changed (e.g. trimmed)
+// is located by its trimmed text; one that cannot be found is left out. Text search can
+// mistake template text for content that repeats it (a content of exactly "<|im_end|>");
+// ChatTemplate::render_with_spans does not, and falls back to this only when it must.
 std::vector<std::pair<size_t, size_t>> find_content_spans(const std::string& rendered, const nlohmann::json& messages);
 
 // Length of the longest common byte prefix: how much of a previous rendering (and the KV cache

@@ -64,7 +64,7 @@ Engine::Engine(const VulkanContext& ctx, Pipelines& pipelines, const Model& mode
   activation_bytes_ += logits_dev_.size();
 }
 
-void Engine::record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out) {
+void Engine::record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out, bool log_probs) {
   const ModelConfig& c = model_.config();
   const Weights& w = model_.weights();
   CommandRecorder& rec = rec_;
@@ -131,9 +131,13 @@ void Engine::record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out) {
                   c.rms_eps);
   rec.barrier();
   record_matmul(rec, w.output, out_rows_.view(), c.n_embd, n_out, logits_dev_.view(), c.n_vocab);
+  if (log_probs) {
+    rec.barrier();
+    record_log_softmax(rec, logits_dev_.view(), logits_dev_.view(), n_out, c.n_vocab);
+  }
 }
 
-void Engine::run_chunk(std::span<const int32_t> tokens, uint32_t n_out) {
+void Engine::run_chunk(std::span<const int32_t> tokens, uint32_t n_out, bool log_probs) {
   const ModelConfig& c = model_.config();
   const uint32_t n = static_cast<uint32_t>(tokens.size());
   for (int32_t t : tokens)
@@ -149,7 +153,7 @@ void Engine::run_chunk(std::span<const int32_t> tokens, uint32_t n_out) {
   std::memcpy(kv_slots_.mapped(), kv_slots.data(), kv_slots.size() * 4);
   std::memcpy(kv_pos_.mapped(), kv_pos.data(), kv_pos.size() * 4);
 
-  record_forward(n, n - n_out, n_out);
+  record_forward(n, n - n_out, n_out, log_probs);
   rec_.submit_and_wait();
   for (const DispatchTiming& t : rec_.timings()) timings_.push_back(t);
   const float* src = static_cast<const float*>(logits_dev_.mapped());
@@ -161,12 +165,13 @@ const std::vector<float>& Engine::decode(std::span<const int32_t> tokens, Logits
   // Chunks: at most n_ubatch tokens, at most the logits rows when every row is wanted, and at
   // most the ring's window so a chunk never overwrites its own tokens.
   uint32_t chunk = opts_.n_ubatch;
-  if (mode == LogitsMode::All) chunk = std::min(chunk, logits_rows_);
+  const bool all = mode != LogitsMode::Last;
+  if (all) chunk = std::min(chunk, logits_rows_);
   chunk = std::min(chunk, std::max<uint32_t>(cache_.capacity() - cache_.keep(), 1));
   for (size_t done = 0; done < tokens.size();) {
     const size_t n = std::min<size_t>(chunk, tokens.size() - done);
     const bool last = done + n == tokens.size();
-    run_chunk(tokens.subspan(done, n), mode == LogitsMode::All ? uint32_t(n) : last ? 1u : 0u);
+    run_chunk(tokens.subspan(done, n), all ? uint32_t(n) : last ? 1u : 0u, mode == LogitsMode::AllLogProbs);
     done += n;
     if (progress) progress(done, tokens.size());
   }

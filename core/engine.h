@@ -19,8 +19,9 @@ struct EngineOptions {
   bool profile = false;     // collect per-dispatch GPU timings
 };
 
-// Which logits a call to decode() returns.
-enum class LogitsMode { Last, All };
+// Which logits a call to decode() returns: the last token's, every token's, or every token's
+// log-probabilities (log-softmax of the logits, computed on the device; for perplexity).
+enum class LogitsMode { Last, All, AllLogProbs };
 
 // Device memory the engine needs besides the weights, for the memory plan.
 struct MemoryPlan {
@@ -51,9 +52,9 @@ class Engine {
  private:
   // Records the forward pass of n tokens whose ids/positions/slots are in the upload buffers;
   // logits for rows [out_begin, out_begin + n_out) land in the logits buffer.
-  void record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out);
+  void record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out, bool log_probs);
   // Runs one chunk; appends the logits of its last n_out tokens (0: none).
-  void run_chunk(std::span<const int32_t> tokens, uint32_t n_out);
+  void run_chunk(std::span<const int32_t> tokens, uint32_t n_out, bool log_probs);
 
   const VulkanContext& ctx_;
   const Model& model_;

@@ -45,15 +45,15 @@ struct Node;
 using Body = std::vector<std::unique_ptr<Node>>;
 
 enum class NodeKind {
-  Text,      // text
-  Output,    // {{ expr }}
-  If,        // branches: (cond, body)…; else_body
-  For,       // for targets in expr [if cond] body [else else_body]
-  Set,       // set targets (or ns.attr via attr) = expr
-  SetBlock,  // set targets[0] %} body {% endset
-  Macro,     // macro name(params) body
-  CallBlock, // call [(params)] expr %} body — body is the `caller`
-  FilterBlock,  // filter expr(with args[0] unused) body
+  Text,         // text
+  Output,       // {{ expr }}
+  If,           // branches: (cond, body)…; else_body
+  For,          // for targets in expr [if cond] body [else else_body]
+  Set,          // set targets = expr, or set targets[0].attr = expr (namespace)
+  SetBlock,     // set targets[0] %} body {% endset
+  Macro,        // macro text(params) body
+  CallBlock,    // call [(params)] expr %} body — body is the `caller` macro
+  FilterBlock,  // filter expr %} body: expr is a Filter whose args[0] (the input) stands for body
   Break,
   Continue,
   Generation,  // Hugging Face's {% generation %} marker: renders body as is
@@ -68,8 +68,8 @@ struct MacroParam {
 struct Node {
   NodeKind kind = NodeKind::Text;
   int line = 0, col = 0;
-  std::string text;
-  ExprPtr expr;  // Output/Set/For iterable/CallBlock call/FilterBlock filter
+  std::string text;  // Text: the data; Macro: the macro's name
+  ExprPtr expr;      // Output/Set/For iterable/CallBlock call/FilterBlock filter
   ExprPtr cond;  // For filter
   std::vector<std::string> targets;
   std::string attr;  // Set: `ns.attr = …` sets attribute `attr` of targets[0]

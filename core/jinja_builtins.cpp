@@ -3,6 +3,7 @@
 #include "jinja_builtins.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 
@@ -27,7 +28,7 @@ Value attribute_of(const Value& v, const std::string& path) {
     size_t dot = path.find('.', start);
     std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     Value key(part);
-    if (!part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    if (!part.empty() && part.size() < 18 && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; }))
       key = Value(static_cast<int64_t>(std::stoll(part)));
     if (cur.is_mapping()) {
       const Value* f = cur.get(key);
@@ -116,10 +117,13 @@ Value do_float(const Value& v, CallArgs& a) {
 }
 
 Value do_round(const Value& v, CallArgs& a) {
+  if (!v.is_number()) throw Error("type " + v.type_name() + " doesn't define __round__ method");
   const Value* p = arg(a, 0, "precision");
   const int64_t precision = p ? p->as_int() : 0;
   const Value* m = arg(a, 1, "method");
   const std::string method = m ? m->to_str() : "common";
+  if (method == "common" && (v.kind() == Kind::Int || v.kind() == Kind::Bool) && precision >= 0)
+    return Value(v.as_int());  // Python's round() keeps an int an int
   const double scale = std::pow(10.0, static_cast<double>(precision));
   double x = v.as_double() * scale;
   if (method == "common") x = std::nearbyint(x);  // Python's round(): ties to even
@@ -263,6 +267,11 @@ int64_t word_count(const std::string& s) {
   return n;
 }
 
+Value do_length(const Value& v, CallArgs&) {
+  if (v.length() < 0) throw Error("object of type '" + v.type_name() + "' has no len()");
+  return Value(v.length());
+}
+
 using FilterFn = Value (*)(const Value&, CallArgs&);
 
 struct FilterEntry {
@@ -271,10 +280,15 @@ struct FilterEntry {
 };
 
 const FilterEntry k_filters[] = {
-    {"abs", [](const Value& v, CallArgs&) { return v.kind() == Kind::Float ? Value(std::fabs(v.as_double())) : Value(static_cast<int64_t>(std::llabs(v.as_int()))); }},
+    {"abs", [](const Value& v, CallArgs&) {
+       if (!v.is_number()) throw Error("bad operand type for abs(): '" + v.type_name() + "'");
+       if (v.kind() == Kind::Float || v.as_int() == INT64_MIN) return Value(std::fabs(v.as_double()));
+       return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
+     }},
     {"attr", [](const Value& v, CallArgs& a) { return attribute_of(v, attr_name(a, 0, "attr")); }},
     {"capitalize", [](const Value& v, CallArgs&) { return Value(py_capitalize(v.to_str())); }},
-    {"count", [](const Value& v, CallArgs&) { return Value(v.length()); }},
+    {"count", do_length},
+
     {"d", [](const Value& v, CallArgs& a) {
        const Value* def = arg(a, 0, "default_value");
        const bool use = flag(a, 1, "boolean", false) ? !v.truthy() : v.is_undefined();
@@ -289,7 +303,7 @@ const FilterEntry k_filters[] = {
     {"float", do_float},
     {"from_json", [](const Value& v, CallArgs&) {
        try {
-         return Value::from_json(nlohmann::json::parse(v.to_str()));
+         return Value::from_json(nlohmann::ordered_json::parse(v.to_str()));
        } catch (const nlohmann::json::exception& e) {
          throw Error(std::string("from_json: ") + e.what());
        }
@@ -308,10 +322,7 @@ const FilterEntry k_filters[] = {
        ValueList items = v.iterate();
        return items.empty() ? Value::undefined() : items.back();
      }},
-    {"length", [](const Value& v, CallArgs&) {
-       if (v.length() < 0) throw Error("object of type '" + v.type_name() + "' has no len()");
-       return Value(v.length());
-     }},
+    {"length", do_length},
     {"list", [](const Value& v, CallArgs&) { return as_list(v); }},
     {"lower", [](const Value& v, CallArgs&) { return Value(py_lower(v.to_str())); }},
     {"map", do_map},
@@ -338,7 +349,7 @@ const FilterEntry k_filters[] = {
        return Value::list(std::move(items));
      }},
     {"round", do_round},
-    {"safe", [](const Value& v, CallArgs&) { return v; }},
+    {"safe", [](const Value& v, CallArgs&) { return Value(v.to_str()); }},  // Markup is a str
     {"select", [](const Value& v, CallArgs& a) { return select_items(v, a, false, true); }},
     {"selectattr", [](const Value& v, CallArgs& a) { return select_items(v, a, true, true); }},
     {"sort", do_sort},
@@ -385,16 +396,29 @@ const Value& test_arg(CallArgs& a, const char* test) {
   return a.args[0];
 }
 
+// Python's `value % 2` (0 or 1; floats may give a fraction); an error for non-numbers.
+double parity(const Value& v) {
+  if (!v.is_number()) throw Error("unsupported operand type(s) for %: '" + v.type_name() + "' and 'int'");
+  if (v.kind() == Kind::Float) return v.as_double() - 2 * std::floor(v.as_double() / 2);
+  return static_cast<double>(v.as_int() & 1);
+}
+
+// str.isupper()/str.islower(): at least one cased character, and all of them in that case.
+bool is_cased(const std::string& s, bool upper) {
+  const std::string u = py_upper(s), l = py_lower(s);
+  return u != l && (upper ? u == s : l == s);
+}
+
 const TestEntry k_tests[] = {
     {"boolean", [](const Value& v, CallArgs&) { return v.kind() == Kind::Bool; }},
     {"callable", [](const Value& v, CallArgs&) { return v.is_callable(); }},
     {"defined", [](const Value& v, CallArgs&) { return !v.is_undefined(); }},
     {"divisibleby", [](const Value& v, CallArgs& a) {
        const int64_t d = test_arg(a, "divisibleby").as_int();
-       return d != 0 && v.as_int() % d == 0;
+       return d != 0 && (d == -1 || v.as_int() % d == 0);
      }},
     {"eq", [](const Value& v, CallArgs& a) { return v == test_arg(a, "eq"); }},
-    {"even", [](const Value& v, CallArgs&) { return v.kind() == Kind::Int && v.as_int() % 2 == 0; }},
+    {"even", [](const Value& v, CallArgs&) { return parity(v) == 0; }},
     {"false", [](const Value& v, CallArgs&) { return v.kind() == Kind::Bool && !v.as_bool(); }},
     {"float", [](const Value& v, CallArgs&) { return v.kind() == Kind::Float; }},
     {"ge", [](const Value& v, CallArgs& a) { return !value_less(v, test_arg(a, "ge")); }},
@@ -410,13 +434,13 @@ const TestEntry k_tests[] = {
     {"integer", [](const Value& v, CallArgs&) { return v.kind() == Kind::Int; }},
     {"iterable", [](const Value& v, CallArgs&) { return v.is_string() || v.is_sequence() || v.is_mapping() || v.is_undefined(); }},
     {"le", [](const Value& v, CallArgs& a) { return !value_less(test_arg(a, "le"), v); }},
-    {"lower", [](const Value& v, CallArgs&) { return v.is_string() && py_lower(v.str()) == v.str(); }},
+    {"lower", [](const Value& v, CallArgs&) { return is_cased(v.to_str(), false); }},
     {"lt", [](const Value& v, CallArgs& a) { return value_less(v, test_arg(a, "lt")); }},
     {"mapping", [](const Value& v, CallArgs&) { return v.kind() == Kind::Dict; }},
     {"ne", [](const Value& v, CallArgs& a) { return !(v == test_arg(a, "ne")); }},
     {"none", [](const Value& v, CallArgs&) { return v.is_none(); }},
     {"number", [](const Value& v, CallArgs&) { return v.is_number(); }},
-    {"odd", [](const Value& v, CallArgs&) { return v.kind() == Kind::Int && v.as_int() % 2 != 0; }},
+    {"odd", [](const Value& v, CallArgs&) { return parity(v) == 1; }},
     {"sameas", [](const Value& v, CallArgs& a) {
        const Value& o = test_arg(a, "sameas");
        if (v.kind() != o.kind()) return false;
@@ -424,11 +448,13 @@ const TestEntry k_tests[] = {
        if (v.is_none() || v.kind() == Kind::Bool || v.is_string() || v.kind() == Kind::Int) return v == o;
        return (v.is_sequence() || v.is_mapping()) && &v.items() == &o.items();
      }},
-    {"sequence", [](const Value& v, CallArgs&) { return v.is_string() || v.is_sequence() || v.kind() == Kind::Dict; }},
+    {"sequence", [](const Value& v, CallArgs&) {
+       return v.is_string() || v.is_sequence() || v.kind() == Kind::Dict || v.is_undefined();
+     }},
     {"string", [](const Value& v, CallArgs&) { return v.is_string(); }},
     {"true", [](const Value& v, CallArgs&) { return v.kind() == Kind::Bool && v.as_bool(); }},
     {"undefined", [](const Value& v, CallArgs&) { return v.is_undefined(); }},
-    {"upper", [](const Value& v, CallArgs&) { return v.is_string() && py_upper(v.str()) == v.str(); }},
+    {"upper", [](const Value& v, CallArgs&) { return is_cased(v.to_str(), true); }},
 };
 
 const TestEntry* find_test(const std::string& name) {

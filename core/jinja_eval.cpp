@@ -2,7 +2,9 @@
 // (for-loop and macro scopes, namespaces), loop variables and loop controls.
 #include "jinja_eval.h"
 
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <unordered_map>
 
 #include "error.h"
@@ -117,7 +119,7 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b, size_t m
   }
   if (op == "//" || op == "%") {
     if (y == 0) throw Error(op == "//" ? "integer division or modulo by zero" : "modulo by zero");
-    if (ints) {
+    if (ints && !(a.as_int() == INT64_MIN && b.as_int() == -1)) {
       const int64_t i = a.as_int(), j = b.as_int();
       int64_t q = i / j, r = i % j;
       if (r != 0 && ((r < 0) != (j < 0))) {
@@ -129,19 +131,26 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b, size_t m
     const double q = std::floor(x / y);
     return op == "//" ? Value(q) : Value(x - q * y);
   }
+  // Integer results that overflow int64 (Python would grow a big integer) become floats.
   if (op == "**") {
     if (ints && b.as_int() >= 0) {
-      int64_t r = 1;
-      for (int64_t i = 0; i < b.as_int() && i < 64; ++i) r *= a.as_int();
-      return Value(r);
+      int64_t r = 1, base = a.as_int(), e = b.as_int();
+      bool overflow = false;
+      while (e > 0 && !overflow) {  // square and multiply
+        if (e & 1) overflow = __builtin_mul_overflow(r, base, &r);
+        e >>= 1;
+        if (e > 0 && !overflow) overflow = __builtin_mul_overflow(base, base, &base);
+      }
+      if (!overflow) return Value(r);
     }
     return Value(std::pow(x, y));
   }
   if (ints) {
     const int64_t i = a.as_int(), j = b.as_int();
-    if (op == "+") return Value(i + j);
-    if (op == "-") return Value(i - j);
-    if (op == "*") return Value(i * j);
+    int64_t r = 0;
+    if (op == "+" && !__builtin_add_overflow(i, j, &r)) return Value(r);
+    if (op == "-" && !__builtin_sub_overflow(i, j, &r)) return Value(r);
+    if (op == "*" && !__builtin_mul_overflow(i, j, &r)) return Value(r);
   }
   if (op == "+") return Value(x + y);
   if (op == "-") return Value(x - y);
@@ -336,13 +345,19 @@ class Evaluator {
   }
 
   Value make_macro(const std::string& name, const std::vector<MacroParam>& params, const Body& body) {
-    ScopeChain closure = scopes_;
+    // Weak references: the macro usually lives in one of these scopes, and a strong one would
+    // make a cycle. A scope that has ended (a loop's) is skipped.
+    std::vector<std::weak_ptr<Scope>> closure(scopes_.begin(), scopes_.end());
     return Value::callable(
         [this, closure, &params, &body, name](CallArgs& a) -> Value {
-          if (++call_depth_ > lim_.max_call_depth)
+          if (++call_depth_ > lim_.max_call_depth) {
+            --call_depth_;
             throw Error("macro calls nest deeper than " + std::to_string(lim_.max_call_depth));
+          }
           auto locals = std::make_shared<Scope>();
-          ScopeChain frame = closure;
+          ScopeChain frame;
+          for (const auto& w : closure)
+            if (auto s = w.lock()) frame.push_back(std::move(s));
           frame.push_back(locals);
           std::swap(scopes_, frame);
           struct Restore {
@@ -417,15 +432,13 @@ class Evaluator {
     }
     if ((obj.is_sequence() || obj.is_string()) && (key.kind() == Kind::Int || key.kind() == Kind::Bool)) {
       int64_t i = key.as_int();
-      if (obj.is_string()) {
-        Value one(i);
-        Value stop(i + 1);
-        if (i == -1) return slice_value(obj, &one, nullptr, nullptr);
-        return slice_value(obj, &one, &stop, nullptr);
-      }
-      const int64_t n = static_cast<int64_t>(obj.items().size());
+      const int64_t n = obj.length();
       if (i < 0) i += n;
-      if (i < 0 || i >= n) return Value::undefined();
+      if (i < 0 || i >= n) return Value::undefined();  // Python's IndexError
+      if (obj.is_string()) {
+        const Value start(i), stop(i + 1);
+        return slice_value(obj, &start, &stop, nullptr);
+      }
       return obj.items()[static_cast<size_t>(i)];
     }
     if (key.is_string()) return get_attr(obj, key.str());
@@ -464,6 +477,8 @@ class Evaluator {
         for (int i = 0; i < 3; ++i)
           if (e.args[static_cast<size_t>(i) + 1]) b[i] = eval(*e.args[static_cast<size_t>(i) + 1]);
         auto ptr = [](const Value& v) { return v.is_undefined() || v.is_none() ? nullptr : &v; };
+        // Like a failed subscript in Jinja2, slicing what cannot be sliced is undefined.
+        if (!target.is_string() && !target.is_sequence()) return Value::undefined();
         return slice_value(target, ptr(b[0]), ptr(b[1]), ptr(b[2]));
       }
       case ExprKind::Call: {
@@ -486,7 +501,8 @@ class Evaluator {
         if (e.name == "not") return Value(!v.truthy());
         if (!v.is_number()) throw Error("bad operand type for unary " + e.name + ": '" + v.type_name() + "'");
         if (e.name == "+") return v.kind() == Kind::Float ? v : Value(v.as_int());
-        return v.kind() == Kind::Float ? Value(-v.as_double()) : Value(-v.as_int());
+        if (v.kind() == Kind::Float || v.as_int() == INT64_MIN) return Value(-v.as_double());
+        return Value(-v.as_int());
       }
       case ExprKind::Binary: return eval_binary(e);
       case ExprKind::Compare: return eval_compare(e);

@@ -6,6 +6,7 @@
 #include <cctype>
 
 #include "error.h"
+#include "jinja_text.h"
 
 namespace vkllm::jinja {
 namespace {
@@ -200,7 +201,7 @@ class Lexer {
             op = o;
             break;
           }
-        if (op.empty()) fail(i, std::string("unexpected character '") + c + "'");
+        if (op.empty()) fail(i, "unexpected character '" + utf8_chars(std::string_view(s_).substr(i, 4))[0] + "'");
         if (op == "(" || op == "[" || op == "{") ++depth;
         if ((op == ")" || op == "]" || op == "}") && depth > 0) --depth;
         push(Tok::Op, op, i);
@@ -256,8 +257,12 @@ class Lexer {
         case 'u':
         case 'x': {
           const size_t n = e == 'u' ? 4 : 2;
-          if (j + n >= s_.size()) fail(j, "truncated escape in string literal");
-          const unsigned long cp = std::stoul(s_.substr(j + 1, n), nullptr, 16);
+          unsigned long cp = 0;
+          for (size_t k = 1; k <= n; ++k) {
+            const char h = j + k < s_.size() ? s_[j + k] : '\0';
+            if (!std::isxdigit(static_cast<unsigned char>(h))) fail(j - 1, std::string("bad \\") + e + " escape in string literal");
+            cp = cp * 16 + static_cast<unsigned long>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (h | 0x20) - 'a' + 10);
+          }
           append_utf8(out, cp);
           j += n;
           break;

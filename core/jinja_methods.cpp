@@ -57,7 +57,7 @@ std::string py_format(const std::string& fmt, CallArgs& a) {
     if (field.find_first_of(":!") != std::string::npos) throw Error("str.format: format specs are not supported");
     const Value* v = nullptr;
     if (field.empty()) v = auto_index < a.args.size() ? &a.args[auto_index++] : nullptr;
-    else if (std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; }))
+    else if (field.size() < 6 && std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; }))
       v = std::stoul(field) < a.args.size() ? &a.args[std::stoul(field)] : nullptr;
     else
       for (const auto& [k, kv] : a.kwargs)
@@ -160,44 +160,11 @@ Value dict_method(const Value& d, const std::string& name, CallArgs& a) {
     return Value::list(std::move(out));
   }
   if (name == "copy") return Value::dict(d.entries());
-  if (name == "pop") {
-    const Value* k = arg(a, 0, "key");
-    if (!k) throw Error("pop() takes at least 1 argument");
-    auto& e = d.entries();
-    for (auto it = e.begin(); it != e.end(); ++it)
-      if (it->first == *k) {
-        Value v = it->second;
-        e.erase(it);
-        return v;
-      }
-    if (const Value* def = arg(a, 1, "default")) return *def;
-    throw Error("KeyError: " + k->repr());
-  }
-  if (name == "update") {
-    if (const Value* other = arg(a, 0, "other"))
-      for (const auto& [k, v] : other->entries()) d.entries().emplace_back(k, v);
-    for (const auto& [k, v] : a.kwargs) const_cast<Value&>(d).set(Value(k), v);
-    return Value::none();
-  }
   throw Error("'dict' object has no attribute '" + name + "'");
 }
 
 Value list_method(const Value& l, const std::string& name, CallArgs& a) {
   ValueList& items = l.items();
-  if (name == "append" && l.kind() == Kind::List) {
-    if (a.args.size() != 1) throw Error("append() takes exactly one argument");
-    items.push_back(a.args[0]);
-    return Value::none();
-  }
-  if (name == "pop" && l.kind() == Kind::List) {
-    if (items.empty()) throw Error("pop from empty list");
-    int64_t i = opt_int(a, 0, "index", -1);
-    if (i < 0) i += static_cast<int64_t>(items.size());
-    if (i < 0 || i >= static_cast<int64_t>(items.size())) throw Error("pop index out of range");
-    Value v = items[static_cast<size_t>(i)];
-    items.erase(items.begin() + i);
-    return v;
-  }
   if (name == "index" || name == "count") {
     if (a.args.empty()) throw Error(name + "() takes exactly one argument");
     int64_t n = 0;
@@ -217,21 +184,38 @@ bool is_method(Kind k, const std::string& name) {
                                 "replace", "upper", "lower", "title", "capitalize", "find", "rfind", "index",
                                 "rindex", "count", "format", "join", "splitlines", "isdigit", "isalpha",
                                 "isalnum", "isspace", "isupper", "islower"};
-  static const char* k_dict[] = {"get", "items", "keys", "values", "copy", "pop", "update"};
-  static const char* k_list[] = {"append", "pop", "index", "count"};
+  static const char* k_dict[] = {"get", "items", "keys", "values", "copy"};
+  static const char* k_list[] = {"index", "count"};
   auto in = [&](const auto& table) {
     return std::any_of(std::begin(table), std::end(table), [&](const char* m) { return name == m; });
   };
   if (k == Kind::String) return in(k_str);
   if (k == Kind::Dict) return in(k_dict);
-  if (k == Kind::List) return in(k_list);
-  if (k == Kind::Tuple) return name == "index" || name == "count";
+  if (k == Kind::List || k == Kind::Tuple) return in(k_list);
+  return false;
+}
+
+// Methods that mutate: Hugging Face renders in Jinja2's ImmutableSandboxedEnvironment, which
+// refuses them (this also keeps values free of reference cycles).
+bool is_mutating_method(Kind k, const std::string& name) {
+  if (k == Kind::List) return name == "append" || name == "pop" || name == "extend" || name == "insert" ||
+                              name == "remove" || name == "clear" || name == "sort" || name == "reverse";
+  if (k == Kind::Dict) return name == "pop" || name == "update" || name == "setdefault" || name == "clear" ||
+                              name == "popitem";
   return false;
 }
 
 }  // namespace
 
 std::optional<Value> bound_method(const Value& obj, const std::string& name) {
+  if (is_mutating_method(obj.kind(), name)) {
+    const std::string type = obj.type_name();
+    return Value::callable(
+        [type, name](CallArgs&) -> Value {
+          throw Error("access to attribute '" + name + "' of '" + type + "' object is unsafe (templates render in an immutable sandbox)");
+        },
+        name);
+  }
   if (!is_method(obj.kind(), name)) return std::nullopt;
   return Value::callable(
       [obj, name](CallArgs& a) -> Value {

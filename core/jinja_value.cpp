@@ -65,27 +65,35 @@ Value Value::callable(Function f, std::string name) {
   return v;
 }
 
-Value Value::from_json(const nlohmann::json& j) {
+namespace {
+
+template <class Json>
+Value value_from_json(const Json& j) {
   switch (j.type()) {
-    case nlohmann::json::value_t::null: return none();
-    case nlohmann::json::value_t::boolean: return Value(j.get<bool>());
-    case nlohmann::json::value_t::number_integer: return Value(j.get<int64_t>());
-    case nlohmann::json::value_t::number_unsigned: return Value(static_cast<int64_t>(j.get<uint64_t>()));
-    case nlohmann::json::value_t::number_float: return Value(j.get<double>());
-    case nlohmann::json::value_t::string: return Value(j.get<std::string>());
-    case nlohmann::json::value_t::array: {
+    case Json::value_t::null: return Value::none();
+    case Json::value_t::boolean: return Value(j.template get<bool>());
+    case Json::value_t::number_integer: return Value(j.template get<int64_t>());
+    case Json::value_t::number_unsigned: return Value(static_cast<int64_t>(j.template get<uint64_t>()));
+    case Json::value_t::number_float: return Value(j.template get<double>());
+    case Json::value_t::string: return Value(j.template get<std::string>());
+    case Json::value_t::array: {
       ValueList items;
-      for (const auto& e : j) items.push_back(from_json(e));
-      return list(std::move(items));
+      for (const auto& e : j) items.push_back(value_from_json(e));
+      return Value::list(std::move(items));
     }
-    case nlohmann::json::value_t::object: {
+    case Json::value_t::object: {
       ValueDict items;
-      for (const auto& [k, e] : j.items()) items.emplace_back(Value(k), from_json(e));
-      return dict(std::move(items));
+      for (const auto& [k, e] : j.items()) items.emplace_back(Value(k), value_from_json(e));
+      return Value::dict(std::move(items));
     }
     default: throw Error("chat template: messages hold a JSON value of unsupported type " + std::string(j.type_name()));
   }
 }
+
+}  // namespace
+
+Value Value::from_json(const nlohmann::json& j) { return value_from_json(j); }
+Value Value::from_json(const nlohmann::ordered_json& j) { return value_from_json(j); }
 
 bool Value::truthy() const {
   switch (kind_) {

@@ -47,7 +47,9 @@ class Value {
   static Value dict(ValueDict items = {});
   static Value namespace_(ValueDict items);
   static Value callable(Function f, std::string name);
+  // JSON data; an ordered_json keeps the objects' key order, as Python dicts do.
   static Value from_json(const nlohmann::json& j);
+  static Value from_json(const nlohmann::ordered_json& j);
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::Undefined; }

@@ -41,6 +41,8 @@ void record_rms_norm(CommandRecorder& rec, const BufferView& x, uint32_t x_strid
                      uint32_t out_stride, uint32_t n_rows, uint32_t n_cols, float eps);
 // Row-wise softmax: x, out [n_rows][n_cols] f32.
 void record_softmax(CommandRecorder& rec, const BufferView& x, const BufferView& out, uint32_t n_rows, uint32_t n_cols);
+// Row-wise log-softmax: x, out [n_rows][n_cols] f32 (may alias).
+void record_log_softmax(CommandRecorder& rec, const BufferView& x, const BufferView& out, uint32_t n_rows, uint32_t n_cols);
 // Row-wise argmax (first index of the maximum): x [n_rows][n_cols] f32 → out [n_rows] i32.
 void record_argmax(CommandRecorder& rec, const BufferView& x, const BufferView& out, uint32_t n_rows, uint32_t n_cols);
 

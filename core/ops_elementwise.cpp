@@ -54,6 +54,11 @@ void record_softmax(CommandRecorder& rec, const BufferView& x, const BufferView&
   rec.dispatch(p, {x, out}, RowParams{n_rows, n_cols}, n_rows);
 }
 
+void record_log_softmax(CommandRecorder& rec, const BufferView& x, const BufferView& out, uint32_t n_rows, uint32_t n_cols) {
+  const Pipeline& p = rec.pipelines().get("log_softmax", 2, sizeof(RowParams), {row_wg(rec, n_cols)});
+  rec.dispatch(p, {x, out}, RowParams{n_rows, n_cols}, n_rows);
+}
+
 void record_argmax(CommandRecorder& rec, const BufferView& x, const BufferView& out, uint32_t n_rows, uint32_t n_cols) {
   const Pipeline& p = rec.pipelines().get("argmax", 2, sizeof(RowParams), {row_wg(rec, n_cols)});
   rec.dispatch(p, {x, out}, RowParams{n_rows, n_cols}, n_rows);

@@ -22,6 +22,8 @@ PromptTokens raw_prompt(const Tokenizer& tok, std::string_view text);
 // Tokenizes a rendered template: the spans holding message content are plain text, the markup
 // around them has its special tokens parsed. BOS is added when the model asks for it and the
 // template did not already write it.
+std::vector<int32_t> tokenize_rendered(const Tokenizer& tok, const RenderedPrompt& rendered);
+// The same, locating the content by searching the text (find_content_spans).
 std::vector<int32_t> tokenize_rendered(const Tokenizer& tok, const std::string& rendered, const nlohmann::json& messages);
 
 // The BOS/EOS strings a template sees, from the vocabulary.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job: set up and build, find a model, and show what vkllm does with it.
+# The main job: set up and build, find a model, describe it (stderr) and generate text (stdout).
 # Model lookup: $VKLLM_MODEL, models/default.gguf, ../shared/models/stories260K.gguf, else
 # download stories260K.gguf from the ggml-org/tiny-llamas repository on Hugging Face.
 set -euo pipefail
@@ -20,4 +20,7 @@ if [ -z "$model" ]; then
 fi
 
 echo "demo: model $model" >&2
-./build/vkllm info -m "$model"
+./build/vkllm info -m "$model" >&2
+echo >&2
+./build/vkllm run -m "$model" -n 128 -p "${VKLLM_PROMPT:-Once upon a time}"
+echo

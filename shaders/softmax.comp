@@ -1,14 +1,15 @@
-// softmax (OP_SOFTMAX) and argmax (OP_ARGMAX) over each row, one workgroup per row.
-// Bindings: 0 x [n_rows][n_cols] f32, 1 out: softmax [n_rows][n_cols] f32 / argmax [n_rows] i32.
+// softmax (OP_SOFTMAX), log-softmax (OP_LOG_SOFTMAX) and argmax (OP_ARGMAX) over each row, one
+// workgroup per row. Bindings: 0 x [n_rows][n_cols] f32, 1 out: [n_rows][n_cols] f32 (may alias
+// x) or, for argmax, [n_rows] i32.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "params.h"
 
 layout(local_size_x_id = 0) in;
-layout(binding = 0) readonly buffer X { float x[]; };
-#if defined(OP_SOFTMAX)
-layout(binding = 1) writeonly buffer Out { float out_[]; };
+layout(binding = 0) buffer X { float x[]; };
+#if defined(OP_SOFTMAX) || defined(OP_LOG_SOFTMAX)
+layout(binding = 1) buffer Out { float out_[]; };
 #else
 layout(binding = 1) writeonly buffer Out { int out_[]; };
 #endif
@@ -48,7 +49,12 @@ void main() {
   barrier();
   float total = 0.0;
   for (uint s = 0; s < gl_NumSubgroups; ++s) total += s_val[s];
+#if defined(OP_LOG_SOFTMAX)
+  const float shift = row_max + log(total);
+  for (uint i = gl_LocalInvocationID.x; i < p.n_cols; i += gl_WorkGroupSize.x) out_[base + i] = x[base + i] - shift;
+#else
   const float inv = 1.0 / total;
   for (uint i = gl_LocalInvocationID.x; i < p.n_cols; i += gl_WorkGroupSize.x) out_[base + i] = exp(x[base + i] - row_max) * inv;
+#endif
 #endif
 }

@@ -3,12 +3,18 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <unistd.h>
 
 #include "chat_template.h"
 #include "error.h"
+#include "gguf.h"
+#include "jinja_eval.h"
+#include "jinja_parser.h"
 #include "test_support.h"
 
 namespace vkllm {
@@ -23,7 +29,7 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
-ChatRenderOptions options_of(const json& c) {
+ChatRenderOptions options_of(const nlohmann::ordered_json& c) {
   ChatRenderOptions o;
   o.add_generation_prompt = c.value("add_generation_prompt", true);
   o.bos_token = c.value("bos_token", "");
@@ -36,7 +42,8 @@ TEST(ChatTemplateVectors, AllCasesRenderByteIdentical) {
   VKLLM_REQUIRE_SHARED("templates/README.md");
   int total = 0, passed = 0;
   for (const std::string& path : test::shared_files("templates", ".json")) {
-    const json doc = json::parse(read_text(path));
+    // Key order matters to templates that print or tojson a message, as in Python.
+    const nlohmann::ordered_json doc = nlohmann::ordered_json::parse(read_text(path));
     ChatTemplate t;
     try {
       t = ChatTemplate::from_source(doc.at("template").get<std::string>());
@@ -45,7 +52,7 @@ TEST(ChatTemplateVectors, AllCasesRenderByteIdentical) {
       total += static_cast<int>(doc.at("cases").size());
       continue;
     }
-    for (const json& c : doc.at("cases")) {
+    for (const nlohmann::ordered_json& c : doc.at("cases")) {
       ++total;
       try {
         const std::string got = t.render(c.at("messages"), options_of(c));
@@ -232,13 +239,11 @@ TEST(JinjaErrors, UnsupportedConstructsNameLineAndColumn) {
   EXPECT_NE(error_of("a\n{{ x.y }}").find("line 2, column"), std::string::npos);
   EXPECT_NE(error_of("{{ raise_exception('boom') }}").find("raise_exception: boom"), std::string::npos);
   EXPECT_NE(error_of("{{ 1 +* 2 }}").find("line 1, column 7"), std::string::npos);
+  EXPECT_NE(error_of("{% set x = [] %}{{ x.append(1) }}").find("unsafe"), std::string::npos);
 }
 
 TEST(JinjaErrors, RunawayTemplatesStop) {
   EXPECT_NE(error_of("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").find("nest deeper"), std::string::npos);
-  EXPECT_NE(error_of("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}")
-                .find("steps"),
-            std::string::npos);
   EXPECT_NE(error_of("{{ 'x' * 100000000000 }}").find("too large"), std::string::npos);
   EXPECT_NE(error_of("{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(40) %}"
                      "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}")
@@ -246,6 +251,29 @@ TEST(JinjaErrors, RunawayTemplatesStop) {
             std::string::npos);
   EXPECT_NE(error_of("{{ range(1000000000) | length }}").find("longer than"), std::string::npos);
   EXPECT_NE(error_of("{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}").find("nests deeper"), std::string::npos);
+}
+
+// The step limit, exercised on the interpreter with a small budget so the test stays fast
+// under sanitizers (the default is 2,000,000 steps).
+TEST(JinjaErrors, StepLimitStopsLongLoops) {
+  const jinja::Program p = jinja::parse_template(
+      "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", jinja::LexOptions{});
+  jinja::RenderLimits limits;
+  limits.max_steps = 10'000;
+  const std::vector<std::pair<std::string, jinja::Value>> globals = {
+      {"range", jinja::Value::callable(
+                    [](jinja::CallArgs& a) {
+                      jinja::ValueList items;
+                      for (int64_t i = 0; i < a.args.at(0).as_int(); ++i) items.emplace_back(i);
+                      return jinja::Value::list(std::move(items));
+                    },
+                    "range")}};
+  try {
+    jinja::render_program(p, globals, limits);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 10000 steps"), std::string::npos) << e.what();
+  }
 }
 
 // ---- built-in templates, incremental rendering, content spans ----
@@ -295,6 +323,112 @@ TEST(ChatTemplateBuiltins, PreviousConversationIsPrefixOfNext) {
   }
   EXPECT_EQ(common_prefix_length("abcd", "abxd"), 2u);
   EXPECT_EQ(common_prefix_length("", "a"), 0u);
+}
+
+TEST(ChatTemplateVectors, KeyOrderFollowsTheInput) {
+  const auto chat = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "x", "b": 1, "a": 2}])");
+  const ChatTemplate t = ChatTemplate::from_source("{{ messages[0] | tojson }}|{{ messages[0].keys() | list }}");
+  EXPECT_EQ(t.render(chat, ChatRenderOptions{}),
+            "{\"role\": \"user\", \"content\": \"x\", \"b\": 1, \"a\": 2}|['role', 'content', 'b', 'a']");
+}
+
+// A GGUF holding only a chat template and a three-token vocabulary.
+std::vector<uint8_t> template_gguf(const std::string& source) {
+  gguf::Writer w;
+  w.set("general.architecture", gguf::Value::str("llama"));
+  w.set("tokenizer.chat_template", gguf::Value::str(source));
+  w.set("tokenizer.ggml.tokens", gguf::Value::strings({"<unk>", "<B>", "<E>"}));
+  w.set("tokenizer.ggml.bos_token_id", gguf::Value::u32(1));
+  w.set("tokenizer.ggml.eos_token_id", gguf::Value::u32(2));
+  return w.to_bytes();
+}
+
+TEST(ChatTemplateResolve, ModelTemplateNameAndFile) {
+  const std::vector<uint8_t> bytes = template_gguf("{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}");
+  const gguf::File f = gguf::File::parse(bytes);
+  ChatRenderOptions o;
+  o.bos_token = "<B>";
+  EXPECT_EQ(ChatTemplate::resolve(&f, "").render(k_chat, o), "<B>Be brief.HiHello!Bye");
+  EXPECT_EQ(ChatTemplate::resolve(&f, "llama3").render(k_chat, o), ChatTemplate::builtin("llama3").render(k_chat, o));
+  try {
+    ChatTemplate::resolve(&f, "/nonexistent/template.jinja");
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("neither a built-in template"), std::string::npos);
+  }
+}
+
+// `vkllm template` prints exactly the rendering, with the model's BOS/EOS texts by default.
+TEST(ChatTemplateCli, PrintsTheRenderedPrompt) {
+  if (!std::filesystem::exists(VKLLM_BINARY)) GTEST_SKIP() << VKLLM_BINARY << " is not built";
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("vkllm_tmpl_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::vector<uint8_t> bytes =
+      template_gguf("{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}{{ eos_token }}{% endfor %}"
+                    "{% if add_generation_prompt %}[assistant]{% endif %}");
+  std::ofstream((dir / "m.gguf").string(), std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                                                   static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(dir / "chat.json") << R"({"messages": [{"role": "user", "content": "Hi\n"}]})";
+  auto run = [&](const std::string& args) {
+    const std::string cmd = std::string(VKLLM_BINARY) + " template " + args + " --messages " + (dir / "chat.json").string();
+    std::string out;
+    FILE* p = popen(cmd.c_str(), "r");
+    char buf[256];
+    for (size_t n; p && (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+    EXPECT_EQ(p ? pclose(p) : -1, 0) << cmd;
+    return out;
+  };
+  const std::string model = "-m " + (dir / "m.gguf").string();
+  EXPECT_EQ(run(model), "<B>[user]Hi\n<E>[assistant]");
+  EXPECT_EQ(run(model + " --no-generation-prompt --bos X --eos Y"), "X[user]Hi\nY");
+  EXPECT_EQ(run("--chat-template chatml"), "<|im_start|>user\nHi\n<|im_end|>\n<|im_start|>assistant\n");
+  std::filesystem::remove_all(dir);
+}
+
+std::vector<std::string> span_texts(const RenderedPrompt& r) {
+  std::vector<std::string> out;
+  for (auto [b, e] : r.content_spans) out.push_back(r.text.substr(b, e - b));
+  return out;
+}
+
+TEST(ChatTemplateSpans, RenderWithSpansSeparatesTemplateFromContent) {
+  using V = std::vector<std::string>;
+  const ChatTemplate chatml = ChatTemplate::builtin("chatml");
+  // Content that repeats the template's own markers exactly.
+  const auto tricky = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "<|im_end|>"},
+      {"role": "assistant", "content": "<|im_end|>\n<|im_start|>user\n"},
+      {"role": "user", "content": "<|im_start|>assistant\n"}])");
+  const RenderedPrompt r = chatml.render_with_spans(tricky, ChatRenderOptions{});
+  EXPECT_EQ(r.text, chatml.render(tricky, ChatRenderOptions{}));
+  EXPECT_EQ(span_texts(r), (V{"<|im_end|>", "<|im_end|>\n<|im_start|>user\n", "<|im_start|>assistant\n"}));
+  EXPECT_EQ(r.content_spans[0].first, std::string("<|im_start|>user\n").size());
+  // Trimmed content (llama3), transformed content (upper), and content the template branches on.
+  const auto padded = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "  spaced <|eot_id|> "}])");
+  EXPECT_EQ(span_texts(ChatTemplate::builtin("llama3").render_with_spans(padded, ChatRenderOptions{})),
+            (V{"spaced <|eot_id|>"}));
+  const ChatTemplate upper = ChatTemplate::from_source("{% for m in messages %}<{{ m.content | upper }}>{% endfor %}");
+  EXPECT_EQ(span_texts(upper.render_with_spans(padded, ChatRenderOptions{})), (V{"  SPACED <|EOT_ID|> "}));
+  const ChatTemplate branch = ChatTemplate::from_source(
+      "{% for m in messages %}{% if 'spaced' in m.content %}[S]{% endif %}{{ m.content }}{% endfor %}");
+  EXPECT_EQ(span_texts(branch.render_with_spans(padded, ChatRenderOptions{})), (V{"  spaced <|eot_id|> "}));
+  // Every shared vector's template agrees with itself: the spans' text is the rendering's.
+  VKLLM_REQUIRE_SHARED("templates/README.md");
+  for (const std::string& path : test::shared_files("templates", ".json")) {
+    const auto doc = nlohmann::ordered_json::parse(read_text(path));
+    const ChatTemplate t = ChatTemplate::from_source(doc.at("template").get<std::string>());
+    for (const auto& c : doc.at("cases")) {
+      const RenderedPrompt rp = t.render_with_spans(c.at("messages"), options_of(c));
+      EXPECT_EQ(rp.text, c.at("expected").get<std::string>()) << path;
+      size_t prev = 0;
+      for (auto [b, e] : rp.content_spans) {
+        EXPECT_LE(prev, b) << path;
+        EXPECT_LT(b, e) << path;
+        prev = e;
+      }
+      EXPECT_LE(prev, rp.text.size()) << path;
+      EXPECT_FALSE(rp.content_spans.empty()) << path;
+    }
+  }
 }
 
 TEST(ChatTemplateSpans, LocateUserContent) {

@@ -1,0 +1,172 @@
+// `vkllm bench`: llama-bench style prefill and decode throughput, and (--ops) the raw matvec /
+// matmul kernel throughput per weight type.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "commands.h"
+#include "common.h"
+#include "format.h"
+#include "ops.h"
+#include "weights.h"
+
+namespace vkllm::cli {
+namespace {
+
+struct BenchCommand {
+  RunOptions opts;
+  uint32_t n_prompt = 512, n_gen = 128, reps = 3, ctx_fill = 0;
+  bool json = false, ops = false;
+  uint32_t ops_size = 4096;
+  std::optional<uint32_t> device;
+};
+
+using Clock = std::chrono::steady_clock;
+double seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+struct Stat {
+  double median = 0, min = 0, max = 0;
+};
+Stat stat_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front(), v.back()};
+}
+
+std::vector<int32_t> random_tokens(uint32_t n, uint32_t n_vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(n);
+  for (int32_t& x : t) x = int32_t(rng() % n_vocab);
+  return t;
+}
+
+void bench_model(BenchCommand& c) {
+  if (c.opts.ctx == 0) c.opts.ctx = c.ctx_fill + std::max(c.n_prompt, c.n_gen) + 16;
+  c.opts.quiet = c.json;
+  Session s = open_session(c.opts);
+  Engine& e = *s.engine;
+  const uint32_t n_vocab = e.config().n_vocab;
+  std::vector<double> pp, tg;
+  // One warm-up pass builds the pipelines; then `reps` measured passes of each.
+  for (uint32_t r = 0; r <= c.reps; ++r) {
+    if (c.n_prompt) {
+      e.cache().clear();
+      const auto t0 = Clock::now();
+      e.decode(random_tokens(c.n_prompt, n_vocab, r), LogitsMode::Last);
+      if (r) pp.push_back(c.n_prompt / seconds(t0));
+    }
+    if (c.n_gen) {
+      e.cache().clear();
+      if (c.ctx_fill) e.decode(random_tokens(c.ctx_fill, n_vocab, 100 + r), LogitsMode::Last);
+      const std::vector<int32_t> toks = random_tokens(c.n_gen, n_vocab, 200 + r);
+      const auto t0 = Clock::now();
+      for (uint32_t i = 0; i < c.n_gen; ++i) e.decode(std::span(&toks[i], 1), LogitsMode::Last);
+      if (r) tg.push_back(c.n_gen / seconds(t0));
+    }
+  }
+  // Bytes one decode step reads: every weight, plus the K/V of the cache (half full on average).
+  const double kv_avg = double(e.cache().bytes_per_token()) * (c.ctx_fill + c.n_gen / 2.0);
+  const double bytes_per_token = double(s.model->weight_bytes()) + kv_avg;
+  nlohmann::json j = {{"model", c.opts.model}, {"device", s.ctx->info().name}, {"weight_bytes", s.model->weight_bytes()},
+                      {"kv_cache_type", cache_type_name(e.cache().type_k())}, {"ctx_fill", c.ctx_fill}, {"reps", c.reps}};
+  if (!pp.empty()) {
+    const Stat st = stat_of(pp);
+    j["prefill"] = {{"tokens", c.n_prompt}, {"tok_s", st.median}, {"tok_s_min", st.min}, {"tok_s_max", st.max}};
+  }
+  if (!tg.empty()) {
+    const Stat st = stat_of(tg);
+    j["decode"] = {{"tokens", c.n_gen}, {"tok_s", st.median}, {"tok_s_min", st.min}, {"tok_s_max", st.max},
+                   {"bytes_per_token", bytes_per_token}, {"effective_gb_s", bytes_per_token * st.median / 1e9}};
+  }
+  if (c.json) {
+    std::printf("%s\n", j.dump(1).c_str());
+    return;
+  }
+  std::printf("%-34s %-8s %12s %22s\n", "model", "test", "tok/s", "min … max");
+  const std::string name = c.opts.model.substr(c.opts.model.find_last_of('/') + 1);
+  if (!pp.empty()) {
+    const Stat st = stat_of(pp);
+    std::printf("%-34s %-8s %12.2f %10.2f … %-10.2f\n", name.c_str(), ("pp" + std::to_string(c.n_prompt)).c_str(), st.median,
+                st.min, st.max);
+  }
+  if (!tg.empty()) {
+    const Stat st = stat_of(tg);
+    std::printf("%-34s %-8s %12.2f %10.2f … %-10.2f\n", name.c_str(), ("tg" + std::to_string(c.n_gen)).c_str(), st.median,
+                st.min, st.max);
+    std::printf("decode reads %s per token (weights %s + KV %s) → %.2f GB/s effective\n",
+                human_bytes(uint64_t(bytes_per_token)).c_str(), human_bytes(s.model->weight_bytes()).c_str(),
+                human_bytes(uint64_t(kv_avg)).c_str(), bytes_per_token * st.median / 1e9);
+  }
+}
+
+// matvec GB/s (weight bytes read) and matmul GFLOP/s for an n×n matrix of each weight type.
+void bench_ops(const BenchCommand& c) {
+  ContextOptions co;
+  co.device_index = c.device;
+  VulkanContext ctx(co);
+  Pipelines pipes(ctx, "");
+  const uint32_t n = c.ops_size, n_tok = 512;
+  const gguf::TensorType types[] = {
+      gguf::TensorType::F32,  gguf::TensorType::F16,  gguf::TensorType::BF16, gguf::TensorType::Q4_0, gguf::TensorType::Q4_1,
+      gguf::TensorType::Q5_0, gguf::TensorType::Q5_1, gguf::TensorType::Q8_0, gguf::TensorType::Q2_K, gguf::TensorType::Q3_K,
+      gguf::TensorType::Q4_K, gguf::TensorType::Q5_K, gguf::TensorType::Q6_K};
+  Buffer x(ctx, uint64_t{n_tok} * n * 4, MemoryUse::Device, "bench x");
+  Buffer y(ctx, uint64_t{n_tok} * n * 4, MemoryUse::Device, "bench y");
+  nlohmann::json out = nlohmann::json::array();
+  if (!c.json)
+    std::printf("%s: %u×%u matrix, matmul with %u tokens\n%-6s %14s %16s\n", ctx.info().name.c_str(), n, n, n_tok, "type",
+                "matvec GB/s", "matmul GFLOP/s");
+  for (gguf::TensorType t : types) {
+    const uint64_t bytes = gguf::type_bytes(t, uint64_t{n} * n);
+    // Bytes of 0x3C: every f16/bf16 scale is a finite ~1.0, so no kernel sees NaN or Inf.
+    std::vector<uint8_t> data(bytes, 0x3C);
+    WeightArena arena(ctx);
+    const DeviceTensor w = arena.upload("bench", t, n, n, data.data());
+    CommandRecorder rec(ctx, &pipes);
+    auto time_it = [&](uint32_t tokens, uint32_t iters) {
+      record_matmul(rec, w, x.view(), n, tokens, y.view(), n);  // warm-up (pipeline creation)
+      rec.submit_and_wait();
+      const auto t0 = Clock::now();
+      for (uint32_t i = 0; i < iters; ++i) {
+        record_matmul(rec, w, x.view(), n, tokens, y.view(), n);
+        rec.barrier();
+      }
+      rec.submit_and_wait();
+      return seconds(t0) / iters;
+    };
+    const double mv = time_it(1, 10), mm = time_it(n_tok, 2);
+    const double gbs = double(bytes) / mv / 1e9, gflops = 2.0 * n * n * n_tok / mm / 1e9;
+    out.push_back({{"type", gguf::type_name(t)}, {"matvec_gb_s", gbs}, {"matmul_gflop_s", gflops}, {"bytes", bytes}});
+    if (!c.json) std::printf("%-6s %14.2f %16.2f\n", gguf::type_name(t).c_str(), gbs, gflops), std::fflush(stdout);
+  }
+  if (c.json) std::printf("%s\n", out.dump(1).c_str());
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto c = std::make_shared<BenchCommand>();
+  CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode throughput (or kernel throughput with --ops)");
+  cmd->add_option("-m,--model", c->opts.model, "GGUF model file (not needed with --ops)");
+  cmd->add_option("--device", c->device, "Vulkan device index");
+  cmd->add_option("-p,--n-prompt", c->n_prompt, "Prompt tokens for the prefill test (0: skip)");
+  cmd->add_option("-n,--n-gen", c->n_gen, "Tokens for the decode test (0: skip)");
+  cmd->add_option("-r,--reps", c->reps, "Measured repetitions")->check(CLI::Range(1u, 100u));
+  cmd->add_option("--ctx-fill", c->ctx_fill, "Tokens already in the cache before the decode test");
+  cmd->add_option("-c,--ctx", c->opts.ctx, "KV cache capacity (default: enough for the test)");
+  cmd->add_option("--cache-type", c->opts.cache_type, "KV cache type: f16, q8_0, q4_0")->check(CLI::IsMember({"f16", "q8_0", "q4_0"}));
+  cmd->add_option("--ubatch", c->opts.ubatch, "Prompt tokens per prefill chunk");
+  cmd->add_flag("--ops", c->ops, "Benchmark the matvec/matmul kernels for every weight type instead");
+  cmd->add_option("--ops-size", c->ops_size, "Matrix size for --ops")->check(CLI::Range(64u, 16384u));
+  cmd->add_flag("--json", c->json, "Print JSON");
+  cmd->callback([c] {
+    if (c->ops) return bench_ops(*c);
+    if (c->opts.model.empty()) throw Error("bench needs -m MODEL (or --ops)");
+    c->opts.device = c->device;
+    bench_model(*c);
+  });
+}
+
+}  // namespace vkllm::cli

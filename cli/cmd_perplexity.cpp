@@ -1,0 +1,67 @@
+// `vkllm perplexity`: perplexity of a text file, chunked as llama-perplexity or streamed through the ring.
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "common.h"
+#include "format.h"
+#include "perplexity.h"
+
+namespace vkllm::cli {
+namespace {
+
+struct PerplexityCommand {
+  RunOptions opts;
+  std::string file;
+  bool json = false, stream = false;
+};
+
+void run(PerplexityCommand& c) {
+  std::ifstream in(c.file, std::ios::binary);
+  if (!in) throw Error(c.file + ": cannot open");
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  if (c.opts.ctx == 0) c.opts.ctx = 512;
+  // Chunked mode evaluates whole chunks from an empty cache: ubatch covers a chunk when it can.
+  if (!c.stream) c.opts.ubatch = std::max(c.opts.ubatch, c.opts.ctx);
+  Session s = open_session(c.opts);
+  const std::vector<int32_t> tokens = s.tokenizer->tokenize(text, true, false);
+  PerplexityResult r;
+  {
+    ProgressBar bar(c.stream ? "scoring" : "chunks", c.stream ? "tok" : "chunks");
+    const auto progress = [&](uint64_t done, uint64_t total) { bar.update(done, total); };
+    if (c.stream) {
+      const uint32_t keep = c.opts.keep >= 0 ? uint32_t(c.opts.keep) : (tokens[0] == s.tokenizer->bos() ? 1u : 0u);
+      r = perplexity_stream(*s.engine, tokens, keep, progress);
+    } else {
+      const int32_t bos = tokens.empty() || tokens[0] != s.tokenizer->bos() ? -1 : s.tokenizer->bos();
+      r = perplexity_chunked(*s.engine, tokens, c.opts.ctx, bos, progress);
+    }
+  }
+  if (c.json) {
+    nlohmann::json j = {{"perplexity", r.perplexity}, {"tokens_scored", r.tokens_scored}, {"chunks", r.chunks},
+                        {"mode", c.stream ? "stream" : "chunked"}, {"ctx", c.opts.ctx}, {"text_tokens", tokens.size()},
+                        {"kv_evicted", s.engine->cache().evicted()}};
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("perplexity %.4f over %s tokens (%s)\n", r.perplexity, with_commas(r.tokens_scored).c_str(),
+                c.stream ? ("streamed through a ring of " + std::to_string(c.opts.ctx) + " slots, " +
+                            with_commas(s.engine->cache().evicted()) + " evictions").c_str()
+                         : (std::to_string(r.chunks) + " chunks of " + std::to_string(c.opts.ctx)).c_str());
+  }
+}
+
+}  // namespace
+
+void add_perplexity_command(CLI::App& app) {
+  auto c = std::make_shared<PerplexityCommand>();
+  CLI::App* cmd = app.add_subcommand("perplexity", "Perplexity of a text, as llama-perplexity computes it");
+  add_model_options(cmd, c->opts);
+  cmd->add_option("-f,--file", c->file, "Text file to score")->required();
+  cmd->add_flag("--stream", c->stream, "Feed the whole text token by token through the ring (--ctx, --keep), scoring every token");
+  cmd->add_flag("--json", c->json, "Print {\"perplexity\", \"tokens_scored\", \"chunks\"} as JSON");
+  cmd->callback([c] { run(*c); });
+}
+
+}  // namespace vkllm::cli

@@ -1,0 +1,150 @@
+// The vkllm binary end to end: `info` figures, `run` greedy tokens against the references,
+// perplexity against llama.cpp / llama2.c, the ring past capacity, stdout purity and one-line
+// errors with a non-zero exit.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "test_support.h"
+
+using nlohmann::json;
+using vkllm::test::shared_path;
+
+namespace {
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+// Runs the vkllm binary with `args` (shell words), capturing stdout and stderr separately.
+Result vkllm(const std::string& args, const std::string& stdin_text = "") {
+  const std::string dir = testing::TempDir();
+  const std::string err_path = dir + "/vkllm_cli_stderr.txt", in_path = dir + "/vkllm_cli_stdin.txt";
+  {
+    std::ofstream in(in_path, std::ios::binary);
+    in << stdin_text;
+  }
+  const std::string cmd = std::string(VKLLM_BINARY) + " " + args + " <" + in_path + " 2>" + err_path;
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  std::ifstream e(err_path, std::ios::binary);
+  r.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
+  return r;
+}
+
+std::string model(const std::string& name) { return shared_path("models/" + name); }
+
+TEST(Cli, InfoReportsStories260K) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const Result text = vkllm("info -m " + model("stories260K.gguf"));
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("layers          5"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("heads           8 (KV heads 4, head dim 8)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("embedding       64"), std::string::npos);
+  EXPECT_NE(text.out.find("vocabulary      512 tokens"), std::string::npos);
+  EXPECT_NE(text.out.find("640 B"), std::string::npos);
+  const Result js = vkllm("info --json --ctx 8192 --seqs 8 -m " + model("stories260K.gguf"));
+  ASSERT_EQ(js.status, 0) << js.err;
+  const json j = json::parse(js.out);
+  EXPECT_EQ(j["architecture"], "llama");
+  EXPECT_EQ(j["n_layer"], 5);
+  EXPECT_EQ(j["n_head"], 8);
+  EXPECT_EQ(j["n_head_kv"], 4);
+  EXPECT_EQ(j["head_dim"], 8);
+  EXPECT_EQ(j["n_embd"], 64);
+  EXPECT_EQ(j["n_vocab"], 512);
+  EXPECT_EQ(j["kv_cache"]["types"]["f16"]["bytes_per_token"], 640);
+  EXPECT_EQ(j["kv_cache"]["types"]["f16"]["bytes_total"], 640ull * 8192 * 8);
+}
+
+TEST(Cli, BadInputIsOneLineAndNonZero) {
+  const std::string dir = testing::TempDir();
+  {
+    std::ofstream f(dir + "/corrupt.gguf", std::ios::binary);
+    f << "GGUF\x03";
+  }
+  for (const std::string& args : {"info -m " + dir + "/corrupt.gguf", "run -m " + dir + "/corrupt.gguf -p hi",
+                                  "info -m " + dir + "/does-not-exist.gguf", std::string("run -m x --cache-type q9")}) {
+    const Result r = vkllm(args);
+    EXPECT_NE(r.status, 0) << args;
+    EXPECT_TRUE(r.out.empty()) << args << ": " << r.out;
+    EXPECT_FALSE(r.err.empty()) << args;
+    EXPECT_LE(std::count(r.err.begin(), r.err.end(), '\n'), 2) << r.err;  // CLI11 may add a hint line
+  }
+  const Result r = vkllm("info -m " + dir + "/corrupt.gguf");
+  EXPECT_NE(r.err.find("corrupt.gguf"), std::string::npos) << r.err;
+}
+
+// Acceptance: `vkllm run --temp 0 -n 64` reproduces the reference greedy tokens up to the
+// decided prefix, for every reference case.
+TEST(Cli, RunGreedyMatchesEveryReference) {
+  VKLLM_REQUIRE_SHARED("reference/index.json");
+  std::ifstream idx_in(shared_path("reference/index.json"));
+  const json index = json::parse(idx_in);
+  for (const auto& [id, entry] : index.items()) {
+    std::ifstream in(shared_path("reference/" + id + ".json"));
+    const json ref = json::parse(in);
+    const std::string prompt = shared_path("reference/prompts/" + ref["prompt_id"].get<std::string>() + ".txt");
+    const int decided = entry["decided_prefix"].get<int>();
+    const Result r = vkllm("run --json -q --temp 0 -n 64 --ignore-eos -m " + model(ref["model_file"]) + " -f " + prompt);
+    ASSERT_EQ(r.status, 0) << id << ": " << r.err;
+    const json out = json::parse(r.out);
+    EXPECT_EQ(out["prompt_tokens"].get<size_t>(), ref["prompt_tokens"].size()) << id;
+    const std::vector<int> got = out["tokens"].get<std::vector<int>>(), want = ref["greedy"].get<std::vector<int>>();
+    ASSERT_GE(got.size(), size_t(decided)) << id;
+    for (int s = 0; s < decided; ++s) ASSERT_EQ(got[s], want[s]) << id << " step " << s;
+  }
+}
+
+TEST(Cli, StdoutCarriesOnlyTheText) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const Result r = vkllm("run --temp 0 -n 16 -m " + model("stories260K.gguf") + " -p 'Once upon a time'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, ", there was a little girl named Lily. She loved to play");
+  EXPECT_NE(r.err.find("TTFT"), std::string::npos);
+  // stdin first, then -p: the piped manual stays the static prefix.
+  const Result piped = vkllm("run -q --json --temp 0 -n 4 -m " + model("stories260K.gguf") + " -p ' upon a time'", "Once");
+  ASSERT_EQ(piped.status, 0) << piped.err;
+  EXPECT_EQ(json::parse(piped.out)["prompt_tokens"], 5);
+}
+
+// Acceptance: every value of perplexity.json within 1%.
+TEST(Cli, PerplexityMatchesReferences) {
+  VKLLM_REQUIRE_SHARED("reference/perplexity.json");
+  std::ifstream in(shared_path("reference/perplexity.json"));
+  const json ppl = json::parse(in);
+  for (const auto& [key, value] : ppl.items()) {
+    const std::string file = key.substr(0, key.find('@')), ctx = key.substr(key.find('@') + 1);
+    const Result r = vkllm("perplexity --json -q -m " + model(file) + " --ctx " + ctx + " -f " + shared_path("reference/stories.txt"));
+    ASSERT_EQ(r.status, 0) << key << ": " << r.err;
+    const double got = json::parse(r.out)["perplexity"].get<double>(), want = value.get<double>();
+    EXPECT_LE(std::abs(got - want) / want, 0.01) << key << ": " << got << " vs " << want;
+    RecordProperty(key, std::to_string(got));
+  }
+}
+
+// Acceptance: the ring wraps ~35 times with no blow-up: streamed perplexity at --ctx 64 --keep 4
+// is no worse than 1.1 × the chunked perplexity at --ctx 64.
+TEST(Cli, StreamedPerplexityThroughTheRing) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const std::string args = "perplexity --json -q -m " + model("stories260K.gguf") + " -f " + shared_path("reference/stories.txt") + " --ctx 64";
+  const Result chunked = vkllm(args), stream = vkllm(args + " --stream --keep 4");
+  ASSERT_EQ(chunked.status, 0) << chunked.err;
+  ASSERT_EQ(stream.status, 0) << stream.err;
+  const json c = json::parse(chunked.out), s = json::parse(stream.out);
+  EXPECT_GE(s["kv_evicted"].get<int>(), 64 * 30);
+  EXPECT_EQ(s["tokens_scored"], 2339);
+  EXPECT_LE(s["perplexity"].get<double>(), 1.1 * c["perplexity"].get<double>()) << s.dump() << " vs " << c.dump();
+}
+
+}  // namespace
