@@ -13,7 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "kv_cache.h"
 #include "test_support.h"
+#include "vk_buffer.h"
+#include "vk_test_env.h"
 
 namespace fs = std::filesystem;
 
@@ -187,4 +190,46 @@ TEST_F(SessionTest, ConcurrentRunsShareThePromptCache) {
   EXPECT_NE(after.err.find("skipping and removing"), std::string::npos) << after.err;
   ASSERT_EQ(vkllm("cache clear --dir " + dir).rc, 0);
   EXPECT_EQ(vkllm("cache list --dir " + dir).out.find(".vkv"), std::string::npos);
+}
+
+// read_rows walks a wrapped ring in logical order; restore puts the rows at slots 0…n−1 of a
+// cache of another capacity, and reading them back gives the same bytes and tokens.
+TEST(KvCacheRows, WrappedRingRoundTripsThroughRestore) {
+  vkllm::ModelConfig c;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_head_kv = 2;
+  c.head_dim = 16;
+  c.n_embd = 64;
+  using vkllm::CacheType;
+  vkllm::KvCache ring(vkllm::test::vk(), c, {8, CacheType::F16, CacheType::Q8_0});
+  ring.set_keep(2);
+  std::vector<int32_t> pos, toks;
+  for (int32_t t = 100; t < 112; ++t) toks.push_back(t);
+  ring.append(toks, pos);  // 12 tokens into 8 slots: 4 evicted, the window wraps
+  ASSERT_EQ(ring.evicted(), 4u);
+  // Fill every slot's rows with a pattern naming the slot, layer and K/V.
+  for (uint32_t l = 0; l < 2; ++l)
+    for (uint32_t slot = 0; slot < 8; ++slot) {
+      std::vector<uint8_t> k(ring.row_bytes_k(), uint8_t(slot * 16 + l * 2)), v(ring.row_bytes_v(), uint8_t(slot * 16 + l * 2 + 1));
+      vkllm::upload(vkllm::test::vk(), ring.k(l), slot * ring.row_bytes_k(), k.data(), k.size());
+      vkllm::upload(vkllm::test::vk(), ring.v(l), slot * ring.row_bytes_v(), v.data(), v.size());
+    }
+  const std::vector<uint8_t> rows = ring.read_rows(ring.used());
+  const uint64_t layer = uint64_t{ring.used()} * (ring.row_bytes_k() + ring.row_bytes_v());
+  ASSERT_EQ(rows.size(), 2 * layer);
+  for (uint32_t l = 0; l < 2; ++l)
+    for (uint32_t i = 0; i < ring.used(); ++i) {
+      const uint8_t slot = uint8_t(ring.slot_of(i));
+      EXPECT_EQ(rows[l * layer + i * ring.row_bytes_k()], uint8_t(slot * 16 + l * 2)) << "layer " << l << " token " << i;
+      EXPECT_EQ(rows[l * layer + ring.used() * ring.row_bytes_k() + i * ring.row_bytes_v()], uint8_t(slot * 16 + l * 2 + 1));
+    }
+  vkllm::KvCache copy(vkllm::test::vk(), c, {16, CacheType::F16, CacheType::Q8_0});
+  copy.restore(ring.tokens(), ring.keep(), ring.evicted(), rows);
+  EXPECT_EQ(copy.tokens(), ring.tokens());
+  EXPECT_EQ(copy.keep(), 2u);
+  EXPECT_EQ(copy.evicted(), 4u);
+  for (uint32_t i = 0; i < copy.used(); ++i) EXPECT_EQ(copy.slot_of(i), int32_t(i));
+  EXPECT_EQ(copy.read_rows(copy.used()), rows);
+  vkllm::test::expect_no_validation_messages();
 }
