@@ -73,6 +73,8 @@ void print_stats(const GenerationStats& st, const KvCache& kv) {
 
 void run(const RunCommand& c) {
   const std::string text = gather_prompt(c);
+  // Flags are checked before the model loads.
+  const uint64_t prompt_cache_bytes = c.persist.prompt_cache() ? parse_size("--prompt-cache-size", c.persist.prompt_cache_size) : 0;
   Session s = open_session(c.opts);
   const Tokenizer& tok = *s.tokenizer;
   KvCache& cache = s.engine->cache();
@@ -128,7 +130,7 @@ void run(const RunCommand& c) {
   std::optional<PromptCache> pc;
   double cache_load_ms = 0;
   if (c.persist.prompt_cache() && !p.tokens.empty()) {
-    pc.emplace(prompt_cache_dir(c.persist), parse_size("--prompt-cache-size", c.persist.prompt_cache_size), fp, cache.type_k(),
+    pc.emplace(prompt_cache_dir(c.persist), prompt_cache_bytes, fp, cache.type_k(),
                cache.type_v());
     const auto t0 = std::chrono::steady_clock::now();
     const PromptCacheMatch m = pc->find(p.tokens);

@@ -182,6 +182,18 @@ TEST_F(SessionTest, ConcurrentRunsShareThePromptCache) {
   EXPECT_EQ(list.rc, 0) << list.err;
   EXPECT_NE(list.out.find(".vkv"), std::string::npos) << list.out;
 
+  // A small cap evicts least recently used entries: only the newest (~20 KiB) stays.
+  auto entries = [&] {
+    std::vector<fs::path> v;
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().extension() == ".vkv") v.push_back(e.path());
+    return v;
+  };
+  ASSERT_EQ(entries().size(), 3u);
+  const Result small = vkllm(model() + " --temp 0 -n 4 --prompt-cache " + dir + " --prompt-cache-size 30KiB -p '" + manual + "Who was sad?'");
+  ASSERT_EQ(small.rc, 0) << small.err;
+  ASSERT_EQ(entries().size(), 1u);
+
   // A corrupt entry is skipped with a warning and removed.
   for (const auto& e : fs::directory_iterator(dir))
     if (e.path().extension() == ".vkv") fs::resize_file(e.path(), fs::file_size(e.path()) / 2);
