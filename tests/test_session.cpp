@@ -101,6 +101,25 @@ TEST_F(SessionTest, AppendedPromptReusesTheSession) {
   EXPECT_GT(j.at("prompt_tokens").get<int>(), j.at("cached_tokens").get<int>());
 }
 
+// --chat sessions keep the messages: the second turn re-renders the conversation and reuses
+// the restored cache up to the new user message. Raw and chat sessions do not mix.
+TEST_F(SessionTest, ChatSessionKeepsTheConversation) {
+  VKLLM_REQUIRE_SHARED(kModel);
+  const std::string s = path("chat.vkv");
+  const Result a = vkllm(model() + " --temp 0 --json --chat --system 'Be brief.' -p 'Hi there' -n 4 --session " + s);
+  ASSERT_EQ(a.rc, 0) << a.err;
+  const int first = nlohmann::json::parse(a.out).at("prompt_tokens");
+  const Result b = vkllm(model() + " --temp 0 --json --chat -p 'And then?' -n 4 --session " + s);
+  ASSERT_EQ(b.rc, 0) << b.err;
+  EXPECT_GE(nlohmann::json::parse(b.out).at("cached_tokens").get<int>(), first);
+  const std::string file = slurp(s);
+  EXPECT_NE(file.find(R"({"content":"Be brief.","role":"system"})"), std::string::npos);
+  EXPECT_NE(file.find(R"({"content":"And then?","role":"user"})"), std::string::npos);
+  const Result raw = vkllm(model() + " -p 'x' -n 1 -q --session " + s);
+  EXPECT_EQ(raw.rc, 1);
+  EXPECT_NE(raw.err.find("holds a chat session; continue it with --chat"), std::string::npos) << raw.err;
+}
+
 // Refused loads: another model, another cache type, too small a --ctx, a truncated file. Each
 // is one line naming the file, and the file is left as it was.
 TEST_F(SessionTest, RefusedLoadsNameTheReason) {
