@@ -249,8 +249,10 @@ Parsed parse(const std::string& path, uint64_t file_size, const Fetch& fetch, bo
         info.sampler.assign(payload.begin(), payload.end());
         break;
       case kKvdt: {
-        const uint64_t want = uint64_t{info.n_layer} * info.tokens.size() * (info.row_bytes_k + info.row_bytes_v);
-        if (len != want)
+        // Checked multiplication: the factors are bounded, but their product is not obviously.
+        uint64_t want = 0;
+        const bool overflow = __builtin_mul_overflow(uint64_t{info.n_layer} * info.tokens.size(), info.row_bytes_k + info.row_bytes_v, &want);
+        if (overflow || len != want)
           r.fail(commas(len) + " bytes of KV, expected " + commas(want) + " (" + std::to_string(info.n_layer) + " layers × " +
                  commas(info.tokens.size()) + " tokens × " + std::to_string(info.row_bytes_k + info.row_bytes_v) + " bytes)");
         out.kv = payload;
