@@ -9,5 +9,6 @@ void add_run_command(CLI::App& app);
 void add_devices_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_template_command(CLI::App& app);
+void add_chat_command(CLI::App& app);
 
 }  // namespace vkllm::cli
