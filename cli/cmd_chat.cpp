@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -99,10 +98,14 @@ class LineReader {
       return Status::Line;
     }
     prompt_ = prompt;
+    g_sigint = 0;
     int count = 0;
     const char* s = el_gets(el_, &count);
     if (!s) {
-      if (count < 0 && errno == EINTR) {
+      // libedit's cleanup after EINTR may change errno; the handler's count is what tells.
+      if (g_sigint.load() > 0) {
+        const LineInfo* li = el_line(el_);  // what was typed before Ctrl+C
+        if (li && li->lastchar > li->buffer) line.assign(li->buffer, size_t(li->lastchar - li->buffer));
         el_reset(el_);
         return Status::Interrupted;
       }
@@ -180,11 +183,16 @@ std::optional<std::string> ChatSession::read_message() {
     }
     if (st == LineReader::Status::Interrupted) {
       std::fputc('\n', stdout);
+      if (!line.empty()) {  // Ctrl+C on a typed line drops the line, as in a shell
+        last_interrupted_ = true;
+        continue;
+      }
       // Ctrl+C at the prompt ends the chat: 0, or 130 when the previous event was a Ctrl+C too.
       exit_code_ = last_interrupted_ ? 130 : 0;
       return std::nullopt;
     }
     if (line.empty() && !reader_.input_pending()) continue;
+    last_interrupted_ = false;
     msg = line;
     break;
   }
@@ -195,6 +203,11 @@ std::optional<std::string> ChatSession::read_message() {
     if (closed_at_once) return block.substr(0, block.size() - 3);
     for (;;) {
       const auto st = reader_.read(line2, "... ");
+      if (st == LineReader::Status::Interrupted) {  // Ctrl+C drops the unfinished block
+        std::fputc('\n', stdout);
+        last_interrupted_ = true;
+        return read_message();
+      }
       if (st != LineReader::Status::Line) break;
       if (line2.ends_with("\"\"\"")) {
         block += (block.empty() ? "" : "\n") + line2.substr(0, line2.size() - 3);
