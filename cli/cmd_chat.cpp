@@ -45,6 +45,9 @@ void install_sigint() {
   sigaction(SIGINT, &sa, nullptr);
 }
 
+// Where the prompt and the echo of the line go (see LineReader).
+FILE* term_out() { return stdout_is_tty() ? stdout : stderr; }
+
 bool no_color() {
   const char* v = std::getenv("NO_COLOR");
   return v && *v;
@@ -74,7 +77,8 @@ class LineReader {
     history(hist_, &ev, H_SETUNIQUE, 1);
     path_ = history_path();
     if (!path_.empty()) history(hist_, &ev, H_LOAD, path_.c_str());
-    el_ = el_init("vkllm", stdin, stdout, stderr);
+    // With stdout redirected the prompt and the line editing go to stderr, keeping stdout clean.
+    el_ = el_init("vkllm", stdin, term_out(), stderr);
     el_set(el_, EL_EDITOR, "emacs");
     el_set(el_, EL_HIST, history, hist_);
     el_set(el_, EL_CLIENTDATA, this);
@@ -177,12 +181,12 @@ std::optional<std::string> ChatSession::read_message() {
     g_sigint = 0;
     const auto st = reader_.read(line, "> ");
     if (st == LineReader::Status::Eof) {
-      if (tty_in_) std::fputc('\n', stdout);
+      if (tty_in_) std::fputc('\n', term_out());
       exit_code_ = 0;
       return std::nullopt;
     }
     if (st == LineReader::Status::Interrupted) {
-      std::fputc('\n', stdout);
+      std::fputc('\n', term_out());
       if (!line.empty()) {  // Ctrl+C on a typed line drops the line, as in a shell
         last_interrupted_ = true;
         continue;
@@ -204,7 +208,7 @@ std::optional<std::string> ChatSession::read_message() {
     for (;;) {
       const auto st = reader_.read(line2, "... ");
       if (st == LineReader::Status::Interrupted) {  // Ctrl+C drops the unfinished block
-        std::fputc('\n', stdout);
+        std::fputc('\n', term_out());
         last_interrupted_ = true;
         return read_message();
       }
