@@ -100,6 +100,21 @@ TEST_F(ChatConversation, TurnsPrefillOnlyTheirNewTokens) {
   EXPECT_EQ(conv.evicted(), 0u);
 }
 
+// Every built-in template renders incrementally (with the trimmed-reply allowance for Llama 2/3
+// and Gemma), so turn 2 reuses all of turn 1 whatever the template.
+TEST_F(ChatConversation, EveryBuiltinTemplateReusesTheWholeCache) {
+  ChatRig r(1024);
+  for (const std::string& name : ChatTemplate::builtin_names()) {
+    SCOPED_TRACE(name);
+    Conversation conv(r.engine, r.tok, r.sampler, ChatTemplate::builtin(name), "You tell stories.");
+    conv.say("Hello", up_to(8), kIgnore);
+    const size_t after1 = conv.tokens().size();
+    const GenerationStats s2 = conv.say("Tell me more", up_to(8), kIgnore);
+    EXPECT_EQ(s2.cached_tokens, after1);
+    expect_cache_consistent(conv, r.engine.cache());
+  }
+}
+
 TEST_F(ChatConversation, RegenUndoClearKeepTheCacheConsistent) {
   ChatRig r(1024);
   Conversation conv(r.engine, r.tok, r.sampler, ChatTemplate::builtin("chatml"), "You tell stories.");
