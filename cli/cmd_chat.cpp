@@ -85,8 +85,21 @@ class LineReader {
     el_set(el_, EL_PROMPT, &LineReader::prompt_fn);
     el_set(el_, EL_SIGNAL, 0);  // our SIGINT handler; el_gets returns on EINTR
     el_source(el_, nullptr);    // ~/.editrc
+    // Bracketed paste: the terminal wraps pasted text in ESC[200~ … ESC[201~, and the whole
+    // paste, newlines included, goes into the line instead of sending each line.
+    el_set(el_, EL_ADDFN, "vkllm-paste", "insert bracketed paste", &LineReader::paste_fn);
+    el_set(el_, EL_BIND, "\033[200~", "vkllm-paste", nullptr);
+    if (isatty(fileno(term_out())) == 1) {
+      std::fputs("\033[?2004h", term_out());
+      std::fflush(term_out());
+      paste_mode_ = true;
+    }
   }
   ~LineReader() {
+    if (paste_mode_) {
+      std::fputs("\033[?2004l", term_out());
+      std::fflush(term_out());
+    }
     if (el_) el_end(el_);
     if (hist_) history_end(hist_);
   }
@@ -135,6 +148,23 @@ class LineReader {
   }
 
  private:
+  // Reads the pasted bytes up to ESC[201~ straight from the terminal and inserts them.
+  static unsigned char paste_fn(EditLine* el, int) {
+    std::string text;
+    char c;
+    while (::read(STDIN_FILENO, &c, 1) == 1) {
+      text += c;
+      if (text.ends_with("\033[201~")) {
+        text.resize(text.size() - 6);
+        break;
+      }
+    }
+    for (char& ch : text)
+      if (ch == '\r') ch = '\n';  // terminals send Enter in a paste as CR
+    if (!text.empty()) el_insertstr(el, text.c_str());
+    return CC_REFRESH;
+  }
+
   static const char* prompt_fn(EditLine* el) {
     void* self = nullptr;
     el_get(el, EL_CLIENTDATA, &self);
@@ -146,6 +176,7 @@ class LineReader {
   History* hist_ = nullptr;
   std::string path_;
   const char* prompt_ = "> ";
+  bool paste_mode_ = false;
 };
 
 class ChatSession {
@@ -370,7 +401,12 @@ int ChatSession::run() {
       continue;
     }
     if (msg->starts_with("//")) msg->erase(0, 1);
-    stream_reply(false, *msg);
+    try {
+      stream_reply(false, *msg);
+    } catch (const Error& e) {
+      // A template that refuses the conversation, say: the chat stays usable (/undo, /clear).
+      std::fprintf(stderr, "vkllm: error: %s\n", e.what());
+    }
   }
 }
 

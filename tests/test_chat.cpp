@@ -291,6 +291,11 @@ class Tmux {
     std::filesystem::remove_all(state_, ec);
   }
   void keys(const std::string& k) { run_shell(tmux("send-keys " + k)); }
+  // Pastes as a terminal does, in bracketed-paste markers when the program asked for them.
+  void paste(const std::string& text) {
+    run_shell(tmux("set-buffer -- '" + text + "'"));
+    run_shell(tmux("paste-buffer -p"));
+  }
   std::string screen() { return run_shell(tmux("capture-pane -p -S -2000")).out; }
   // Polls the screen until `done` holds; false after `seconds`.
   bool wait(const std::function<bool(const std::string&)>& done, double seconds) {
@@ -333,7 +338,7 @@ TEST(ChatCli, TerminalSession) {
     return [n](const std::string& s) { return occurrences(s, "tok/s ]") >= n && at_prompt(s); };
   };
   {
-    // Short replies: a streamed reply, /regen, /undo, /stats, /clear, Ctrl+D.
+    // Short replies: a streamed reply, /regen, /undo, a pasted message, /stats, /clear, Ctrl+D.
     Tmux t(chat_cmd("-n 12"));
     ASSERT_TRUE(t.wait(at_prompt, 20)) << t.screen();
     t.keys("Hello Enter");
@@ -343,7 +348,8 @@ TEST(ChatCli, TerminalSession) {
     t.keys("/undo Enter");
     ASSERT_TRUE(t.wait([](const std::string& s) { return s.find("(last exchange dropped; 0 left)") != std::string::npos; }, 5))
         << t.screen();
-    t.keys("'Tell me more' Enter");
+    t.paste("Tell me\nmore");  // two pasted lines: one message
+    t.keys("Enter");
     ASSERT_TRUE(t.wait(replies(3), 15)) << t.screen();
     t.keys("/stats Enter");
     ASSERT_TRUE(t.wait([](const std::string& s) { return s.find("evicted") != std::string::npos && at_prompt(s); }, 5))
