@@ -290,7 +290,8 @@ void ChatSession::stream_reply(bool regen, const std::string& text) {
   std::fputc('\n', stdout);
   std::fflush(stdout);
   last_interrupted_ = st.stop_reason == "interrupted";
-  if (last_interrupted_ && tty_in_) std::fprintf(stderr, "%s\n", no_color() || !stderr_is_tty() ? "[interrupted]" : "\033[2m[interrupted]\033[0m");
+  if (last_interrupted_ && tty_in_)
+    std::fprintf(stderr, "%s\n", no_color() || !stderr_is_tty() ? "[interrupted]" : "\033[2m[interrupted]\033[0m");
   if (!c_.opts.quiet) status_line();
 }
 
@@ -298,7 +299,8 @@ void ChatSession::print_stats() const {
   const KvCache& kv = s_.engine->cache();
   const GenerationStats& st = conv_.last_stats();
   std::printf("tokens      %s / %s in the cache (%s pinned), conversation %s\n", with_commas(kv.used()).c_str(),
-              with_commas(kv.capacity()).c_str(), with_commas(conv_.pinned()).c_str(), with_commas(conv_.tokens().size()).c_str());
+              with_commas(kv.capacity()).c_str(), with_commas(conv_.pinned()).c_str(),
+              with_commas(conv_.tokens().size()).c_str());
   std::printf("evicted     %s tokens of this conversation (%s since the cache was last emptied)\n",
               with_commas(conv_.evicted()).c_str(), with_commas(kv.evicted()).c_str());
   std::printf("KV cache    %s used, %s/token, K %s, V %s\n", human_bytes(kv.bytes_used()).c_str(),
@@ -317,7 +319,8 @@ void ChatSession::print_kv() const {
   const ModelConfig& c = s_.engine->config();
   const KvCache& kv = s_.engine->cache();
   const uint32_t ctx = kv.capacity();
-  std::printf("KV cache: %u layers × 2 (K, V) × %u KV heads × %u head dim per token\n", c.n_layer, c.n_head_kv, c.head_dim);
+  std::printf("KV cache: %u layers × 2 (K, V) × %u KV heads × %u head dim per token\n", c.n_layer, c.n_head_kv,
+              c.head_dim);
   std::printf("  %-10s %14s %14s %14s\n", "type", "per token", ("× " + with_commas(ctx) + " tok").c_str(), "used now");
   for (CacheType t : {CacheType::F16, CacheType::Q8_0, CacheType::Q4_0}) {
     if (!cache_type_fits(t, c.n_embd_kv())) continue;

@@ -28,7 +28,12 @@ std::string trimmed(const std::string& s) {
 
 Conversation::Conversation(Engine& engine, const Tokenizer& tok, Sampler& sampler, ChatTemplate tmpl, std::string system,
                            int32_t keep)
-    : engine_(engine), tok_(tok), gen_(engine, tok, sampler), tmpl_(std::move(tmpl)), system_(std::move(system)), keep_(keep) {}
+    : engine_(engine),
+      tok_(tok),
+      gen_(engine, tok, sampler),
+      tmpl_(std::move(tmpl)),
+      system_(std::move(system)),
+      keep_(keep) {}
 
 nlohmann::json Conversation::messages() const {
   nlohmann::json all = nlohmann::json::array();

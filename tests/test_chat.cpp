@@ -58,6 +58,9 @@ GenerateOptions up_to(int32_t n) {
   return o;
 }
 
+// What turn 2 of a ChatML chat adds after a reply to "Tell me more".
+constexpr const char* kTurnDelta = "<|im_end|>\n<|im_start|>user\nTell me more<|im_end|>\n<|im_start|>assistant\n";
+
 const Conversation::TextFn kIgnore = [](const std::string&) { return true; };
 
 // The cache holds the pinned tokens and the newest window of the sequence it stands for.
@@ -93,7 +96,7 @@ TEST_F(ChatConversation, TurnsPrefillOnlyTheirNewTokens) {
   EXPECT_TRUE(conv.render(false).starts_with(before.substr(0, before.rfind("<|im_end|>"))));
   EXPECT_EQ(s2.cached_tokens, after1);
   // Only the new text ran (stories260K has no ChatML tokens, so the markup is spelled out).
-  const size_t n_delta = r.tok.tokenize("<|im_end|>\n<|im_start|>user\nTell me more<|im_end|>\n<|im_start|>assistant\n", false, true).size();
+  const size_t n_delta = r.tok.tokenize(kTurnDelta, false, true).size();
   EXPECT_LE(s2.prompt_tokens - s2.cached_tokens, n_delta + 1);
   EXPECT_EQ(conv.n_exchanges(), 2u);
   expect_cache_consistent(conv, r.engine.cache());
@@ -188,7 +191,7 @@ TEST_F(ChatConversation, GoesOnWhenTheRingFills) {
   EXPECT_GT(conv.evicted(), 0u);
   EXPECT_GT(conv.tokens().size(), r.engine.cache().capacity());
   // Each turn ran only its own new tokens, also after the ring wrapped.
-  const size_t n_delta = r.tok.tokenize("<|im_end|>\n<|im_start|>user\nTell me more<|im_end|>\n<|im_start|>assistant\n", false, true).size();
+  const size_t n_delta = r.tok.tokenize(kTurnDelta, false, true).size();
   EXPECT_LE(new_tokens_max, n_delta + 1);
   const std::vector<int32_t> pinned(conv.tokens().begin(), conv.tokens().begin() + conv.pinned());
   EXPECT_TRUE(std::equal(pinned.begin(), pinned.end(), r.engine.cache().tokens().begin()));
@@ -325,7 +328,8 @@ bool at_prompt(const std::string& screen) {
   size_t end = screen.find_last_not_of("\n ");
   if (end == std::string::npos) return false;
   const size_t start = screen.rfind('\n', end);
-  const std::string last = screen.substr(start == std::string::npos ? 0 : start + 1, end + 1 - (start == std::string::npos ? 0 : start + 1));
+  const size_t from = start == std::string::npos ? 0 : start + 1;
+  const std::string last = screen.substr(from, end + 1 - from);
   return last == ">";
 }
 
