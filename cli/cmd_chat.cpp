@@ -267,10 +267,10 @@ void ChatSession::status_line() const {
   if (!stderr_is_tty()) return;
   const KvCache& kv = s_.engine->cache();
   const GenerationStats& st = conv_.last_stats();
-  char tps[32];
-  std::snprintf(tps, sizeof tps, "%.1f", st.decode_tok_s());
+  char times[64];
+  std::snprintf(times, sizeof times, "TTFT %.2f s · %.1f tok/s", st.ttft_ms / 1000, st.decode_tok_s());
   const std::string text = "[ " + with_commas(kv.used()) + "/" + with_commas(kv.capacity()) + " tok · " +
-                           human_bytes(kv.bytes_used()) + " KV · TTFT " + fmt_ms(st.ttft_ms) + " · " + tps + " tok/s ]";
+                           human_bytes(kv.bytes_used()) + " KV · " + times + " ]";
   if (no_color()) std::fprintf(stderr, "%s\n", text.c_str());
   else std::fprintf(stderr, "\033[2m%s\033[0m\n", text.c_str());
 }
@@ -301,7 +301,7 @@ void ChatSession::print_stats() const {
   std::printf("tokens      %s / %s in the cache (%s pinned), conversation %s\n", with_commas(kv.used()).c_str(),
               with_commas(kv.capacity()).c_str(), with_commas(conv_.pinned()).c_str(),
               with_commas(conv_.tokens().size()).c_str());
-  std::printf("evicted     %s tokens of this conversation (%s since the cache was last emptied)\n",
+  std::printf("evicted     %s tokens of this conversation are out of the cache (%s evicted since it was last emptied)\n",
               with_commas(conv_.evicted()).c_str(), with_commas(kv.evicted()).c_str());
   std::printf("KV cache    %s used, %s/token, K %s, V %s\n", human_bytes(kv.bytes_used()).c_str(),
               human_bytes(kv.bytes_per_token()).c_str(), cache_type_name(kv.type_k()), cache_type_name(kv.type_v()));

@@ -46,7 +46,13 @@ std::string Conversation::render(bool add_generation_prompt) const {
   return tmpl_.render(messages(), render_options(tok_, add_generation_prompt));
 }
 
-uint64_t Conversation::evicted() const { return cached_.size() - engine_.cache().used(); }
+uint64_t Conversation::evicted() const {
+  // The cache holds cached_[0, pinned) and cached_[pinned + gap, end); the conversation is the
+  // first n_tokens_ of cached_ (shorter after an /undo that could not truncate the cache yet).
+  const size_t gap = cached_.size() - engine_.cache().used();
+  if (n_tokens_ <= pinned_) return 0;
+  return std::min(n_tokens_, size_t{pinned_} + gap) - pinned_;
+}
 
 size_t Conversation::delta_start(const std::string& rendered) const {
   if (text_.empty()) return kUnknown;
@@ -129,7 +135,7 @@ void Conversation::reset_cache() {
 void Conversation::sync(const std::vector<int32_t>& target, const ProgressFn& progress) {
   KvCache& cache = engine_.cache();
   VKLLM_CHECK(!target.empty(), "a chat turn renders to no tokens");
-  const size_t gap = evicted();
+  const size_t gap = cached_.size() - cache.used();  // tokens of cached_ the ring dropped
   // Keep at least one token to run, so its logits are fresh.
   const size_t same = std::min(common_prefix(cached_, target), target.size() - 1);
   size_t from;  // first token of target to run
@@ -172,7 +178,7 @@ void Conversation::sync(const std::vector<int32_t>& target, const ProgressFn& pr
 void Conversation::trim_cache(size_t n) {
   KvCache& cache = engine_.cache();
   if (n >= cached_.size()) return;
-  const size_t gap = evicted();
+  const size_t gap = cached_.size() - cache.used();
   if (n >= pinned_ + gap || (n == pinned_ && cache.used() >= pinned_)) {
     cache.truncate(uint32_t(n >= pinned_ + gap ? n - gap : n));
     cached_.resize(n);

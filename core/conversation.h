@@ -54,7 +54,7 @@ class Conversation {
   // cache.used() − pinned() are what the cache holds.
   const std::vector<int32_t>& cached_sequence() const { return cached_; }
   uint32_t pinned() const { return pinned_; }
-  // Tokens of the cached sequence that the ring has dropped.
+  // Tokens of the conversation (after the pinned ones) that are no longer in the cache.
   uint64_t evicted() const;
   const GenerationStats& last_stats() const { return gen_.stats(); }
 
