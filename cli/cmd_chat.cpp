@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -275,7 +276,29 @@ void ChatSession::status_line() const {
   else std::fprintf(stderr, "\033[2m%s\033[0m\n", text.c_str());
 }
 
+// Turns the terminal's echo off while a reply streams, so keys typed meanwhile do not mix into
+// it (ISIG stays on: Ctrl+C still interrupts).
+class EchoOff {
+ public:
+  explicit EchoOff(bool tty) : on_(tty && tcgetattr(STDIN_FILENO, &saved_) == 0) {
+    if (!on_) return;
+    termios t = saved_;
+    t.c_lflag &= ~tcflag_t(ECHO);
+    tcsetattr(STDIN_FILENO, TCSANOW, &t);
+  }
+  ~EchoOff() {
+    if (on_) tcsetattr(STDIN_FILENO, TCSANOW, &saved_);
+  }
+  EchoOff(const EchoOff&) = delete;
+  EchoOff& operator=(const EchoOff&) = delete;
+
+ private:
+  termios saved_{};
+  bool on_;
+};
+
 void ChatSession::stream_reply(bool regen, const std::string& text) {
+  const EchoOff quiet_keys(tty_in_);
   GenerateOptions go;
   go.n_predict = c_.n_predict;
   g_sigint = 0;

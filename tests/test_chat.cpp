@@ -272,6 +272,10 @@ TEST(ChatCli, PipedLinesAreMessages) {
   EXPECT_TRUE(two.out.starts_with(one.out));
   EXPECT_GT(two.out.size(), one.out.size() + 1);
   EXPECT_EQ(two.out.find('\033'), std::string::npos);
+  // A """ block is one message.
+  const ShellRun block = run_shell("printf '\"\"\"\\nHello\\nthere\\n\"\"\"\\n/stats\\n' | " + piped_chat_cmd("-n 4 -q"));
+  EXPECT_EQ(block.status, 0);
+  EXPECT_NE(block.out.find("1 exchanges"), std::string::npos) << block.out;
   // Commands work on a pipe too.
   const ShellRun cmds = run_shell("printf 'Hello\\n/undo\\n/stats\\n/save x\\n' | " + piped_chat_cmd("-n 4 -q") + " 2>&1");
   EXPECT_EQ(cmds.status, 0);
