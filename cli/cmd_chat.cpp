@@ -421,6 +421,7 @@ int ChatSession::run() {
   for (;;) {
     std::optional<std::string> msg = read_message();
     if (!msg) return exit_code_;
+    if (msg->find_first_not_of(" \t\n\r") == std::string::npos) continue;  // nothing to say
     if (msg->starts_with("/") && !msg->starts_with("//")) {
       last_interrupted_ = false;
       if (!command(*msg)) return 0;
