@@ -11,5 +11,6 @@ void add_bench_command(CLI::App& app);
 void add_devices_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_template_command(CLI::App& app);
+void add_chat_command(CLI::App& app);
 
 }  // namespace vkllm::cli

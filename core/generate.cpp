@@ -53,6 +53,19 @@ uint32_t Generator::prefill(std::span<const int32_t> prompt, const ProgressFn& p
   return reuse;
 }
 
+uint32_t Generator::extend(std::span<const int32_t> tokens, const ProgressFn& progress) {
+  stats_ = {};
+  KvCache& cache = engine_.cache();
+  stats_.cached_tokens = cache.used();
+  stats_.prompt_tokens = cache.used() + static_cast<uint32_t>(tokens.size());
+  if (tokens.empty()) return stats_.cached_tokens;
+  for (int32_t t : tokens) sampler_.accept(t);
+  const auto t0 = std::chrono::steady_clock::now();
+  logits_ = engine_.decode(tokens, LogitsMode::Last, progress);
+  stats_.prefill_ms = ms_since(t0);
+  return stats_.cached_tokens;
+}
+
 void Generator::generate(const GenerateOptions& o, const std::function<bool(const std::string&)>& on_text) {
   if (logits_.empty()) throw Error("nothing to continue from: the prompt is empty and the cache holds no tokens");
   StreamDecoder decoder(tok_);

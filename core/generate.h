@@ -45,6 +45,10 @@ class Generator {
   // Makes the cache hold `prompt` (keeping the longest prefix it already holds) and leaves the
   // logits of its last token ready. Returns the number of reused tokens.
   uint32_t prefill(std::span<const int32_t> prompt, const ProgressFn& progress = {});
+  // Appends `tokens` to whatever the cache holds, without looking for a shared prefix (a chat
+  // keeps its own account of what is cached, which still works after the ring has evicted), and
+  // leaves the logits of the last one ready. Returns the tokens that were already cached.
+  uint32_t extend(std::span<const int32_t> tokens, const ProgressFn& progress = {});
   // Samples until a stop condition; `on_text` receives decoded text as it becomes final (never
   // half a UTF-8 character or a possible stop-string prefix) and returns false to interrupt.
   void generate(const GenerateOptions& o, const std::function<bool(const std::string&)>& on_text);
