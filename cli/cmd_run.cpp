@@ -148,8 +148,14 @@ void run(const RunCommand& c) {
   {
     ProgressBar bar("prefill", "tok");
     auto progress = [&](uint64_t done, uint64_t total) { bar.update(done, total); };
-    if (resumed && !c.chat) gen.extend(appended, progress);
-    else gen.prefill(p.tokens, progress);
+    if (resumed && !c.chat && appended.empty()) {
+      gen.extend(appended);  // stats: the restored tokens count as cached
+      gen.resume();
+    } else if (resumed && !c.chat) {
+      gen.extend(appended, progress);
+    } else {
+      gen.prefill(p.tokens, progress);
+    }
   }
   GenerateOptions go;
   go.n_predict = c.n_predict;

@@ -11,6 +11,7 @@ void add_bench_command(CLI::App& app);
 void add_devices_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_template_command(CLI::App& app);
+void add_chat_command(CLI::App& app);
 void add_cache_command(CLI::App& app);
 
 }  // namespace vkllm::cli

@@ -119,7 +119,7 @@ Session open_session(const RunOptions& o) {
   s.ctx = std::make_unique<VulkanContext>(co);
 
   // Memory plan: refuse before allocating anything when it cannot fit the device-local heap.
-  const MemoryPlan plan = plan_memory(c, summary.weight_bytes, eo);
+  const MemoryPlan plan = plan_memory(*s.ctx, c, summary.weight_bytes, eo);
   uint64_t heap = 0;
   for (const auto& [bytes, local] : s.ctx->info().heaps)
     if (local) heap = std::max(heap, bytes);

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   vkllm::cli::add_devices_command(app);
   vkllm::cli::add_tokenize_command(app);
   vkllm::cli::add_template_command(app);
+  vkllm::cli::add_chat_command(app);
   vkllm::cli::add_cache_command(app);
   try {
     app.parse(argc, argv);

@@ -19,13 +19,17 @@ uint32_t logits_rows_for(const VulkanContext& ctx, const ModelConfig& c, uint32_
 
 }  // namespace
 
-MemoryPlan plan_memory(const ModelConfig& c, uint64_t weight_bytes, const EngineOptions& o) {
+MemoryPlan plan_memory(const VulkanContext& ctx, const ModelConfig& c, uint64_t weight_bytes, const EngineOptions& o) {
   MemoryPlan m;
   m.weights = weight_bytes;
   m.kv_cache = uint64_t{o.cache.capacity} * kv_bytes_per_token(c, o.cache.type_k, o.cache.type_v);
-  const uint64_t ub = o.n_ubatch, qd = uint64_t{c.n_head} * c.head_dim;
-  m.activations = ub * F * (2 * c.n_embd + 2 * qd + 2 * c.n_embd_kv() + 2 * c.n_ff + 4) +
-                  uint64_t{o.cache.capacity} * 8 + ub * c.n_vocab * F / 4;  // logits: rough upper share
+  // The buffers the Engine constructor allocates, with the same sizes.
+  const uint64_t ub = std::max<uint32_t>(o.n_ubatch, 1), qd = uint64_t{c.n_head} * c.head_dim;
+  const uint64_t rows = logits_rows_for(ctx, c, static_cast<uint32_t>(ub));
+  m.activations = F * (ub * c.n_embd + ub * std::max<uint64_t>(c.n_embd, qd) + 2 * ub * qd + 2 * ub * c.n_embd_kv() +
+                       2 * ub * c.n_ff + rows * c.n_embd + uint64_t{o.cache.capacity} * c.head_dim +
+                       attention_scratch_floats({c.n_head, c.n_head_kv, c.head_dim}) + rows * c.n_vocab) +
+                  3 * ub * 4 + 2 * uint64_t{o.cache.capacity} * 4;
   return m;
 }
 

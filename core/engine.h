@@ -30,7 +30,7 @@ struct MemoryPlan {
   uint64_t activations = 0;
   uint64_t total() const { return weights + kv_cache + activations; }
 };
-MemoryPlan plan_memory(const ModelConfig& c, uint64_t weight_bytes, const EngineOptions& o);
+MemoryPlan plan_memory(const VulkanContext& ctx, const ModelConfig& c, uint64_t weight_bytes, const EngineOptions& o);
 
 class Engine {
  public:

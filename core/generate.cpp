@@ -53,19 +53,17 @@ uint32_t Generator::prefill(std::span<const int32_t> prompt, const ProgressFn& p
   return reuse;
 }
 
-void Generator::extend(std::span<const int32_t> tokens, const ProgressFn& progress) {
+uint32_t Generator::extend(std::span<const int32_t> tokens, const ProgressFn& progress) {
   stats_ = {};
   KvCache& cache = engine_.cache();
   stats_.cached_tokens = cache.used();
   stats_.prompt_tokens = cache.used() + static_cast<uint32_t>(tokens.size());
-  if (tokens.empty()) {
-    resume();
-    return;
-  }
+  if (tokens.empty()) return stats_.cached_tokens;
   for (int32_t t : tokens) sampler_.accept(t);
   const auto t0 = std::chrono::steady_clock::now();
   logits_ = engine_.decode(tokens, LogitsMode::Last, progress);
   stats_.prefill_ms = ms_since(t0);
+  return stats_.cached_tokens;
 }
 
 void Generator::resume() {

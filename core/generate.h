@@ -45,10 +45,10 @@ class Generator {
   // Makes the cache hold `prompt` (keeping the longest prefix it already holds) and leaves the
   // logits of its last token ready. Returns the number of reused tokens.
   uint32_t prefill(std::span<const int32_t> prompt, const ProgressFn& progress = {});
-  // Appends `tokens` after whatever the cache holds (a restored session's history, even after
-  // the ring has wrapped) and leaves the last token's logits ready. Stats count the cache's
-  // previous tokens as cached. Empty `tokens`: same as resume().
-  void extend(std::span<const int32_t> tokens, const ProgressFn& progress = {});
+  // Appends `tokens` to whatever the cache holds, without looking for a shared prefix (a chat
+  // keeps its own account of what is cached, which still works after the ring has evicted), and
+  // leaves the logits of the last one ready. Returns the tokens that were already cached.
+  uint32_t extend(std::span<const int32_t> tokens, const ProgressFn& progress = {});
   // After the cache was restored from disk: recomputes the last cached token's logits (truncate
   // by one, decode it again, the pinned prefix unchanged) so generate() continues exactly where
   // the saved run stopped. The token's K/V rows are rewritten with the same values.

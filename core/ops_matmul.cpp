@@ -41,10 +41,12 @@ void record_matmul(CommandRecorder& rec, const DeviceTensor& w, const BufferView
   for (const WeightPart& part : w.parts) {
     const MatmulParams params{uint32_t(w.cols), part.n_rows, uint32_t(w.row_bytes), n_tokens, x_stride, y_stride, part.row_begin};
     if (n_tokens == 1) {
-      const Pipeline& p = rec.pipelines().get("matvec_" + suffix, 3, sizeof(MatmulParams), {64});
-      // One workgroup per row, folded into y when rows exceed the x limit (65535 on many GPUs).
-      const uint32_t gx = std::min(part.n_rows, max_groups);
-      rec.dispatch(p, {part.view, x, y}, params, gx, div_ceil(part.n_rows, gx));
+      // One subgroup per row: a workgroup of 64 covers 64 / subgroup-size rows (at least 1).
+      const uint32_t rows_per_wg = std::max<uint32_t>(64 / std::max<uint32_t>(rec.context().subgroup_size(), 1), 1);
+      const Pipeline& p = rec.pipelines().get("matvec_" + suffix, 3, sizeof(MatmulParams), {64, rows_per_wg});
+      const uint32_t groups = div_ceil(part.n_rows, rows_per_wg);
+      const uint32_t gx = std::min(groups, max_groups);  // folded into y past the x limit
+      rec.dispatch(p, {part.view, x, y}, params, gx, div_ceil(groups, gx));
     } else {
       const Pipeline& p = rec.pipelines().get("matmul_" + suffix, 3, sizeof(MatmulParams), {256});
       rec.dispatch(p, {part.view, x, y}, params, div_ceil(part.n_rows, 64), div_ceil(n_tokens, 32));

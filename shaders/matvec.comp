@@ -1,6 +1,9 @@
-// matvec: y[y_offset + r] = W[r] · x for one activation vector (decode). One workgroup per
-// weight row; threads stride over 8-element runs, then a subgroup + shared-memory reduction.
+// matvec: y[y_offset + r] = W[r] · x for one activation vector (decode). A workgroup handles
+// ROWS consecutive rows; each subgroup takes a row at a time, its invocations stride over the
+// row's 8-element runs, and one subgroupAdd reduces it — no shared memory, no barrier. Correct
+// for any actual subgroup count (rows are strided by gl_NumSubgroups).
 // Bindings: 0 W [rows][row_bytes] (weight type), 1 x [cols] f32, 2 y f32.
+// Specialization: 0 workgroup size, 1 ROWS (rows per workgroup; the host uses size / subgroup size).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -9,30 +12,25 @@
 #include "params.h"
 
 layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint ROWS = 8;
 layout(binding = 1) readonly buffer X { float x[]; };
 layout(binding = 2) buffer Y { float y[]; };
 layout(push_constant) uniform Push { MatmulParams p; };
 
-shared float partial[64];  // one per subgroup (≥ 1024 / 16 subgroups)
-
 void main() {
-  const uint r = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
-  if (r >= p.rows) return;
-  const uint row_base = r * p.row_bytes;
-  float acc = 0.0;
-  for (uint k = gl_LocalInvocationID.x * 8; k < p.cols; k += gl_WorkGroupSize.x * 8) {
-    uint base, j8;
-    dq_offsets(row_base, k, base, j8);
-    float v[8];
-    dq8(base, j8, min(8u, p.cols - k), v);
-    for (uint i = 0; i < 8 && k + i < p.cols; ++i) acc += v[i] * x[k + i];
-  }
-  acc = subgroupAdd(acc);
-  if (subgroupElect()) partial[gl_SubgroupID] = acc;
-  barrier();
-  if (gl_LocalInvocationID.x == 0) {
-    float sum = 0.0;
-    for (uint s = 0; s < gl_NumSubgroups; ++s) sum += partial[s];
-    y[p.y_offset + r] = sum;
+  const uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+  const uint first = wg * ROWS;
+  for (uint r = first + gl_SubgroupID; r < min(first + ROWS, p.rows); r += gl_NumSubgroups) {
+    const uint row_base = r * p.row_bytes;
+    float acc = 0.0;
+    for (uint k = gl_SubgroupInvocationID * 8; k < p.cols; k += gl_SubgroupSize * 8) {
+      uint base, j8;
+      dq_offsets(row_base, k, base, j8);
+      float v[8];
+      dq8(base, j8, min(8u, p.cols - k), v);
+      for (uint i = 0; i < 8 && k + i < p.cols; ++i) acc += v[i] * x[k + i];
+    }
+    acc = subgroupAdd(acc);
+    if (subgroupElect()) y[p.y_offset + r] = acc;
   }
 }

@@ -39,6 +39,10 @@ TEST_P(EngineReference, LogitsAndGreedyMatch) {
   o.cache.capacity = uint32_t(prompt.size() + 80);
   o.n_ubatch = 64;  // exercise chunked prefill on the longer prompts
   Engine engine(test::vk(), test::pipelines(), model, o);
+  // The memory plan printed before loading is what the engine then allocates.
+  const MemoryPlan plan = plan_memory(test::vk(), model.config(), model.weight_bytes(), o);
+  EXPECT_EQ(plan.kv_cache, engine.cache().device_bytes());
+  EXPECT_EQ(plan.activations, engine.activation_bytes());
 
   // Prompt logits: top-1 agreement over the prompt positions, and the last position's logits.
   const std::vector<float> logits = engine.decode(prompt, LogitsMode::All);

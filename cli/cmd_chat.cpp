@@ -1,0 +1,477 @@
+// `vkllm chat`: the interactive terminal chat. Line editing and history through libedit; replies
+// streamed to stdout; slash commands; Ctrl+C stops a reply. The chat state lives in
+// core/conversation.h; this file owns the terminal. Design in docs/chat.md.
+#include <histedit.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <optional>
+
+#include "chat_template.h"
+#include "commands.h"
+#include "common.h"
+#include "conversation.h"
+#include "format.h"
+#include "kv_layout.h"
+#include "model_summary.h"
+
+namespace vkllm::cli {
+namespace {
+
+struct ChatCommand {
+  RunOptions opts;
+  std::string system, system_file, chat_template;
+  int32_t n_predict = -1;
+};
+
+// Ctrl+C: counted by the handler, read by the reply callback and the input loop.
+std::atomic<int> g_sigint{0};
+extern "C" void on_sigint(int) { g_sigint.fetch_add(1); }
+
+void install_sigint() {
+  struct sigaction sa {};
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: a pending read returns EINTR so the prompt sees the key
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+// Where the prompt and the echo of the line go (see LineReader).
+FILE* term_out() { return stdout_is_tty() ? stdout : stderr; }
+
+bool no_color() {
+  const char* v = std::getenv("NO_COLOR");
+  return v && *v;
+}
+
+// $XDG_STATE_HOME/vkllm/chat_history (default ~/.local/state/vkllm); "" when there is no home.
+std::string history_path() {
+  std::string dir;
+  if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x) dir = std::string(x) + "/vkllm";
+  else if (const char* h = std::getenv("HOME"); h && *h) dir = std::string(h) + "/.local/state/vkllm";
+  else return "";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  return ec ? "" : dir + "/chat_history";
+}
+
+// Where input lines come from: libedit on a terminal, plain lines otherwise.
+class LineReader {
+ public:
+  enum class Status { Line, Eof, Interrupted };
+
+  explicit LineReader(bool tty) : tty_(tty) {
+    if (!tty_) return;
+    hist_ = history_init();
+    HistEvent ev;
+    history(hist_, &ev, H_SETSIZE, 1000);
+    history(hist_, &ev, H_SETUNIQUE, 1);
+    path_ = history_path();
+    if (!path_.empty()) history(hist_, &ev, H_LOAD, path_.c_str());
+    // With stdout redirected the prompt and the line editing go to stderr, keeping stdout clean.
+    el_ = el_init("vkllm", stdin, term_out(), stderr);
+    el_set(el_, EL_EDITOR, "emacs");
+    el_set(el_, EL_HIST, history, hist_);
+    el_set(el_, EL_CLIENTDATA, this);
+    el_set(el_, EL_PROMPT, &LineReader::prompt_fn);
+    el_set(el_, EL_SIGNAL, 0);  // our SIGINT handler; el_gets returns on EINTR
+    el_source(el_, nullptr);    // ~/.editrc
+    // Bracketed paste: the terminal wraps pasted text in ESC[200~ … ESC[201~, and the whole
+    // paste, newlines included, goes into the line instead of sending each line.
+    el_set(el_, EL_ADDFN, "vkllm-paste", "insert bracketed paste", &LineReader::paste_fn);
+    el_set(el_, EL_BIND, "\033[200~", "vkllm-paste", nullptr);
+    if (isatty(fileno(term_out())) == 1) {
+      std::fputs("\033[?2004h", term_out());
+      std::fflush(term_out());
+      paste_mode_ = true;
+    }
+  }
+  ~LineReader() {
+    if (paste_mode_) {
+      std::fputs("\033[?2004l", term_out());
+      std::fflush(term_out());
+    }
+    if (el_) el_end(el_);
+    if (hist_) history_end(hist_);
+  }
+  LineReader(const LineReader&) = delete;
+  LineReader& operator=(const LineReader&) = delete;
+
+  // One line without its newline.
+  Status read(std::string& line, const char* prompt) {
+    line.clear();
+    if (!tty_) {
+      if (!std::getline(std::cin, line)) return Status::Eof;
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      return Status::Line;
+    }
+    prompt_ = prompt;
+    g_sigint = 0;
+    int count = 0;
+    const char* s = el_gets(el_, &count);
+    if (!s) {
+      // libedit's cleanup after EINTR may change errno; the handler's count is what tells.
+      if (g_sigint.load() > 0) {
+        const LineInfo* li = el_line(el_);  // what was typed before Ctrl+C
+        if (li && li->lastchar > li->buffer) line.assign(li->buffer, size_t(li->lastchar - li->buffer));
+        el_reset(el_);
+        return Status::Interrupted;
+      }
+      return Status::Eof;
+    }
+    line.assign(s, size_t(count));
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+    return Status::Line;
+  }
+
+  // Whether more input is already waiting: lines that arrive together were pasted, not typed.
+  bool input_pending() const {
+    if (!tty_) return false;
+    pollfd p{STDIN_FILENO, POLLIN, 0};
+    return poll(&p, 1, 15) > 0 && (p.revents & POLLIN);
+  }
+
+  void remember(const std::string& entry) {
+    if (!hist_ || entry.empty()) return;
+    HistEvent ev;
+    history(hist_, &ev, H_ENTER, entry.c_str());
+    if (!path_.empty()) history(hist_, &ev, H_SAVE, path_.c_str());
+  }
+
+ private:
+  // Reads the pasted bytes up to ESC[201~ straight from the terminal and inserts them.
+  static unsigned char paste_fn(EditLine* el, int) {
+    std::string text;
+    char c;
+    while (::read(STDIN_FILENO, &c, 1) == 1) {
+      text += c;
+      if (text.ends_with("\033[201~")) {
+        text.resize(text.size() - 6);
+        break;
+      }
+    }
+    for (char& ch : text)
+      if (ch == '\r') ch = '\n';  // terminals send Enter in a paste as CR
+    if (!text.empty()) el_insertstr(el, text.c_str());
+    return CC_REFRESH;
+  }
+
+  static const char* prompt_fn(EditLine* el) {
+    void* self = nullptr;
+    el_get(el, EL_CLIENTDATA, &self);
+    return static_cast<LineReader*>(self)->prompt_;
+  }
+
+  bool tty_;
+  EditLine* el_ = nullptr;
+  History* hist_ = nullptr;
+  std::string path_;
+  const char* prompt_ = "> ";
+  bool paste_mode_ = false;
+};
+
+class ChatSession {
+ public:
+  ChatSession(const ChatCommand& c, Session& s, Conversation& conv)
+      : c_(c), s_(s), conv_(conv), tty_in_(isatty(STDIN_FILENO) == 1), reader_(tty_in_) {}
+
+  int run();
+
+ private:
+  // Reads one message (joining pasted lines and """ blocks); nullopt at the end of input.
+  std::optional<std::string> read_message();
+  void stream_reply(bool regen, const std::string& text);
+  bool command(const std::string& line);  // false: exit
+  void print_stats() const;
+  void print_kv() const;
+  void status_line() const;
+  void save_session(const std::string& file);
+  void load_session(const std::string& file);
+
+  const ChatCommand& c_;
+  Session& s_;
+  Conversation& conv_;
+  bool tty_in_;
+  LineReader reader_;
+  bool last_interrupted_ = false;  // the previous event was a Ctrl+C
+  int exit_code_ = -1;
+};
+
+std::optional<std::string> ChatSession::read_message() {
+  std::string line, msg;
+  for (;;) {
+    g_sigint = 0;
+    const auto st = reader_.read(line, "> ");
+    if (st == LineReader::Status::Eof) {
+      if (tty_in_) std::fputc('\n', term_out());
+      exit_code_ = 0;
+      return std::nullopt;
+    }
+    if (st == LineReader::Status::Interrupted) {
+      std::fputc('\n', term_out());
+      if (!line.empty()) {  // Ctrl+C on a typed line drops the line, as in a shell
+        last_interrupted_ = true;
+        continue;
+      }
+      // Ctrl+C at the prompt ends the chat: 0, or 130 when the previous event was a Ctrl+C too.
+      exit_code_ = last_interrupted_ ? 130 : 0;
+      return std::nullopt;
+    }
+    if (line.empty() && !reader_.input_pending()) continue;
+    last_interrupted_ = false;
+    msg = line;
+    break;
+  }
+  if (msg.starts_with("\"\"\"")) {
+    // A """ block: everything up to a line ending in """.
+    std::string block = msg.substr(3), line2;
+    const bool closed_at_once = block.size() >= 3 && block.ends_with("\"\"\"");
+    if (closed_at_once) return block.substr(0, block.size() - 3);
+    for (;;) {
+      const auto st = reader_.read(line2, "... ");
+      if (st == LineReader::Status::Interrupted) {  // Ctrl+C drops the unfinished block
+        std::fputc('\n', term_out());
+        last_interrupted_ = true;
+        return read_message();
+      }
+      if (st != LineReader::Status::Line) break;
+      if (line2.ends_with("\"\"\"")) {
+        block += (block.empty() ? "" : "\n") + line2.substr(0, line2.size() - 3);
+        break;
+      }
+      block += (block.empty() ? "" : "\n") + line2;
+    }
+    reader_.remember("\"\"\"" + block + "\"\"\"");
+    return block;
+  }
+  // Pasted lines arrive together: join them into one message instead of sending each.
+  while (reader_.input_pending()) {
+    std::string more;
+    if (reader_.read(more, "") != LineReader::Status::Line) break;
+    msg += "\n" + more;
+  }
+  reader_.remember(msg);
+  return msg;
+}
+
+void ChatSession::status_line() const {
+  if (!stderr_is_tty()) return;
+  const KvCache& kv = s_.engine->cache();
+  const GenerationStats& st = conv_.last_stats();
+  char times[64];
+  std::snprintf(times, sizeof times, "TTFT %.2f s · %.1f tok/s", st.ttft_ms / 1000, st.decode_tok_s());
+  const std::string text = "[ " + with_commas(kv.used()) + "/" + with_commas(kv.capacity()) + " tok · " +
+                           human_bytes(kv.bytes_used()) + " KV · " + times + " ]";
+  if (no_color()) std::fprintf(stderr, "%s\n", text.c_str());
+  else std::fprintf(stderr, "\033[2m%s\033[0m\n", text.c_str());
+}
+
+// Turns the terminal's echo off while a reply streams, so keys typed meanwhile do not mix into
+// it (ISIG stays on: Ctrl+C still interrupts).
+class EchoOff {
+ public:
+  explicit EchoOff(bool tty) : on_(tty && tcgetattr(STDIN_FILENO, &saved_) == 0) {
+    if (!on_) return;
+    termios t = saved_;
+    t.c_lflag &= ~tcflag_t(ECHO);
+    tcsetattr(STDIN_FILENO, TCSANOW, &t);
+  }
+  ~EchoOff() {
+    if (on_) tcsetattr(STDIN_FILENO, TCSANOW, &saved_);
+  }
+  EchoOff(const EchoOff&) = delete;
+  EchoOff& operator=(const EchoOff&) = delete;
+
+ private:
+  termios saved_{};
+  bool on_;
+};
+
+void ChatSession::stream_reply(bool regen, const std::string& text) {
+  const EchoOff quiet_keys(tty_in_);
+  GenerateOptions go;
+  go.n_predict = c_.n_predict;
+  g_sigint = 0;
+  const auto on_text = [](const std::string& piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+    return g_sigint.load() == 0;
+  };
+  ProgressBar bar("prefill", "tok");
+  const auto progress = [&](uint64_t done, uint64_t total) { bar.update(done, total); };
+  const GenerationStats& st = regen ? conv_.regen(go, on_text, progress) : conv_.say(text, go, on_text, progress);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  last_interrupted_ = st.stop_reason == "interrupted";
+  if (last_interrupted_ && tty_in_)
+    std::fprintf(stderr, "%s\n", no_color() || !stderr_is_tty() ? "[interrupted]" : "\033[2m[interrupted]\033[0m");
+  if (!c_.opts.quiet) status_line();
+}
+
+void ChatSession::print_stats() const {
+  const KvCache& kv = s_.engine->cache();
+  const GenerationStats& st = conv_.last_stats();
+  std::printf("tokens      %s / %s in the cache (%s pinned), conversation %s\n", with_commas(kv.used()).c_str(),
+              with_commas(kv.capacity()).c_str(), with_commas(conv_.pinned()).c_str(),
+              with_commas(conv_.tokens().size()).c_str());
+  std::printf("evicted     %s tokens of this conversation are out of the cache (%s evicted since it was last emptied)\n",
+              with_commas(conv_.evicted()).c_str(), with_commas(kv.evicted()).c_str());
+  std::printf("KV cache    %s used, %s/token, K %s, V %s\n", human_bytes(kv.bytes_used()).c_str(),
+              human_bytes(kv.bytes_per_token()).c_str(), cache_type_name(kv.type_k()), cache_type_name(kv.type_v()));
+  std::printf("last turn   %s prompt tokens, %s cached, %s prefilled, %s generated (%s)\n",
+              with_commas(st.prompt_tokens).c_str(), with_commas(st.cached_tokens).c_str(),
+              with_commas(st.prompt_tokens - st.cached_tokens).c_str(), with_commas(st.generated).c_str(),
+              st.stop_reason.empty() ? "-" : st.stop_reason.c_str());
+  std::printf("speed       TTFT %s · prefill %.1f tok/s · decode %.1f tok/s\n", fmt_ms(st.ttft_ms).c_str(),
+              st.prefill_tok_s(), st.decode_tok_s());
+  std::printf("messages    %zu exchanges%s\n", conv_.n_exchanges(), conv_.system().empty() ? "" : " + system prompt");
+}
+
+// The KV table of `vkllm info`, for this run's context and cache types.
+void ChatSession::print_kv() const {
+  const ModelConfig& c = s_.engine->config();
+  const KvCache& kv = s_.engine->cache();
+  const uint32_t ctx = kv.capacity();
+  std::printf("KV cache: %u layers × 2 (K, V) × %u KV heads × %u head dim per token\n", c.n_layer, c.n_head_kv,
+              c.head_dim);
+  std::printf("  %-10s %14s %14s %14s\n", "type", "per token", ("× " + with_commas(ctx) + " tok").c_str(), "used now");
+  for (CacheType t : {CacheType::F16, CacheType::Q8_0, CacheType::Q4_0}) {
+    if (!cache_type_fits(t, c.n_embd_kv())) continue;
+    const uint64_t per = kv_bytes_per_token(c, t, t);
+    const bool chosen = t == kv.type_k() && t == kv.type_v();
+    std::printf("%s %-10s %14s %14s %14s\n", chosen ? "*" : " ", cache_type_name(t), human_bytes(per).c_str(),
+                human_bytes(per * ctx).c_str(), human_bytes(per * kv.used()).c_str());
+  }
+  if (kv.type_k() != kv.type_v()) {
+    const std::string name = std::string(cache_type_name(kv.type_k())) + "/" + cache_type_name(kv.type_v());
+    std::printf("* %-10s %14s %14s %14s\n", name.c_str(), human_bytes(kv.bytes_per_token()).c_str(),
+                human_bytes(kv.bytes_per_token() * ctx).c_str(), human_bytes(kv.bytes_used()).c_str());
+  }
+}
+
+// Session files arrive with the persistence issue; these two are the places to fill in.
+void ChatSession::save_session(const std::string&) {
+  std::fprintf(stderr, "vkllm: /save: not available yet: sessions arrive with the persistence issue\n");
+}
+void ChatSession::load_session(const std::string&) {
+  std::fprintf(stderr, "vkllm: /load: not available yet: sessions arrive with the persistence issue\n");
+}
+
+constexpr const char* k_help =
+    "commands:\n"
+    "  /help            this list\n"
+    "  /exit            leave (also Ctrl+D, or Ctrl+C at the prompt)\n"
+    "  /clear           new conversation (the system prompt stays cached)\n"
+    "  /system [TEXT]   show or set the system prompt\n"
+    "  /regen           generate the last reply again\n"
+    "  /undo            drop the last exchange\n"
+    "  /stats           cache use, evictions, last turn's timing\n"
+    "  /kv              KV cache memory for this context and cache type\n"
+    "  /save FILE       save the session   /load FILE   load one\n"
+    "input: \"\"\" starts and ends a multi-line message; pasted lines are sent as one message;\n"
+    "Ctrl+C stops a reply; a line starting with // sends the rest starting with /\n";
+
+bool ChatSession::command(const std::string& line) {
+  const size_t sp = line.find(' ');
+  const std::string name = line.substr(0, sp);
+  std::string arg = sp == std::string::npos ? "" : line.substr(sp + 1);
+  while (!arg.empty() && arg.front() == ' ') arg.erase(0, 1);
+  try {
+    if (name == "/exit" || name == "/quit") return false;
+    if (name == "/help") std::printf("%s", k_help);
+    else if (name == "/clear") {
+      conv_.clear();
+      std::printf("(new conversation)\n");
+    } else if (name == "/system") {
+      if (arg.empty()) std::printf("%s\n", conv_.system().empty() ? "(no system prompt)" : conv_.system().c_str());
+      else {
+        conv_.set_system(arg);
+        std::printf("(system prompt set)\n");
+      }
+    } else if (name == "/regen") stream_reply(true, "");
+    else if (name == "/undo") {
+      conv_.undo();
+      std::printf("(last exchange dropped; %zu left)\n", conv_.n_exchanges());
+    } else if (name == "/stats") print_stats();
+    else if (name == "/kv") print_kv();
+    else if (name == "/save" || name == "/load") {
+      if (arg.empty()) throw Error(name + " needs a file name");
+      if (name == "/save") save_session(arg);
+      else load_session(arg);
+    } else std::fprintf(stderr, "vkllm: unknown command %s (/help lists them)\n", name.c_str());
+  } catch (const Error& e) {
+    std::fprintf(stderr, "vkllm: %s\n", e.what());
+  }
+  std::fflush(stdout);
+  return true;
+}
+
+int ChatSession::run() {
+  if (tty_in_ && !c_.opts.quiet) std::fprintf(stderr, "vkllm: chat: /help for commands, Ctrl+D to leave\n");
+  for (;;) {
+    std::optional<std::string> msg = read_message();
+    if (!msg) return exit_code_;
+    if (msg->find_first_not_of(" \t\n\r") == std::string::npos) continue;  // nothing to say
+    if (msg->starts_with("/") && !msg->starts_with("//")) {
+      last_interrupted_ = false;
+      if (!command(*msg)) return 0;
+      continue;
+    }
+    if (msg->starts_with("//")) msg->erase(0, 1);
+    try {
+      stream_reply(false, *msg);
+    } catch (const Error& e) {
+      // A template that refuses the conversation, say: the chat stays usable (/undo, /clear).
+      std::fprintf(stderr, "vkllm: error: %s\n", e.what());
+    }
+  }
+}
+
+int chat(const ChatCommand& c) {
+  std::string system = c.system;
+  if (!c.system_file.empty()) {
+    std::ifstream f(c.system_file, std::ios::binary);
+    if (!f) throw Error(c.system_file + ": cannot open the system prompt file");
+    system.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    while (!system.empty() && (system.back() == '\n' || system.back() == '\r')) system.pop_back();
+  }
+  Session s = open_session(c.opts);
+  ChatTemplate tmpl = ChatTemplate::resolve(&s.file, c.chat_template);
+  Sampler sampler(c.opts.sampling);
+  Conversation conv(*s.engine, *s.tokenizer, sampler, std::move(tmpl), system, c.opts.keep);
+  install_sigint();
+  ChatSession session(c, s, conv);
+  const int code = session.run();
+  if (c.opts.profile) print_profile(s.engine->timings());
+  std::fflush(stdout);
+  return code;
+}
+
+}  // namespace
+
+void add_chat_command(CLI::App& app) {
+  auto c = std::make_shared<ChatCommand>();
+  CLI::App* cmd = app.add_subcommand("chat", "Chat with a model in the terminal (or one message per line from stdin)");
+  add_model_options(cmd, c->opts);
+  add_sampling_options(cmd, c->opts.sampling);
+  auto* sys = cmd->add_option("--system", c->system, "System prompt");
+  cmd->add_option("--system-file", c->system_file, "Read the system prompt from a file")->excludes(sys);
+  cmd->add_option("--chat-template", c->chat_template, "Chat template: a built-in name or a Jinja file");
+  cmd->add_option("-n,--n-predict", c->n_predict, "Most tokens per reply (-1: until end of generation)");
+  cmd->callback([c] {
+    // The session is gone (device objects freed) before the exit status leaves through CLI11.
+    if (const int code = chat(*c); code != 0) throw CLI::RuntimeError(code);
+  });
+}
+
+}  // namespace vkllm::cli
