@@ -7,6 +7,7 @@
 
 #include "error.h"
 #include "jinja_text.h"
+#include "utf8.h"
 
 namespace vkllm::jinja {
 namespace {
@@ -263,7 +264,7 @@ class Lexer {
             if (!std::isxdigit(static_cast<unsigned char>(h))) fail(j - 1, std::string("bad \\") + e + " escape in string literal");
             cp = cp * 16 + static_cast<unsigned long>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (h | 0x20) - 'a' + 10);
           }
-          append_utf8(out, cp);
+          utf8::append(out, static_cast<uint32_t>(cp));
           j += n;
           break;
         }
@@ -273,19 +274,6 @@ class Lexer {
     if (j >= s_.size()) fail(i, "string literal is never closed");
     push(Tok::String, out, i);
     return j + 1;
-  }
-
-  static void append_utf8(std::string& out, unsigned long cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xc0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    } else {
-      out += static_cast<char>(0xe0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    }
   }
 };
 

@@ -5,6 +5,8 @@
 #include <cctype>
 #include <cstdint>
 
+#include "utf8.h"
+
 namespace vkllm::jinja {
 
 namespace {
@@ -180,25 +182,12 @@ bool decode(const std::string& ch, uint32_t& cp) {
   return true;
 }
 
-void encode(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xc0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3f));
-  } else {
-    out += static_cast<char>(0xe0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-    out += static_cast<char>(0x80 | (cp & 0x3f));
-  }
-}
-
 std::string map_case(std::string_view s, uint32_t (*f)(uint32_t)) {
   std::string out;
   out.reserve(s.size());
   for (const std::string& ch : utf8_chars(s)) {
     uint32_t cp = 0;
-    if (decode(ch, cp)) encode(out, f(cp));
+    if (decode(ch, cp)) utf8::append(out, f(cp));
     else out += ch;
   }
   return out;
