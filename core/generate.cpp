@@ -35,22 +35,19 @@ PrefixMatch match_prefix(const KvCache& cache, std::span<const int32_t> tokens) 
 }
 
 uint32_t Generator::prefill(std::span<const int32_t> prompt, const ProgressFn& progress) {
-  stats_ = {};
-  stats_.prompt_tokens = static_cast<uint32_t>(prompt.size());
-  KvCache& cache = engine_.cache();
-  PrefixMatch m = match_prefix(cache, prompt);
-  // Keep at least one token to run, so its logits are fresh.
-  uint32_t reuse = std::min<uint32_t>(m.matched, prompt.empty() ? 0 : uint32_t(prompt.size()) - 1);
-  if (!m.usable) reuse = 0;
   // An empty prompt continues from what is cached: its last token's logits are kept from before.
-  if (prompt.empty()) return 0;
-  cache.truncate(m.usable ? reuse : 0);
-  stats_.cached_tokens = reuse;
-  for (int32_t t : prompt) sampler_.accept(t);
-  const auto t0 = std::chrono::steady_clock::now();
-  logits_ = engine_.decode(prompt.subspan(reuse), LogitsMode::Last, progress);
-  stats_.prefill_ms = ms_since(t0);
-  return reuse;
+  if (prompt.empty()) {
+    stats_ = {};
+    return 0;
+  }
+  KvCache& cache = engine_.cache();
+  const PrefixMatch m = match_prefix(cache, prompt);
+  // Keep at least one token to run, so its logits are fresh.
+  const uint32_t reuse = m.usable ? std::min<uint32_t>(m.matched, uint32_t(prompt.size()) - 1) : 0;
+  cache.truncate(reuse);
+  // The reused tokens still count for the penalties; extend() accepts the rest.
+  for (int32_t t : prompt.first(reuse)) sampler_.accept(t);
+  return extend(prompt.subspan(reuse), progress);
 }
 
 uint32_t Generator::extend(std::span<const int32_t> tokens, const ProgressFn& progress) {
