@@ -70,10 +70,15 @@ void record_rope_table(CommandRecorder& rec, const BufferView& table, uint32_t n
 void record_kv_store(CommandRecorder& rec, CacheType type, const BufferView& src, uint32_t src_stride,
                      const BufferView& slots, uint32_t n_tokens, uint32_t row_len, const BufferView& cache);
 
+// attention.comp (shared-memory tiles: GPUs) or attention_simd.comp (CPU drivers); Auto picks by
+// device type, tests force each.
+enum class AttentionKernel { Auto, Tiled, Simd };
+
 struct AttentionShape {
   uint32_t n_head = 0;
   uint32_t n_head_kv = 0;
   uint32_t head_dim = 0;
+  AttentionKernel kernel = AttentionKernel::Auto;
 };
 
 // Scratch floats record_attention needs for a decode step (split KV) with these settings.

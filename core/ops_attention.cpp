@@ -3,6 +3,7 @@
 #include "ops.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 namespace vkllm {
@@ -28,6 +29,27 @@ AttentionTiles attention_tiles(const VulkanContext& ctx, uint32_t head_dim) {
   }
   throw Error("head dim " + std::to_string(head_dim) + " needs more shared memory than " + ctx.info().name + " has (" +
               std::to_string(shared) + " bytes)");
+}
+
+// attention_simd.comp unrolls its loops over rows × head dims, and LLVM's compile time grows
+// steeply with that product on lavapipe (≈ 4 s at 32, ≈ 35 s at 128, paid once per variant before
+// the pipeline cache holds it): rows × head_dim ≤ 32, so only head dims ≤ 32 use it.
+constexpr uint32_t k_simd_unroll = 32;
+
+// attention_simd.comp's query rows per workgroup.
+uint32_t simd_rows(uint32_t head_dim, uint32_t rows) {
+  const uint32_t max_rows = std::bit_floor(std::max<uint32_t>(1, k_simd_unroll / head_dim));
+  return std::min(max_rows, std::bit_ceil(std::max<uint32_t>(rows, 1)));
+}
+
+// CPU drivers get attention_simd.comp (see its header) for small heads; GPUs attention.comp's
+// shared-memory tiles.
+bool use_simd_kernel(const VulkanContext& ctx, const AttentionShape& shape) {
+  const DeviceInfo& d = ctx.info();
+  const bool fits = shape.head_dim <= k_simd_unroll && d.subgroup_shuffle && std::has_single_bit(d.subgroup_size);
+  if (shape.kernel == AttentionKernel::Simd) VKLLM_CHECK(fits, "attention_simd needs head dim ≤ 32 and subgroup shuffles");
+  if (shape.kernel != AttentionKernel::Auto) return shape.kernel == AttentionKernel::Simd;
+  return d.type == "cpu" && fits;
 }
 
 }  // namespace
@@ -66,9 +88,11 @@ void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape
                       const BufferView& kv_pos, uint32_t n_kv, const BufferView& out, uint32_t out_stride,
                       const BufferView& scratch) {
   VKLLM_CHECK(shape.n_head % shape.n_head_kv == 0 && shape.head_dim % 2 == 0, "bad attention shape");
-  const AttentionTiles t = attention_tiles(rec.context(), shape.head_dim);
   const uint32_t g = shape.n_head / shape.n_head_kv;
   const uint32_t rows = n_q * g;
+  const bool simd = use_simd_kernel(rec.context(), shape);
+  const AttentionTiles t = simd ? AttentionTiles{rec.context().subgroup_size(), simd_rows(shape.head_dim, rows), 0}
+                                : attention_tiles(rec.context(), shape.head_dim);
   const uint32_t row_tiles = div_ceil(rows, t.bq);
   // Split the slot list when one tile of queries per KV head would leave the device idle
   // (decode over a long context); each split covers at least 64 slots.
@@ -86,8 +110,11 @@ void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape
 
   AttentionParams params{n_q, n_kv, shape.n_head, shape.n_head_kv, shape.head_dim, q_stride, out_stride, n_split,
                          kv_per_split, 1.0f / std::sqrt(float(shape.head_dim)), rope.n_rot, rope.neox ? 1u : 0u};
-  const Pipeline& p = rec.pipelines().get(std::string("attention_") + cache_type_name(type), 9, sizeof(AttentionParams),
-                                          {t.wg, shape.head_dim, t.bq, t.bkv});
+  const Pipeline& p =
+      simd ? rec.pipelines().get(std::string("attention_simd_") + cache_type_name(type), 9, sizeof(AttentionParams),
+                                 {rec.context().subgroup_size(), shape.head_dim, t.bq, rope.n_rot, rope.neox ? 1u : 0u})
+           : rec.pipelines().get(std::string("attention_") + cache_type_name(type), 9, sizeof(AttentionParams),
+                                 {t.wg, shape.head_dim, t.bq, t.bkv});
   if (n_split == 1) {
     rec.dispatch(p, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, out, or_dummy(scratch, out), rope_table}, params,
                  row_tiles, shape.n_head_kv, 1);

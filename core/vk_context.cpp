@@ -147,6 +147,8 @@ DeviceInfo query_device(VkPhysicalDevice pd, uint32_t index) {
   for (uint32_t i = 0; i < mem.memoryHeapCount; ++i)
     d.heaps.emplace_back(mem.memoryHeaps[i].size, (mem.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0);
   d.subgroup_size = p11.subgroupSize;
+  d.subgroup_shuffle = (p11.subgroupSupportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                       (p11.subgroupSupportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
   d.fp16 = f12.shaderFloat16;
   d.int8 = f12.shaderInt8;
   d.storage16 = f11.storageBuffer16BitAccess;

@@ -30,6 +30,7 @@ struct DeviceInfo {
   std::string api_version;     // "1.3.239"
   std::vector<std::pair<uint64_t, bool>> heaps;  // (bytes, device-local)
   uint32_t subgroup_size = 0;
+  bool subgroup_shuffle = false;  // subgroup shuffles in compute shaders
   bool fp16 = false;           // shaderFloat16
   bool int8 = false;           // shaderInt8
   bool storage16 = false;      // storageBuffer16BitAccess

@@ -86,10 +86,10 @@ struct AttnCase {
 
 // Stores raw K/V with kv_store, runs attention (K rotated as read) and compares with the reference
 // run on K rotated in f32 after the same cache rounding.
-void check_attention(CacheType ct, const AttnCase& c, bool split) {
+void check_attention(CacheType ct, const AttnCase& c, bool split, AttentionKernel kernel) {
   SCOPED_TRACE(std::string(cache_type_name(ct)) + " heads " + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) +
                " hd " + std::to_string(c.head_dim) + " q " + std::to_string(c.n_q) + " kv " + std::to_string(c.n_kv) +
-               (split ? " split" : ""));
+               (split ? " split" : "") + (kernel == AttentionKernel::Simd ? " simd" : " tiled"));
   const uint32_t row_len = c.n_head_kv * c.head_dim;
   const uint64_t row_bytes = cache_row_bytes(ct, row_len);
   std::mt19937 rng(c.n_kv * 31 + c.n_q);
@@ -127,7 +127,7 @@ void check_attention(CacheType ct, const AttnCase& c, bool split) {
   Buffer dslots = test::to_device(kv_slots), dpos = test::to_device(kv_pos), dqpos = test::to_device(q_pos);
   Buffer dkc = test::to_device(std::vector<uint8_t>(kq.size(), 0)), dvc = test::to_device(std::vector<uint8_t>(vq.size(), 0));
   Buffer dout = test::to_device(std::vector<float>(want.size(), 0.0f));
-  const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim};
+  const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, kernel};
   Buffer scratch(test::vk(), attention_scratch_floats(shape) * 4, MemoryUse::Device, "attention scratch");
   const RopeConfig rc{c.head_dim, c.head_dim, 10000.0f, 0.5f, c.neox, {}};
   Buffer table(test::vk(), uint64_t{c.n_kv} * c.head_dim * 4, MemoryUse::Device, "rope table");
@@ -152,10 +152,16 @@ TEST_F(AttentionOps, PrefillAndDecodeEveryCacheType) {
       {2, 1, 64, 5, 77, 80, true},     // qwen2-like GQA 2:1
       {4, 4, 128, 3, 50, 64, false},   // no GQA, head dim 128
       {8, 4, 8, 15, 2366, 2560, false},  // a short prefill after a long restored prefix (splits)
+      {8, 4, 8, 70, 300, 320, true},   // several row tiles over a cached prefix, NeoX
+      {4, 2, 32, 9, 60, 64, true},     // the largest head attention_simd takes
   };
+  // Both kernels: the GPUs' shared-memory tiles and the CPU drivers' one-slot-per-lane layout (head
+  // dims ≤ 32).
   for (CacheType ct : {CacheType::F16, CacheType::Q8_0, CacheType::Q4_0})
     for (const AttnCase& c : cases)
-      for (bool split : {false, true}) check_attention(ct, c, split);
+      for (bool split : {false, true})
+        for (AttentionKernel k : {AttentionKernel::Tiled, AttentionKernel::Simd})
+          if (k == AttentionKernel::Tiled || c.head_dim <= 32) check_attention(ct, c, split, k);
 }
 
 }  // namespace

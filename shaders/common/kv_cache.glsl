@@ -16,11 +16,12 @@ uint cache_row_bytes(uint n) { return n / 32 * 18; }  // f16 d; u8 q[16]: j < 16
 #error "define CACHE_F16, CACHE_Q8_0 or CACHE_Q4_0"
 #endif
 
-// Declares readonly byte and u16 views of a cache binding and `float NAME_at(row_base, e)`: element
-// e of the row starting at byte row_base.
+// Declares readonly byte, u16 and u32 views of a cache binding and `float NAME_at(row_base, e)`:
+// element e of the row starting at byte row_base.
 #define CACHE_READER(NAME, BINDING)                                                          \
   layout(binding = BINDING) readonly buffer NAME##_u8_block { uint8_t NAME##_u8[]; };       \
   layout(binding = BINDING) readonly buffer NAME##_u16_block { uint16_t NAME##_u16[]; };    \
+  layout(binding = BINDING) readonly buffer NAME##_u32_block { uint NAME##_u32[]; };        \
   float NAME##_at(uint row_base, uint e) { return CACHE_ELEMENT(NAME##_u8, NAME##_u16, row_base, e); }
 
 #define CACHE_F16_AT(b, row_base) unpackHalf2x16(uint(b[(row_base) >> 1])).x
