@@ -12,9 +12,11 @@
 #include <fstream>
 #include <iterator>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "conversation.h"
+#include "session_file.h"
 #include "test_support.h"
 #include "vk_test_env.h"
 
@@ -232,6 +234,159 @@ TEST_F(ChatConversation, EndOfTurnMarkerInUserTextStaysText) {
   EXPECT_EQ(count(eos), 3);            // user 1, reply 1, user 2: all template-written
   EXPECT_EQ(count(r.tok.bos()), 1);
   EXPECT_EQ(conv.n_exchanges(), 2u);
+}
+
+// ---- sessions: /save, /load, --session ----
+
+// A directory of its own per test, removed afterwards.
+struct TempDir {
+  std::filesystem::path dir;
+  TempDir()
+      : dir(std::filesystem::temp_directory_path() /
+            ("vkllm_test_chat_" + std::to_string(getpid()) + "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name())) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  std::string path(const std::string& name) const { return (dir / name).string(); }
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// A turn's reply and what it prefilled.
+struct Turned {
+  std::string text;
+  GenerationStats stats;
+};
+Turned turn(Conversation& conv, const std::string& user, int32_t n) {
+  Turned t;
+  t.stats = conv.say(user, up_to(n), [&](const std::string& s) { return t.text += s, true; });
+  return t;
+}
+
+// A ChatML chat on an engine of its own, and the model's fingerprint for session files.
+struct SessionChat {
+  ChatRig rig;
+  ModelFingerprint fp;
+  Conversation conv;
+  explicit SessionChat(uint32_t capacity, const std::string& system = "You tell stories.")
+      : rig(capacity),
+        fp(model_fingerprint(rig.file)),
+        conv(rig.engine, rig.tok, rig.sampler, ChatTemplate::builtin("chatml"), system) {}
+  KvCache& cache() { return rig.engine.cache(); }
+};
+
+// A chat saved after the ring evicted, loaded into a fresh engine, goes on exactly as the one
+// that never stopped: pinned system prompt + window restored, only new tokens prefilled.
+TEST_F(ChatConversation, SessionSavedAfterTheRingWrappedContinues) {
+  TempDir tmp;
+  const std::string file = tmp.path("wrapped.vkv");
+  SessionChat a(128);
+  for (int i = 0; i < 3; ++i) turn(a.conv, "Tell me more", 20);
+  ASSERT_GT(a.conv.evicted(), 0u);
+  a.conv.save(file, a.fp);
+  const uint64_t evicted = a.conv.evicted();
+  const Turned a4 = turn(a.conv, "And then?", 20), a5 = turn(a.conv, "Tell me more", 20);
+
+  SessionChat b(128, "");
+  const Conversation::Restored r = b.conv.load(file, b.fp);
+  EXPECT_TRUE(r.chat_state);
+  EXPECT_EQ(b.conv.evicted(), evicted);
+  EXPECT_EQ(b.conv.system(), "You tell stories.");
+  EXPECT_EQ(b.conv.n_exchanges(), 3u);
+  EXPECT_EQ(r.info.tokens.size(), 128u);
+  expect_cache_consistent(b.conv, b.cache());
+  const Turned b4 = turn(b.conv, "And then?", 20), b5 = turn(b.conv, "Tell me more", 20);
+  EXPECT_EQ(b4.text, a4.text);
+  EXPECT_EQ(b5.text, a5.text);
+  // No re-prefill: the same tokens cached as in the chat that never stopped, only the new run.
+  EXPECT_EQ(b4.stats.cached_tokens, a4.stats.cached_tokens);
+  EXPECT_EQ(b4.stats.prompt_tokens, a4.stats.prompt_tokens);
+  EXPECT_LE(b5.stats.prompt_tokens - b5.stats.cached_tokens, b.rig.tok.tokenize(kTurnDelta, false, true).size() + 1);
+  EXPECT_EQ(b.cache().tokens(), a.cache().tokens());
+  expect_cache_consistent(b.conv, b.cache());
+  // /undo and /regen reach back into the restored turns.
+  b.conv.undo();
+  const GenerationStats rg = b.conv.regen(up_to(20), kIgnore);
+  EXPECT_EQ(rg.generated, 20u);
+  expect_cache_consistent(b.conv, b.cache());
+}
+
+// Every refused load leaves the conversation, the cache (tokens and rows) and the sampler as
+// they were.
+TEST_F(ChatConversation, RefusedLoadChangesNothing) {
+  TempDir tmp;
+  SessionChat c(256);
+  Conversation& conv = c.conv;
+  Engine& engine = c.rig.engine;
+  turn(conv, "Hello", 8);
+  const std::string good = tmp.path("good.vkv");
+  conv.save(good, c.fp);
+  const std::string bytes = read_file(good);
+  std::ofstream(tmp.path("cut.vkv"), std::ios::binary).write(bytes.data(), std::streamsize(bytes.size() - 9));
+  // Well-framed files whose conversation is wrong: written by save_session itself.
+  nlohmann::json state = nlohmann::json::parse(conv.state_json());
+  state["chat"]["tokens"][3] = int(state["chat"]["tokens"][3]) ^ 1;
+  save_session(tmp.path("tokens.vkv"), engine, c.fp, &c.rig.sampler, state.dump());
+  state = nlohmann::json::parse(conv.state_json());
+  state["messages"].push_back({{"role", "assistant"}, {"content", "twice"}});
+  save_session(tmp.path("roles.vkv"), engine, c.fp, &c.rig.sampler, state.dump());
+  save_session(tmp.path("raw.vkv"), engine, c.fp, &c.rig.sampler, "");
+  save_session(tmp.path("json.vkv"), engine, c.fp, &c.rig.sampler, "{\"messages\": [");
+
+  turn(conv, "Tell me more", 8);  // the live state now differs from every file
+  const std::vector<int32_t> seq = conv.cached_sequence(), kv_tokens = c.cache().tokens();
+  const std::vector<uint8_t> rows = c.cache().read_rows(c.cache().used()), sampler = c.rig.sampler.save_state();
+  const nlohmann::json messages = conv.messages();
+  const std::vector<std::pair<std::string, std::string>> refusals = {
+      {"missing.vkv", "missing.vkv: cannot open the session file"},
+      {"cut.vkv", "cut.vkv: truncated: section 'KVDT'"},
+      {"tokens.vkv", "tokens.vkv: section 'CONV': 'chat.tokens' does not match the cached tokens (section 'TOKS') at cached token 3"},
+      {"roles.vkv", "roles.vkv: section 'CONV': message 3 has role 'assistant', expected 'user'"},
+      {"raw.vkv", "raw.vkv: holds a raw-text session (vkllm run without --chat), not a chat"},
+      {"json.vkv", "json.vkv: section 'CONV': not a JSON object"},
+  };
+  for (const auto& [name, reason] : refusals) {
+    SCOPED_TRACE(name);
+    try {
+      conv.load(tmp.path(name), c.fp);
+      ADD_FAILURE() << "loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(conv.cached_sequence(), seq);
+    EXPECT_EQ(conv.messages(), messages);
+    EXPECT_EQ(c.cache().tokens(), kv_tokens);
+    EXPECT_EQ(c.cache().read_rows(c.cache().used()), rows);
+    EXPECT_EQ(c.rig.sampler.save_state(), sampler);
+  }
+  // The good file still loads.
+  EXPECT_TRUE(conv.load(good, c.fp).chat_state);
+  EXPECT_EQ(conv.n_exchanges(), 1u);
+}
+
+// A session holding only the messages (as `vkllm run --chat` writes it) is rebuilt from them:
+// the next turn still prefills only its own tokens, as after a chat's own /save.
+TEST_F(ChatConversation, MessagesOnlySessionPrefillsOnlyTheNewTurn) {
+  TempDir tmp;
+  SessionChat a(256);
+  turn(a.conv, "Hello", 8);
+  save_session(tmp.path("run.vkv"), a.rig.engine, a.fp, &a.rig.sampler, nlohmann::json{{"messages", a.conv.messages()}}.dump());
+  const Turned a2 = turn(a.conv, "Tell me more", 8);
+
+  SessionChat b(256, "");
+  EXPECT_FALSE(b.conv.load(tmp.path("run.vkv"), b.fp).chat_state);
+  const Turned b2 = turn(b.conv, "Tell me more", 8);
+  EXPECT_EQ(b2.text, a2.text);
+  EXPECT_EQ(b2.stats.cached_tokens, a2.stats.cached_tokens);
+  EXPECT_EQ(b2.stats.prompt_tokens, a2.stats.prompt_tokens);
+  expect_cache_consistent(b.conv, b.cache());
 }
 
 // ---- the binary ----
