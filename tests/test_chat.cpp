@@ -13,6 +13,7 @@
 #include <iterator>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "conversation.h"
@@ -409,8 +410,11 @@ ShellRun run_shell(const std::string& cmd) {
 }
 
 // Without the validation layers (ctest turns them on): the binary is only driven here.
-std::string chat_cmd(const std::string& args) {
-  return "env -u VKLLM_VALIDATE " + std::string(VKLLM_BINARY) + " chat -m " + test::shared_path(kModel) + " --temp 0 " + args;
+std::string vkllm_cmd(const std::string& sub, const std::string& args, const std::string& model = kModel) {
+  return "env -u VKLLM_VALIDATE " + std::string(VKLLM_BINARY) + " " + sub + " -m " + test::shared_path(model) + " " + args;
+}
+std::string chat_cmd(const std::string& args, const std::string& sampling = "--temp 0") {
+  return vkllm_cmd("chat", sampling + " " + args);
 }
 // On a pipe, bounded by timeout(1). (Not under tmux: timeout would sit in the terminal's
 // foreground group and pass every Ctrl+C on a second time; killing the tmux server bounds those.)
@@ -432,10 +436,123 @@ TEST(ChatCli, PipedLinesAreMessages) {
   EXPECT_EQ(block.status, 0);
   EXPECT_NE(block.out.find("1 exchanges"), std::string::npos) << block.out;
   // Commands work on a pipe too.
-  const ShellRun cmds = run_shell("printf 'Hello\\n/undo\\n/stats\\n/save x\\n' | " + piped_chat_cmd("-n 4 -q") + " 2>&1");
+  const ShellRun cmds = run_shell("printf 'Hello\\n/undo\\n/stats\\n/save\\n' | " + piped_chat_cmd("-n 4 -q") + " 2>&1");
   EXPECT_EQ(cmds.status, 0);
   EXPECT_NE(cmds.out.find("0 exchanges"), std::string::npos) << cmds.out;
-  EXPECT_NE(cmds.out.find("not available yet"), std::string::npos) << cmds.out;
+  EXPECT_NE(cmds.out.find("vkllm: /save needs a file name"), std::string::npos) << cmds.out;
+}
+
+// A piped chat (or any command) with stdin from a file holding `input`; stderr kept apart.
+struct Piped {
+  int status = -1;
+  std::string out, err;
+};
+Piped piped(const TempDir& tmp, const std::string& cmd, const std::string& input = "") {
+  static int n = 0;
+  const std::string in = tmp.path("in" + std::to_string(n)), err = tmp.path("err" + std::to_string(n));
+  ++n;
+  std::ofstream(in, std::ios::binary) << input;
+  const ShellRun r = run_shell("timeout 60 " + cmd + " <" + in + " 2>" + err);
+  return {r.status, r.out, read_file(err)};
+}
+
+// Replies and /stats output without the timing line, which differs between runs.
+std::string without_speed(const std::string& out) {
+  std::string kept, line;
+  std::istringstream in(out);
+  while (std::getline(in, line))
+    if (!line.starts_with("speed ")) kept += line + "\n";
+  return kept;
+}
+
+const std::string kTwoTurns = "Hello\nTell me more\n/stats\n";
+
+// `chat --session`: two calls of one message each give the replies of one chat with both, greedy
+// and seeded (the RNG is in the file), and the second call prefills only its new message: its
+// /stats "last turn" line (prompt, cached, prefilled tokens) is the uninterrupted chat's.
+TEST(ChatCli, SessionAcrossCallsEqualsOneChat) {
+  VKLLM_REQUIRE_SHARED(kModel);
+  TempDir tmp;
+  for (const std::string sampling : {"--temp 0", "--temp 0.8 --seed 7"}) {
+    SCOPED_TRACE(sampling);
+    const std::string args = "-n 8 -q --ctx 256", s = tmp.path("s.vkv");
+    std::filesystem::remove(s);
+    const Piped whole = piped(tmp, chat_cmd(args, sampling), kTwoTurns);
+    const Piped first = piped(tmp, chat_cmd(args + " --session " + s, sampling), "Hello\n");
+    ASSERT_EQ(first.status, 0) << first.err;
+    ASSERT_TRUE(std::filesystem::exists(s));
+    const Piped second = piped(tmp, chat_cmd(args + " --session " + s, sampling), "Tell me more\n/stats\n");
+    ASSERT_EQ(second.status, 0) << second.err;
+    EXPECT_EQ(without_speed(first.out + second.out), without_speed(whole.out));
+    EXPECT_NE(second.out.find("2 exchanges"), std::string::npos) << second.out;
+    EXPECT_EQ(second.out.find(" 0 cached"), std::string::npos) << second.out;
+  }
+  // An invalid session file ends the chat before it starts, in one line, and stays as it was.
+  const std::string bad = tmp.path("bad.vkv");
+  std::ofstream(bad, std::ios::binary) << "VKLLMSES";
+  const Piped refused = piped(tmp, chat_cmd("-n 8 -q --session " + bad), "Hello\n");
+  EXPECT_EQ(refused.status, 1);
+  EXPECT_EQ(refused.err, "vkllm: error: " + bad + ": truncated: 8 bytes, a session file starts with 16\n");
+  EXPECT_EQ(read_file(bad), "VKLLMSES");
+}
+
+// /save then /load in one piped chat changes nothing; a /load that is refused (missing,
+// truncated, another model's, a raw-text session) says why in one line and leaves the chat as it
+// was: the next reply is the one of a chat without the failed /load.
+TEST(ChatCli, LoadInAPipedChat) {
+  VKLLM_REQUIRE_SHARED(kModel);
+  VKLLM_REQUIRE_SHARED("models/synth-llama-q8_0.gguf");
+  TempDir tmp;
+  const std::string args = "-n 8 -q --ctx 256", good = tmp.path("good.vkv");
+  const Piped control = piped(tmp, chat_cmd(args), kTwoTurns);
+  ASSERT_EQ(control.status, 0) << control.err;
+  const Piped same = piped(tmp, chat_cmd(args), "Hello\n/save " + good + "\n/load " + good + "\nTell me more\n/stats\n");
+  EXPECT_EQ(without_speed(same.out), without_speed(control.out));
+  EXPECT_NE(same.err.find("vkllm: /save: " + good + ": 2 messages, "), std::string::npos) << same.err;
+  EXPECT_NE(same.err.find("vkllm: /load: " + good + ": 2 messages, "), std::string::npos) << same.err;
+
+  const std::string bytes = read_file(good);
+  std::ofstream(tmp.path("cut.vkv"), std::ios::binary).write(bytes.data(), std::streamsize(bytes.size() - 100));
+  ASSERT_EQ(piped(tmp, vkllm_cmd("run", "--chat -p Hi -n 1 -q --session " + tmp.path("other.vkv"), "models/synth-llama-q8_0.gguf")).status, 0);
+  ASSERT_EQ(piped(tmp, vkllm_cmd("run", "--ctx 256 -p Once -n 2 -q --session " + tmp.path("raw.vkv"))).status, 0);
+  std::string input = "Hello\n";
+  for (const char* f : {"missing.vkv", "cut.vkv", "other.vkv", "raw.vkv"}) input += "/load " + tmp.path(f) + "\n";
+  const Piped bad = piped(tmp, chat_cmd(args), input + "Tell me more\n/stats\n");
+  EXPECT_EQ(bad.status, 0);
+  EXPECT_EQ(without_speed(bad.out), without_speed(control.out));
+  std::istringstream lines(bad.err);
+  std::vector<std::string> errs;
+  for (std::string l; std::getline(lines, l);) errs.push_back(l);
+  ASSERT_EQ(errs.size(), 4u) << bad.err;
+  const std::string at = "vkllm: /load: " + tmp.dir.string() + "/";
+  EXPECT_EQ(errs[0], at + "missing.vkv: cannot open the session file");
+  EXPECT_TRUE(errs[1].starts_with(at + "cut.vkv: truncated: section 'KVDT'")) << errs[1];
+  EXPECT_TRUE(errs[2].starts_with(at + "other.vkv: saved with ")) << errs[2];
+  EXPECT_EQ(errs[3], at + "raw.vkv: holds a raw-text session (vkllm run without --chat), not a chat");
+}
+
+// `run --chat --session` and `chat --session` continue each other's conversations.
+TEST(ChatCli, RunChatSessionsContinueInChat) {
+  VKLLM_REQUIRE_SHARED(kModel);
+  TempDir tmp;
+  const std::string args = "-n 8 -q --ctx 256";
+  const Piped control = piped(tmp, chat_cmd(args), kTwoTurns);
+  // run's turn, then chat's: the same replies and prefill as one chat (the turn marks are rebuilt
+  // from the messages).
+  const std::string r = tmp.path("run.vkv");
+  const Piped one = piped(tmp, vkllm_cmd("run", "--temp 0 --chat -p Hello " + args + " --session " + r));
+  ASSERT_EQ(one.status, 0) << one.err;
+  const Piped two = piped(tmp, chat_cmd(args + " --session " + r), "Tell me more\n/stats\n");
+  ASSERT_EQ(two.status, 0) << two.err;
+  EXPECT_EQ(without_speed(one.out + "\n" + two.out), without_speed(control.out));
+  // chat's turn, then run's: the conversation goes on, reusing the cache.
+  const std::string c = tmp.path("chat.vkv");
+  ASSERT_EQ(piped(tmp, chat_cmd(args + " --session " + c), "Hello\n").status, 0);
+  const Piped then = piped(tmp, vkllm_cmd("run", "--temp 0 --chat --json -p 'Tell me more' " + args + " --session " + c));
+  ASSERT_EQ(then.status, 0) << then.err;
+  const nlohmann::json j = nlohmann::json::parse(then.out);
+  EXPECT_GT(j.at("cached_tokens").get<int>(), 10) << then.out;
+  EXPECT_NE(read_file(c).find(R"({"content":"Tell me more","role":"user"})"), std::string::npos);
 }
 
 // A detached tmux session on a private server; the pane stays after the command ends.
