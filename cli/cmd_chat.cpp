@@ -204,8 +204,9 @@ class ChatSession {
   void status_line() const;
   void save_session(const std::string& file);
   void load_session(const std::string& file);
-  // Loads `file` into the conversation; returns "4 messages, 312 tokens restored in 2.10 ms".
-  std::string restore(const std::string& file);
+  // Loads `file` into the conversation and says so, "vkllm: <label>: 4 messages, 312 tokens
+  // restored in 2.10 ms", unless quiet; then whether the saved sampler differs from the flags.
+  void restore(const std::string& file, const std::string& label, bool quiet);
   // --session: saves the conversation after every change to it.
   void autosave();
   const ModelFingerprint& fingerprint();
@@ -386,7 +387,7 @@ void ChatSession::save_session(const std::string& file) {
                with_commas(s_.engine->cache().used()).c_str(), human_bytes(bytes).c_str());
 }
 
-std::string ChatSession::restore(const std::string& file) {
+void ChatSession::restore(const std::string& file, const std::string& label, bool quiet) {
   const auto t0 = std::chrono::steady_clock::now();
   const Conversation::Restored r = conv_.load(file, fingerprint());
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -397,23 +398,18 @@ std::string ChatSession::restore(const std::string& file) {
   if (conv_.evicted() > 0) summary += " (" + with_commas(conv_.evicted()) + " evicted before)";
   summary += took;
   if (!r.chat_state) summary += "; no chat state in the file (vkllm run --chat): rebuilt from the messages";
+  if (!quiet) std::fprintf(stderr, "vkllm: %s: %s\n", label.c_str(), summary.c_str());
   if (const std::string note = sampler_note(file, sampler_, c_.opts.sampling); !c_.opts.quiet && !note.empty())
     std::fprintf(stderr, "vkllm: %s\n", note.c_str());
-  return summary;
 }
 
 // A failed load changes nothing: the conversation, the cache and the sampler stay as they were.
-void ChatSession::load_session(const std::string& file) {
-  const std::string summary = restore(file);
-  std::fprintf(stderr, "vkllm: /load: %s: %s\n", file.c_str(), summary.c_str());
-}
+void ChatSession::load_session(const std::string& file) { restore(file, "/load: " + file, false); }
 
 void ChatSession::start_session(const std::string& system) {
   if (c_.session.empty() || !std::filesystem::exists(c_.session)) return;
-  const std::string summary = restore(c_.session);
-  if (c_.opts.quiet) return;
-  std::fprintf(stderr, "vkllm: session %s: %s\n", c_.session.c_str(), summary.c_str());
-  if (!system.empty() && system != conv_.system())
+  restore(c_.session, "session " + c_.session, c_.opts.quiet);
+  if (!c_.opts.quiet && !system.empty() && system != conv_.system())
     std::fprintf(stderr, "vkllm: session %s: the saved system prompt is kept (/system TEXT replaces it)\n", c_.session.c_str());
 }
 

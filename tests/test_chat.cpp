@@ -646,9 +646,12 @@ TEST(ChatCli, TerminalSession) {
     EXPECT_NE(hist.find("Tell"), std::string::npos);
   }
   {
-    // Long replies: Ctrl+C stops one and the prompt comes back (the partial reply is kept);
-    // Ctrl+C at the prompt right after an interrupted reply is twice in a row: exit 130.
-    Tmux t(chat_cmd("-n 5000"));
+    // Long replies: Ctrl+C stops one and the prompt comes back (the partial reply is kept, and
+    // saved to --session); Ctrl+C at the prompt right after an interrupted reply is twice in a
+    // row: exit 130.
+    TempDir tmp;
+    const std::string session = tmp.path("t.vkv");
+    Tmux t(chat_cmd("-n 5000 --session " + session));
     ASSERT_TRUE(t.wait(at_prompt, 20)) << t.screen();
     t.keys("'Tell me a long story' Enter");
     // Streaming has begun once the line after the message holds text.
@@ -673,6 +676,10 @@ TEST(ChatCli, TerminalSession) {
     t.keys("C-c");
     ASSERT_TRUE(t.wait([](const std::string& s) { return s.find("EXIT=") != std::string::npos; }, 10)) << t.screen();
     EXPECT_NE(t.screen().find("EXIT=130"), std::string::npos) << t.screen();
+    const nlohmann::json saved = nlohmann::json::parse(read_session_info(session).conversation);
+    ASSERT_EQ(saved.at("messages").size(), 4u) << saved.dump();
+    EXPECT_EQ(saved["messages"][2]["content"], "Go on");
+    EXPECT_FALSE(saved["messages"][3]["content"].get<std::string>().empty());
   }
 }
 
