@@ -409,8 +409,10 @@ void ChatSession::load_session(const std::string& file) { restore(file, "/load: 
 void ChatSession::start_session(const std::string& system) {
   if (c_.session.empty() || !std::filesystem::exists(c_.session)) return;
   restore(c_.session, "session " + c_.session, c_.opts.quiet);
-  if (!c_.opts.quiet && !system.empty() && system != conv_.system())
-    std::fprintf(stderr, "vkllm: session %s: the saved system prompt is kept (/system TEXT replaces it)\n", c_.session.c_str());
+  if (c_.opts.quiet || system.empty() || system == conv_.system()) return;
+  std::fprintf(stderr, "vkllm: session %s: %s\n", c_.session.c_str(),
+               conv_.system().empty() ? "the session has no system prompt; --system is not used (/system TEXT sets one)"
+                                      : "the saved system prompt is kept, not --system (/system TEXT replaces it)");
 }
 
 void ChatSession::autosave() {
