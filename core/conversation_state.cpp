@@ -143,7 +143,7 @@ Conversation::Saved Conversation::parse_state(const std::string& path, const Ses
   const std::vector<int32_t>& held = info.tokens;
   const size_t used = held.size(), keep = std::min<size_t>(s.pinned, used);
   if (keep != info.n_keep)
-    r.fail("the chat pins " + std::to_string(s.pinned) + " tokens, the cache (section 'HEAD') " + std::to_string(info.n_keep));
+    r.fail("the chat pins " + std::to_string(s.pinned) + " tokens, section 'HEAD' pins " + std::to_string(info.n_keep));
   if (s.cached.size() < used)
     r.fail("'chat.tokens' holds " + std::to_string(s.cached.size()) + " tokens, fewer than the " + std::to_string(used) + " cached");
   const size_t gap = s.cached.size() - used;

@@ -332,12 +332,16 @@ TEST_F(ChatConversation, RefusedLoadChangesNothing) {
   const std::string bytes = read_file(good);
   std::ofstream(tmp.path("cut.vkv"), std::ios::binary).write(bytes.data(), std::streamsize(bytes.size() - 9));
   // Well-framed files whose conversation is wrong: written by save_session itself.
-  nlohmann::json state = nlohmann::json::parse(conv.state_json());
-  state["chat"]["tokens"][3] = int(state["chat"]["tokens"][3]) ^ 1;
-  save_session(tmp.path("tokens.vkv"), engine, c.fp, &c.rig.sampler, state.dump());
-  state = nlohmann::json::parse(conv.state_json());
-  state["messages"].push_back({{"role", "assistant"}, {"content", "twice"}});
-  save_session(tmp.path("roles.vkv"), engine, c.fp, &c.rig.sampler, state.dump());
+  const auto tampered = [&](const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json state = nlohmann::json::parse(conv.state_json());
+    edit(state);
+    save_session(tmp.path(name), engine, c.fp, &c.rig.sampler, state.dump());
+  };
+  tampered("tokens.vkv", [](nlohmann::json& j) { j["chat"]["tokens"][3] = int(j["chat"]["tokens"][3]) ^ 1; });
+  tampered("vocab.vkv", [](nlohmann::json& j) { j["chat"]["tokens"].push_back(99999); });
+  tampered("pinned.vkv", [](nlohmann::json& j) { j["chat"]["pinned"] = 2; });
+  tampered("turns.vkv", [](nlohmann::json& j) { j["chat"]["turns"].push_back({0, 0, 0, 0}); });
+  tampered("roles.vkv", [](nlohmann::json& j) { j["messages"].push_back({{"role", "assistant"}, {"content", "twice"}}); });
   save_session(tmp.path("raw.vkv"), engine, c.fp, &c.rig.sampler, "");
   save_session(tmp.path("json.vkv"), engine, c.fp, &c.rig.sampler, "{\"messages\": [");
 
@@ -349,6 +353,9 @@ TEST_F(ChatConversation, RefusedLoadChangesNothing) {
       {"missing.vkv", "missing.vkv: cannot open the session file"},
       {"cut.vkv", "cut.vkv: truncated: section 'KVDT'"},
       {"tokens.vkv", "tokens.vkv: section 'CONV': 'chat.tokens' does not match the cached tokens (section 'TOKS') at cached token 3"},
+      {"vocab.vkv", "] = 99999 is not a token of this vocabulary of 512"},
+      {"pinned.vkv", "pinned.vkv: section 'CONV': the chat pins 2 tokens, section 'HEAD' pins " + std::to_string(conv.pinned())},
+      {"turns.vkv", "turns.vkv: section 'CONV': 'chat.turns' is not an array of 1 turns (one per user message)"},
       {"roles.vkv", "roles.vkv: section 'CONV': message 3 has role 'assistant', expected 'user'"},
       {"raw.vkv", "raw.vkv: holds a raw-text session (vkllm run without --chat), not a chat"},
       {"json.vkv", "json.vkv: section 'CONV': not a JSON object"},
