@@ -565,7 +565,9 @@ TEST(ChatCli, RunChatSessionsContinueInChat) {
 // A detached tmux session on a private server; the pane stays after the command ends.
 class Tmux {
  public:
-  explicit Tmux(const std::string& cmd) : sock_("vkllm-test-" + std::to_string(getpid())) {
+  // A server per instance: a new one on the socket of a server still shutting down (the
+  // previous instance's kill-server) could vanish under the new session.
+  explicit Tmux(const std::string& cmd) : sock_("vkllm-test-" + std::to_string(getpid()) + "-" + std::to_string(next_id_++)) {
     state_ = std::filesystem::temp_directory_path() / sock_;
     std::filesystem::create_directories(state_);
     const std::string inner = "XDG_STATE_HOME=" + state_.string() + " " + cmd + "; echo EXIT=\\$?; sleep 120";
@@ -596,6 +598,7 @@ class Tmux {
 
  private:
   std::string tmux(const std::string& args) const { return "tmux -L " + sock_ + " " + args; }
+  static inline int next_id_ = 0;
   std::string sock_;
   std::filesystem::path state_;
 };
