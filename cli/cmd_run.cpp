@@ -97,12 +97,8 @@ void run(const RunCommand& c) {
       std::fprintf(stderr, "vkllm: session %s: %s tokens restored in %.2f ms\n", c.persist.session.c_str(),
                    with_commas(info.tokens.size()).c_str(), restore_ms);
     // The saved sampler (parameters and RNG) continues the session; say so when the flags differ.
-    const SamplerParams& sp = sampler.params();
-    const SamplerParams& up = c.opts.sampling;
-    if (!c.opts.quiet && (sp.temp != up.temp || sp.top_k != up.top_k || sp.top_p != up.top_p || sp.min_p != up.min_p ||
-                          sp.repeat_penalty != up.repeat_penalty || (up.seed != Sampler::kRandomSeed && up.seed != sp.seed)))
-      std::fprintf(stderr, "vkllm: session %s: sampling continues with the saved sampler (temp %.2f, seed %llu), not this call's flags\n",
-                   c.persist.session.c_str(), sp.temp, static_cast<unsigned long long>(sampler.seed()));
+    if (const std::string note = sampler_note(c.persist.session, sampler, c.opts.sampling); !c.opts.quiet && !note.empty())
+      std::fprintf(stderr, "vkllm: %s\n", note.c_str());
   }
 
   PromptTokens p;

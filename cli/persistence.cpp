@@ -7,8 +7,13 @@
 
 namespace vkllm::cli {
 
+void add_session_option(CLI::App* cmd, std::string& session) {
+  cmd->add_option("--session", session,
+                  "Session file: loaded when it exists, saved after the call (run) or every turn (chat); docs/session-format.md");
+}
+
 void add_persistence_options(CLI::App* cmd, PersistenceOptions& o) {
-  cmd->add_option("--session", o.session, "Session file: loaded when it exists, saved after the call (docs/session-format.md)");
+  add_session_option(cmd, o.session);
   o.prompt_cache_opt = cmd->add_option("--prompt-cache", o.prompt_cache_dir,
                   "Reuse and store prompt prefixes' KV state in DIR (default $XDG_CACHE_HOME/vkllm/prompt-cache)")
       ->expected(0, 1);
@@ -68,6 +73,17 @@ std::string divergence_message(const Tokenizer& tok, std::span<const int32_t> pr
   }
   return "matched " + with_commas(d) + " of " + with_commas(prompt.size()) + " tokens: the prompt differs from the cached one at token " +
          with_commas(d) + ", '" + (cut_before ? "…" : "") + shown + (cut_after ? "…" : "") + "'";
+}
+
+std::string sampler_note(const std::string& session, const Sampler& restored, const SamplerParams& flags) {
+  const SamplerParams& sp = restored.params();
+  if (sp.temp == flags.temp && sp.top_k == flags.top_k && sp.top_p == flags.top_p && sp.min_p == flags.min_p &&
+      sp.repeat_penalty == flags.repeat_penalty && (flags.seed == Sampler::kRandomSeed || flags.seed == sp.seed))
+    return "";
+  char line[512];
+  std::snprintf(line, sizeof line, "session %s: sampling continues with the saved sampler (temp %.2f, seed %llu), not this call's flags",
+                session.c_str(), sp.temp, static_cast<unsigned long long>(restored.seed()));
+  return line;
 }
 
 void print_cache_warnings(const PromptCache& pc) {

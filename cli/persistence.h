@@ -1,5 +1,5 @@
-// What `vkllm run` (and later `chat`) shares for --session and --prompt-cache: flags, the
-// stderr lines, and the divergence message.
+// What `vkllm run` and `vkllm chat` share for --session and --prompt-cache: flags, the stderr
+// lines, and the divergence message.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cstdint>
@@ -7,6 +7,7 @@
 #include <string>
 
 #include "prompt_cache.h"
+#include "sampler.h"
 #include "tokenizer.h"
 
 namespace vkllm::cli {
@@ -21,6 +22,8 @@ struct PersistenceOptions {
 
 // --session, --prompt-cache [DIR], --prompt-cache-size.
 void add_persistence_options(CLI::App* cmd, PersistenceOptions& o);
+// --session alone (`vkllm chat`).
+void add_session_option(CLI::App* cmd, std::string& session);
 // The directory --prompt-cache uses; throws when none can be determined.
 std::string prompt_cache_dir(const PersistenceOptions& o);
 // "2GiB", "512M", "1000000" → bytes; throws Error naming the flag.
@@ -28,6 +31,9 @@ uint64_t parse_size(const std::string& flag, const std::string& text);
 
 // "matched 3 of 2,113 tokens: the prompt differs from the cached one at token 3, '…2026-11-30…'"
 std::string divergence_message(const Tokenizer& tok, std::span<const int32_t> prompt, const PromptCacheMatch& m);
+// A restored session samples with its saved sampler (parameters and RNG): the line that says so
+// when the flags asked for another one, or "" when they agree.
+std::string sampler_note(const std::string& session, const Sampler& restored, const SamplerParams& flags);
 // "vkllm: warning: …" for each line.
 void print_cache_warnings(const PromptCache& pc);
 

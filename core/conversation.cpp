@@ -30,6 +30,7 @@ Conversation::Conversation(Engine& engine, const Tokenizer& tok, Sampler& sample
                            int32_t keep)
     : engine_(engine),
       tok_(tok),
+      sampler_(sampler),
       gen_(engine, tok, sampler),
       tmpl_(std::move(tmpl)),
       system_(std::move(system)),

@@ -14,6 +14,7 @@
 #include "engine.h"
 #include "generate.h"
 #include "sampler.h"
+#include "session_file.h"
 #include "tokenizer.h"
 
 namespace vkllm {
@@ -58,6 +59,22 @@ class Conversation {
   uint64_t evicted() const;
   const GenerationStats& last_stats() const { return gen_.stats(); }
 
+  // Sessions (docs/chat.md): the cache, its tokens, the sampler and this conversation in one
+  // session file (core/session_file.h), written atomically. Returns the file's size.
+  uint64_t save(const std::string& path, const ModelFingerprint& model) const;
+  struct Restored {
+    SessionInfo info;         // what the file held: tokens, evicted, size
+    bool chat_state = false;  // false: messages only (vkllm run --chat), the turn marks rebuilt
+  };
+  // Replaces the conversation, the cache and the sampler with the session in `path`, after
+  // checking all of it: the file (load_session), then its conversation against the tokens it
+  // caches. Throws Error naming the file and changes nothing when anything is wrong.
+  Restored load(const std::string& path, const ModelFingerprint& model);
+  // The CONV section: {"messages": [...]} as `vkllm run --chat` reads and writes it, and "chat",
+  // this account of the cache, so that a restored chat prefills only new tokens
+  // (docs/session-format.md lists the keys).
+  std::string state_json() const;
+
  private:
   static constexpr size_t kUnknown = SIZE_MAX;
   // Where a turn starts in the token sequence and in the rendered text (text 0: unknown).
@@ -81,8 +98,25 @@ class Conversation {
   const GenerationStats& reply(const std::vector<int32_t>& target, const GenerateOptions& o, const TextFn& on_text,
                                const ProgressFn& progress);
 
+  // A session's conversation read back and checked, not yet in use (conversation_state.cpp).
+  struct Saved {
+    nlohmann::json messages = nlohmann::json::array();
+    std::string system;
+    std::vector<Turn> turns;
+    std::vector<int32_t> cached;
+    size_t n_tokens = 0, reply_at = 0;
+    std::string text, pinned_text;
+    uint32_t pinned = 0;
+    bool chat_state = false;
+  };
+  // Parses `info.conversation` and checks it against the tokens the session caches.
+  Saved parse_state(const std::string& path, const SessionInfo& info) const;
+  // The account of the cache for a session written without one (vkllm run --chat).
+  void rebuild_state(Saved& s, const SessionInfo& info) const;
+
   Engine& engine_;
   const Tokenizer& tok_;
+  Sampler& sampler_;
   Generator gen_;
   ChatTemplate tmpl_;
   std::string system_;

@@ -406,7 +406,7 @@ SessionInfo read_session_info(const std::string& path, bool with_kv) {
 }
 
 SessionInfo load_session(const std::string& path, Engine& engine, const ModelFingerprint& model, Sampler* sampler,
-                         int64_t max_tokens) {
+                         int64_t max_tokens, const SessionCheck& check) {
   const std::vector<uint8_t> bytes = read_whole(path);
   std::span<const uint8_t> all(bytes);
   Parsed p = parse(path, bytes.size(), [&](uint64_t off, uint64_t n) { return all.subspan(off, n); }, true);
@@ -448,6 +448,7 @@ SessionInfo load_session(const std::string& path, Engine& engine, const ModelFin
       throw Error(path + ": section 'SAMP': " + e.what());
     }
   }
+  if (check) check(info);
 
   // Commit. The rows of a prefix are the first n of every layer's K and V runs.
   const uint64_t rk = info.row_bytes_k, rv = info.row_bytes_v;

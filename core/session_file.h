@@ -37,6 +37,7 @@
 // Errors are one line naming the file, the section and its byte offset.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -86,9 +87,12 @@ uint64_t save_session(const std::string& path, const Engine& engine, const Model
 // Validates `path` against this engine and model, then replaces the cache with its first
 // `max_tokens` tokens (all when −1) and, when `sampler` is given and the file has a state,
 // restores the sampler. Throws vkllm::Error (and changes nothing) when the file is not a valid
-// session for this model and cache. The caller then runs Generator::resume() (or prefills).
+// session for this model and cache. `check`, when given, sees the fully validated file last,
+// before anything changes, and refuses it by throwing (the chat checks its conversation there).
+// The caller then runs Generator::resume() (or prefills).
+using SessionCheck = std::function<void(const SessionInfo&)>;
 SessionInfo load_session(const std::string& path, Engine& engine, const ModelFingerprint& model, Sampler* sampler,
-                         int64_t max_tokens = -1);
+                         int64_t max_tokens = -1, const SessionCheck& check = {});
 
 // Parses and checks the framing and checksums of a whole file without an engine (tests, `vkllm
 // cache list`). `with_kv` false reads only HEAD and TOKS from disk (the prompt cache's index).

@@ -12,9 +12,12 @@
 #include <fstream>
 #include <iterator>
 #include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "conversation.h"
+#include "session_file.h"
 #include "test_support.h"
 #include "vk_test_env.h"
 
@@ -234,6 +237,166 @@ TEST_F(ChatConversation, EndOfTurnMarkerInUserTextStaysText) {
   EXPECT_EQ(conv.n_exchanges(), 2u);
 }
 
+// ---- sessions: /save, /load, --session ----
+
+// A directory of its own per test, removed afterwards.
+struct TempDir {
+  std::filesystem::path dir;
+  TempDir()
+      : dir(std::filesystem::temp_directory_path() /
+            ("vkllm_test_chat_" + std::to_string(getpid()) + "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name())) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  std::string path(const std::string& name) const { return (dir / name).string(); }
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// A turn's reply and what it prefilled.
+struct Turned {
+  std::string text;
+  GenerationStats stats;
+};
+Turned turn(Conversation& conv, const std::string& user, int32_t n) {
+  Turned t;
+  t.stats = conv.say(user, up_to(n), [&](const std::string& s) { return t.text += s, true; });
+  return t;
+}
+
+// A ChatML chat on an engine of its own, and the model's fingerprint for session files.
+struct SessionChat {
+  ChatRig rig;
+  ModelFingerprint fp;
+  Conversation conv;
+  explicit SessionChat(uint32_t capacity, const std::string& system = "You tell stories.")
+      : rig(capacity),
+        fp(model_fingerprint(rig.file)),
+        conv(rig.engine, rig.tok, rig.sampler, ChatTemplate::builtin("chatml"), system) {}
+  KvCache& cache() { return rig.engine.cache(); }
+};
+
+// A chat saved after the ring evicted, loaded into a fresh engine, goes on exactly as the one
+// that never stopped: pinned system prompt + window restored, only new tokens prefilled.
+TEST_F(ChatConversation, SessionSavedAfterTheRingWrappedContinues) {
+  TempDir tmp;
+  const std::string file = tmp.path("wrapped.vkv");
+  SessionChat a(128);
+  for (int i = 0; i < 3; ++i) turn(a.conv, "Tell me more", 20);
+  ASSERT_GT(a.conv.evicted(), 0u);
+  a.conv.save(file, a.fp);
+  const uint64_t evicted = a.conv.evicted();
+  const Turned a4 = turn(a.conv, "And then?", 20), a5 = turn(a.conv, "Tell me more", 20);
+
+  SessionChat b(128, "");
+  const Conversation::Restored r = b.conv.load(file, b.fp);
+  EXPECT_TRUE(r.chat_state);
+  EXPECT_EQ(b.conv.evicted(), evicted);
+  EXPECT_EQ(b.conv.system(), "You tell stories.");
+  EXPECT_EQ(b.conv.n_exchanges(), 3u);
+  EXPECT_EQ(r.info.tokens.size(), 128u);
+  expect_cache_consistent(b.conv, b.cache());
+  const Turned b4 = turn(b.conv, "And then?", 20), b5 = turn(b.conv, "Tell me more", 20);
+  EXPECT_EQ(b4.text, a4.text);
+  EXPECT_EQ(b5.text, a5.text);
+  // No re-prefill: the same tokens cached as in the chat that never stopped, only the new run.
+  EXPECT_EQ(b4.stats.cached_tokens, a4.stats.cached_tokens);
+  EXPECT_EQ(b4.stats.prompt_tokens, a4.stats.prompt_tokens);
+  EXPECT_LE(b5.stats.prompt_tokens - b5.stats.cached_tokens, b.rig.tok.tokenize(kTurnDelta, false, true).size() + 1);
+  EXPECT_EQ(b.cache().tokens(), a.cache().tokens());
+  expect_cache_consistent(b.conv, b.cache());
+  // /undo and /regen reach back into the restored turns.
+  b.conv.undo();
+  const GenerationStats rg = b.conv.regen(up_to(20), kIgnore);
+  EXPECT_EQ(rg.generated, 20u);
+  expect_cache_consistent(b.conv, b.cache());
+}
+
+// Every refused load leaves the conversation, the cache (tokens and rows) and the sampler as
+// they were.
+TEST_F(ChatConversation, RefusedLoadChangesNothing) {
+  TempDir tmp;
+  SessionChat c(256);
+  Conversation& conv = c.conv;
+  Engine& engine = c.rig.engine;
+  turn(conv, "Hello", 8);
+  const std::string good = tmp.path("good.vkv");
+  conv.save(good, c.fp);
+  const std::string bytes = read_file(good);
+  std::ofstream(tmp.path("cut.vkv"), std::ios::binary).write(bytes.data(), std::streamsize(bytes.size() - 9));
+  // Well-framed files whose conversation is wrong: written by save_session itself.
+  const auto tampered = [&](const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json state = nlohmann::json::parse(conv.state_json());
+    edit(state);
+    save_session(tmp.path(name), engine, c.fp, &c.rig.sampler, state.dump());
+  };
+  tampered("tokens.vkv", [](nlohmann::json& j) { j["chat"]["tokens"][3] = int(j["chat"]["tokens"][3]) ^ 1; });
+  tampered("vocab.vkv", [](nlohmann::json& j) { j["chat"]["tokens"].push_back(99999); });
+  tampered("pinned.vkv", [](nlohmann::json& j) { j["chat"]["pinned"] = 2; });
+  tampered("turns.vkv", [](nlohmann::json& j) { j["chat"]["turns"].push_back({0, 0, 0, 0}); });
+  tampered("roles.vkv", [](nlohmann::json& j) { j["messages"].push_back({{"role", "assistant"}, {"content", "twice"}}); });
+  save_session(tmp.path("raw.vkv"), engine, c.fp, &c.rig.sampler, "");
+  save_session(tmp.path("json.vkv"), engine, c.fp, &c.rig.sampler, "{\"messages\": [");
+
+  turn(conv, "Tell me more", 8);  // the live state now differs from every file
+  const std::vector<int32_t> seq = conv.cached_sequence(), kv_tokens = c.cache().tokens();
+  const std::vector<uint8_t> rows = c.cache().read_rows(c.cache().used()), sampler = c.rig.sampler.save_state();
+  const nlohmann::json messages = conv.messages();
+  const std::vector<std::pair<std::string, std::string>> refusals = {
+      {"missing.vkv", "missing.vkv: cannot open the session file"},
+      {"cut.vkv", "cut.vkv: truncated: section 'KVDT'"},
+      {"tokens.vkv", "tokens.vkv: section 'CONV': 'chat.tokens' does not match the cached tokens (section 'TOKS') at cached token 3"},
+      {"vocab.vkv", "] = 99999 is not a token of this vocabulary of 512"},
+      {"pinned.vkv", "pinned.vkv: section 'CONV': the chat pins 2 tokens, section 'HEAD' pins " + std::to_string(conv.pinned())},
+      {"turns.vkv", "turns.vkv: section 'CONV': 'chat.turns' is not an array of 1 turns (one per user message)"},
+      {"roles.vkv", "roles.vkv: section 'CONV': message 3 has role 'assistant', expected 'user'"},
+      {"raw.vkv", "raw.vkv: holds a raw-text session (vkllm run without --chat), not a chat"},
+      {"json.vkv", "json.vkv: section 'CONV': not a JSON object"},
+  };
+  for (const auto& [name, reason] : refusals) {
+    SCOPED_TRACE(name);
+    try {
+      conv.load(tmp.path(name), c.fp);
+      ADD_FAILURE() << "loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(conv.cached_sequence(), seq);
+    EXPECT_EQ(conv.messages(), messages);
+    EXPECT_EQ(c.cache().tokens(), kv_tokens);
+    EXPECT_EQ(c.cache().read_rows(c.cache().used()), rows);
+    EXPECT_EQ(c.rig.sampler.save_state(), sampler);
+  }
+  // The good file still loads.
+  EXPECT_TRUE(conv.load(good, c.fp).chat_state);
+  EXPECT_EQ(conv.n_exchanges(), 1u);
+}
+
+// A session holding only the messages (as `vkllm run --chat` writes it) is rebuilt from them:
+// the next turn still prefills only its own tokens, as after a chat's own /save.
+TEST_F(ChatConversation, MessagesOnlySessionPrefillsOnlyTheNewTurn) {
+  TempDir tmp;
+  SessionChat a(256);
+  turn(a.conv, "Hello", 8);
+  save_session(tmp.path("run.vkv"), a.rig.engine, a.fp, &a.rig.sampler, nlohmann::json{{"messages", a.conv.messages()}}.dump());
+  const Turned a2 = turn(a.conv, "Tell me more", 8);
+
+  SessionChat b(256, "");
+  EXPECT_FALSE(b.conv.load(tmp.path("run.vkv"), b.fp).chat_state);
+  const Turned b2 = turn(b.conv, "Tell me more", 8);
+  EXPECT_EQ(b2.text, a2.text);
+  EXPECT_EQ(b2.stats.cached_tokens, a2.stats.cached_tokens);
+  EXPECT_EQ(b2.stats.prompt_tokens, a2.stats.prompt_tokens);
+  expect_cache_consistent(b.conv, b.cache());
+}
+
 // ---- the binary ----
 
 struct ShellRun {
@@ -254,8 +417,11 @@ ShellRun run_shell(const std::string& cmd) {
 }
 
 // Without the validation layers (ctest turns them on): the binary is only driven here.
-std::string chat_cmd(const std::string& args) {
-  return "env -u VKLLM_VALIDATE " + std::string(VKLLM_BINARY) + " chat -m " + test::shared_path(kModel) + " --temp 0 " + args;
+std::string vkllm_cmd(const std::string& sub, const std::string& args, const std::string& model = kModel) {
+  return "env -u VKLLM_VALIDATE " + std::string(VKLLM_BINARY) + " " + sub + " -m " + test::shared_path(model) + " " + args;
+}
+std::string chat_cmd(const std::string& args, const std::string& sampling = "--temp 0") {
+  return vkllm_cmd("chat", sampling + " " + args);
 }
 // On a pipe, bounded by timeout(1). (Not under tmux: timeout would sit in the terminal's
 // foreground group and pass every Ctrl+C on a second time; killing the tmux server bounds those.)
@@ -277,16 +443,131 @@ TEST(ChatCli, PipedLinesAreMessages) {
   EXPECT_EQ(block.status, 0);
   EXPECT_NE(block.out.find("1 exchanges"), std::string::npos) << block.out;
   // Commands work on a pipe too.
-  const ShellRun cmds = run_shell("printf 'Hello\\n/undo\\n/stats\\n/save x\\n' | " + piped_chat_cmd("-n 4 -q") + " 2>&1");
+  const ShellRun cmds = run_shell("printf 'Hello\\n/undo\\n/stats\\n/save\\n' | " + piped_chat_cmd("-n 4 -q") + " 2>&1");
   EXPECT_EQ(cmds.status, 0);
   EXPECT_NE(cmds.out.find("0 exchanges"), std::string::npos) << cmds.out;
-  EXPECT_NE(cmds.out.find("not available yet"), std::string::npos) << cmds.out;
+  EXPECT_NE(cmds.out.find("vkllm: /save needs a file name"), std::string::npos) << cmds.out;
+}
+
+// A piped chat (or any command) with stdin from a file holding `input`; stderr kept apart.
+struct Piped {
+  int status = -1;
+  std::string out, err;
+};
+Piped piped(const TempDir& tmp, const std::string& cmd, const std::string& input = "") {
+  static int n = 0;
+  const std::string in = tmp.path("in" + std::to_string(n)), err = tmp.path("err" + std::to_string(n));
+  ++n;
+  std::ofstream(in, std::ios::binary) << input;
+  const ShellRun r = run_shell("timeout 60 " + cmd + " <" + in + " 2>" + err);
+  return {r.status, r.out, read_file(err)};
+}
+
+// Replies and /stats output without the timing line, which differs between runs.
+std::string without_speed(const std::string& out) {
+  std::string kept, line;
+  std::istringstream in(out);
+  while (std::getline(in, line))
+    if (!line.starts_with("speed ")) kept += line + "\n";
+  return kept;
+}
+
+const std::string kTwoTurns = "Hello\nTell me more\n/stats\n";
+
+// `chat --session`: two calls of one message each give the replies of one chat with both, greedy
+// and seeded (the RNG is in the file), and the second call prefills only its new message: its
+// /stats "last turn" line (prompt, cached, prefilled tokens) is the uninterrupted chat's.
+TEST(ChatCli, SessionAcrossCallsEqualsOneChat) {
+  VKLLM_REQUIRE_SHARED(kModel);
+  TempDir tmp;
+  for (const std::string sampling : {"--temp 0", "--temp 0.8 --seed 7"}) {
+    SCOPED_TRACE(sampling);
+    const std::string args = "-n 8 -q --ctx 256", s = tmp.path("s.vkv");
+    std::filesystem::remove(s);
+    const Piped whole = piped(tmp, chat_cmd(args, sampling), kTwoTurns);
+    const Piped first = piped(tmp, chat_cmd(args + " --session " + s, sampling), "Hello\n");
+    ASSERT_EQ(first.status, 0) << first.err;
+    ASSERT_TRUE(std::filesystem::exists(s));
+    const Piped second = piped(tmp, chat_cmd(args + " --session " + s, sampling), "Tell me more\n/stats\n");
+    ASSERT_EQ(second.status, 0) << second.err;
+    EXPECT_EQ(without_speed(first.out + second.out), without_speed(whole.out));
+    EXPECT_NE(second.out.find("2 exchanges"), std::string::npos) << second.out;
+    EXPECT_EQ(second.out.find(" 0 cached"), std::string::npos) << second.out;
+  }
+  // An invalid session file ends the chat before it starts, in one line, and stays as it was.
+  const std::string bad = tmp.path("bad.vkv");
+  std::ofstream(bad, std::ios::binary) << "VKLLMSES";
+  const Piped refused = piped(tmp, chat_cmd("-n 8 -q --session " + bad), "Hello\n");
+  EXPECT_EQ(refused.status, 1);
+  EXPECT_EQ(refused.err, "vkllm: error: " + bad + ": truncated: 8 bytes, a session file starts with 16\n");
+  EXPECT_EQ(read_file(bad), "VKLLMSES");
+}
+
+// /save then /load in one piped chat changes nothing; a /load that is refused (missing,
+// truncated, another model's, a raw-text session) says why in one line and leaves the chat as it
+// was: the next reply is the one of a chat without the failed /load.
+TEST(ChatCli, LoadInAPipedChat) {
+  VKLLM_REQUIRE_SHARED(kModel);
+  VKLLM_REQUIRE_SHARED("models/synth-llama-q8_0.gguf");
+  TempDir tmp;
+  const std::string args = "-n 8 -q --ctx 256", good = tmp.path("good.vkv");
+  const Piped control = piped(tmp, chat_cmd(args), kTwoTurns);
+  ASSERT_EQ(control.status, 0) << control.err;
+  const Piped same = piped(tmp, chat_cmd(args), "Hello\n/save " + good + "\n/load " + good + "\nTell me more\n/stats\n");
+  EXPECT_EQ(without_speed(same.out), without_speed(control.out));
+  EXPECT_NE(same.err.find("vkllm: /save: " + good + ": 2 messages, "), std::string::npos) << same.err;
+  EXPECT_NE(same.err.find("vkllm: /load: " + good + ": 2 messages, "), std::string::npos) << same.err;
+
+  const std::string bytes = read_file(good);
+  std::ofstream(tmp.path("cut.vkv"), std::ios::binary).write(bytes.data(), std::streamsize(bytes.size() - 100));
+  ASSERT_EQ(piped(tmp, vkllm_cmd("run", "--chat -p Hi -n 1 -q --session " + tmp.path("other.vkv"), "models/synth-llama-q8_0.gguf")).status, 0);
+  ASSERT_EQ(piped(tmp, vkllm_cmd("run", "--ctx 256 -p Once -n 2 -q --session " + tmp.path("raw.vkv"))).status, 0);
+  std::string input = "Hello\n";
+  for (const char* f : {"missing.vkv", "cut.vkv", "other.vkv", "raw.vkv"}) input += "/load " + tmp.path(f) + "\n";
+  const Piped bad = piped(tmp, chat_cmd(args), input + "Tell me more\n/stats\n");
+  EXPECT_EQ(bad.status, 0);
+  EXPECT_EQ(without_speed(bad.out), without_speed(control.out));
+  std::istringstream lines(bad.err);
+  std::vector<std::string> errs;
+  for (std::string l; std::getline(lines, l);) errs.push_back(l);
+  ASSERT_EQ(errs.size(), 4u) << bad.err;
+  const std::string at = "vkllm: /load: " + tmp.dir.string() + "/";
+  EXPECT_EQ(errs[0], at + "missing.vkv: cannot open the session file");
+  EXPECT_TRUE(errs[1].starts_with(at + "cut.vkv: truncated: section 'KVDT'")) << errs[1];
+  EXPECT_TRUE(errs[2].starts_with(at + "other.vkv: saved with ")) << errs[2];
+  EXPECT_EQ(errs[3], at + "raw.vkv: holds a raw-text session (vkllm run without --chat), not a chat");
+}
+
+// `run --chat --session` and `chat --session` continue each other's conversations.
+TEST(ChatCli, RunChatSessionsContinueInChat) {
+  VKLLM_REQUIRE_SHARED(kModel);
+  TempDir tmp;
+  const std::string args = "-n 8 -q --ctx 256";
+  const Piped control = piped(tmp, chat_cmd(args), kTwoTurns);
+  // run's turn, then chat's: the same replies and prefill as one chat (the turn marks are rebuilt
+  // from the messages).
+  const std::string r = tmp.path("run.vkv");
+  const Piped one = piped(tmp, vkllm_cmd("run", "--temp 0 --chat -p Hello " + args + " --session " + r));
+  ASSERT_EQ(one.status, 0) << one.err;
+  const Piped two = piped(tmp, chat_cmd(args + " --session " + r), "Tell me more\n/stats\n");
+  ASSERT_EQ(two.status, 0) << two.err;
+  EXPECT_EQ(without_speed(one.out + "\n" + two.out), without_speed(control.out));
+  // chat's turn, then run's: the conversation goes on, reusing the cache.
+  const std::string c = tmp.path("chat.vkv");
+  ASSERT_EQ(piped(tmp, chat_cmd(args + " --session " + c), "Hello\n").status, 0);
+  const Piped then = piped(tmp, vkllm_cmd("run", "--temp 0 --chat --json -p 'Tell me more' " + args + " --session " + c));
+  ASSERT_EQ(then.status, 0) << then.err;
+  const nlohmann::json j = nlohmann::json::parse(then.out);
+  EXPECT_GT(j.at("cached_tokens").get<int>(), 10) << then.out;
+  EXPECT_NE(read_file(c).find(R"({"content":"Tell me more","role":"user"})"), std::string::npos);
 }
 
 // A detached tmux session on a private server; the pane stays after the command ends.
 class Tmux {
  public:
-  explicit Tmux(const std::string& cmd) : sock_("vkllm-test-" + std::to_string(getpid())) {
+  // A server per instance: a new one on the socket of a server still shutting down (the
+  // previous instance's kill-server) could vanish under the new session.
+  explicit Tmux(const std::string& cmd) : sock_("vkllm-test-" + std::to_string(getpid()) + "-" + std::to_string(next_id_++)) {
     state_ = std::filesystem::temp_directory_path() / sock_;
     std::filesystem::create_directories(state_);
     const std::string inner = "XDG_STATE_HOME=" + state_.string() + " " + cmd + "; echo EXIT=\\$?; sleep 120";
@@ -317,6 +598,7 @@ class Tmux {
 
  private:
   std::string tmux(const std::string& args) const { return "tmux -L " + sock_ + " " + args; }
+  static inline int next_id_ = 0;
   std::string sock_;
   std::filesystem::path state_;
 };
@@ -374,9 +656,12 @@ TEST(ChatCli, TerminalSession) {
     EXPECT_NE(hist.find("Tell"), std::string::npos);
   }
   {
-    // Long replies: Ctrl+C stops one and the prompt comes back (the partial reply is kept);
-    // Ctrl+C at the prompt right after an interrupted reply is twice in a row: exit 130.
-    Tmux t(chat_cmd("-n 5000"));
+    // Long replies: Ctrl+C stops one and the prompt comes back (the partial reply is kept, and
+    // saved to --session); Ctrl+C at the prompt right after an interrupted reply is twice in a
+    // row: exit 130.
+    TempDir tmp;
+    const std::string session = tmp.path("t.vkv");
+    Tmux t(chat_cmd("-n 5000 --session " + session));
     ASSERT_TRUE(t.wait(at_prompt, 20)) << t.screen();
     t.keys("'Tell me a long story' Enter");
     // Streaming has begun once the line after the message holds text.
@@ -401,6 +686,10 @@ TEST(ChatCli, TerminalSession) {
     t.keys("C-c");
     ASSERT_TRUE(t.wait([](const std::string& s) { return s.find("EXIT=") != std::string::npos; }, 10)) << t.screen();
     EXPECT_NE(t.screen().find("EXIT=130"), std::string::npos) << t.screen();
+    const nlohmann::json saved = nlohmann::json::parse(read_session_info(session).conversation);
+    ASSERT_EQ(saved.at("messages").size(), 4u) << saved.dump();
+    EXPECT_EQ(saved["messages"][2]["content"], "Go on");
+    EXPECT_FALSE(saved["messages"][3]["content"].get<std::string>().empty());
   }
 }
 
