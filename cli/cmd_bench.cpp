@@ -21,6 +21,7 @@ struct BenchCommand {
   uint32_t n_prompt = 512, n_gen = 128, reps = 3, ctx_fill = 0;
   bool json = false, ops = false;
   uint32_t ops_size = 4096;
+  std::string attention = "auto";
   std::optional<uint32_t> device;
 };
 
@@ -45,6 +46,9 @@ std::vector<int32_t> random_tokens(uint32_t n, uint32_t n_vocab, uint32_t seed) 
 void bench_model(BenchCommand& c) {
   if (c.opts.ctx == 0) c.opts.ctx = c.ctx_fill + std::max(c.n_prompt, c.n_gen) + 16;
   c.opts.quiet = c.json;
+  c.opts.attention = c.attention == "tiled" ? AttentionKernel::Tiled
+                     : c.attention == "simd" ? AttentionKernel::Simd
+                                             : AttentionKernel::Auto;
   Session s = open_session(c.opts);
   Engine& e = *s.engine;
   const uint32_t n_vocab = e.config().n_vocab;
@@ -53,6 +57,7 @@ void bench_model(BenchCommand& c) {
   for (uint32_t r = 0; r <= c.reps; ++r) {
     if (c.n_prompt) {
       e.cache().clear();
+      if (c.ctx_fill) e.decode(random_tokens(c.ctx_fill, n_vocab, 100 + r), LogitsMode::Last);
       const auto t0 = Clock::now();
       e.decode(random_tokens(c.n_prompt, n_vocab, r), LogitsMode::Last);
       if (r) pp.push_back(c.n_prompt / seconds(t0));
@@ -70,7 +75,7 @@ void bench_model(BenchCommand& c) {
   const double kv_avg = double(e.cache().bytes_per_token()) * (c.ctx_fill + c.n_gen / 2.0);
   const double bytes_per_token = double(s.model->weight_bytes()) + kv_avg;
   nlohmann::json j = {{"model", c.opts.model}, {"device", s.ctx->info().name}, {"weight_bytes", s.model->weight_bytes()},
-                      {"kv_cache_type", cache_type_name(e.cache().type_k())}, {"ctx_fill", c.ctx_fill}, {"reps", c.reps}};
+                      {"kv_cache_type", cache_type_name(e.cache().type_k())}, {"ctx_fill", c.ctx_fill}, {"attention", c.attention}, {"reps", c.reps}};
   if (!pp.empty()) {
     const Stat st = stat_of(pp);
     j["prefill"] = {{"tokens", c.n_prompt}, {"tok_s", st.median}, {"tok_s_min", st.min}, {"tok_s_max", st.max}};
@@ -84,16 +89,18 @@ void bench_model(BenchCommand& c) {
     std::printf("%s\n", j.dump(1).c_str());
     return;
   }
-  std::printf("%-34s %-8s %12s %22s\n", "model", "test", "tok/s", "min … max");
+  std::printf("%-34s %-14s %12s %22s\n", "model", "test", "tok/s", "min … max");
   const std::string name = c.opts.model.substr(c.opts.model.find_last_of('/') + 1);
+  // llama-bench's names: pp512, tg128, and "@ d4096" for a cache filled before the test.
+  const std::string depth = c.ctx_fill ? " @ d" + std::to_string(c.ctx_fill) : "";
   if (!pp.empty()) {
     const Stat st = stat_of(pp);
-    std::printf("%-34s %-8s %12.2f %10.2f … %-10.2f\n", name.c_str(), ("pp" + std::to_string(c.n_prompt)).c_str(), st.median,
+    std::printf("%-34s %-14s %12.2f %10.2f … %-10.2f\n", name.c_str(), ("pp" + std::to_string(c.n_prompt) + depth).c_str(), st.median,
                 st.min, st.max);
   }
   if (!tg.empty()) {
     const Stat st = stat_of(tg);
-    std::printf("%-34s %-8s %12.2f %10.2f … %-10.2f\n", name.c_str(), ("tg" + std::to_string(c.n_gen)).c_str(), st.median,
+    std::printf("%-34s %-14s %12.2f %10.2f … %-10.2f\n", name.c_str(), ("tg" + std::to_string(c.n_gen) + depth).c_str(), st.median,
                 st.min, st.max);
     std::printf("decode reads %s per token (weights %s + KV %s) → %.2f GB/s effective\n",
                 human_bytes(uint64_t(bytes_per_token)).c_str(), human_bytes(s.model->weight_bytes()).c_str(),
@@ -155,7 +162,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-p,--n-prompt", c->n_prompt, "Prompt tokens for the prefill test (0: skip)");
   cmd->add_option("-n,--n-gen", c->n_gen, "Tokens for the decode test (0: skip)");
   cmd->add_option("-r,--reps", c->reps, "Measured repetitions")->check(CLI::Range(1u, 100u));
-  cmd->add_option("--ctx-fill", c->ctx_fill, "Tokens already in the cache before the decode test");
+  cmd->add_option("--ctx-fill", c->ctx_fill, "Tokens already in the cache before the prefill and decode tests");
+  cmd->add_option("--attention", c->attention, "Attention kernel: auto, tiled (GPUs) or simd (CPU drivers)")
+      ->check(CLI::IsMember({"auto", "tiled", "simd"}));
   cmd->add_option("-c,--ctx", c->opts.ctx, "KV cache capacity (default: enough for the test)");
   cmd->add_option("--cache-type", c->opts.cache_type, "KV cache type: f16, q8_0, q4_0")->check(CLI::IsMember({"f16", "q8_0", "q4_0"}));
   cmd->add_option("--ubatch", c->opts.ubatch, "Prompt tokens per prefill chunk");

@@ -111,6 +111,7 @@ Session open_session(const RunOptions& o) {
   eo.cache.type_v = *cache_type_from_name(tv);
   eo.n_ubatch = o.ubatch;
   eo.profile = o.profile;
+  eo.attention = o.attention;
 
   s.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(s.file));
   print_warnings(*s.tokenizer);

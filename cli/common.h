@@ -26,6 +26,7 @@ struct RunOptions {
   uint32_t ubatch = 512;
   bool quiet = false;
   bool profile = false;
+  AttentionKernel attention = AttentionKernel::Auto;  // set by `bench --attention`
   SamplerParams sampling;
 };
 

@@ -8,6 +8,7 @@
 
 #include "kv_cache.h"
 #include "model.h"
+#include "ops.h"
 #include "vk_commands.h"
 #include "vk_pipeline.h"
 
@@ -17,6 +18,7 @@ struct EngineOptions {
   KvCacheOptions cache;
   uint32_t n_ubatch = 512;  // tokens per prefill chunk (one command buffer each)
   bool profile = false;     // collect per-dispatch GPU timings
+  AttentionKernel attention = AttentionKernel::Auto;  // which attention kernel (bench compares them)
 };
 
 // Which logits a call to decode() returns: the last token's, every token's, or every token's

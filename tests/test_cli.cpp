@@ -67,6 +67,25 @@ TEST(Cli, InfoReportsStories260K) {
   EXPECT_EQ(j["kv_cache"]["types"]["f16"]["bytes_total"], 640ull * 8192 * 8);
 }
 
+// bench runs with either attention kernel over a filled cache and reports both tests; a bad kernel
+// name is refused.
+TEST(Cli, BenchBothAttentionKernelsOverAFilledCache) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  for (const char* kernel : {"tiled", "simd"}) {
+    const Result r = vkllm("bench -p 8 -n 4 -r 1 --ctx-fill 40 --json --attention " + std::string(kernel) + " -m " +
+                           model("stories260K.gguf"));
+    ASSERT_EQ(r.status, 0) << r.err;
+    const json j = json::parse(r.out);
+    EXPECT_EQ(j["attention"], kernel);
+    EXPECT_EQ(j["ctx_fill"], 40);
+    EXPECT_GT(j["prefill"]["tok_s"].get<double>(), 0.0);
+    EXPECT_GT(j["decode"]["tok_s"].get<double>(), 0.0);
+  }
+  const Result bad = vkllm("bench --attention fast -m " + model("stories260K.gguf"));
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.err.find("--attention"), std::string::npos) << bad.err;
+}
+
 TEST(Cli, BadInputIsOneLineAndNonZero) {
   const std::string dir = testing::TempDir();
   {
