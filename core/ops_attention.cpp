@@ -112,7 +112,7 @@ void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape
                          kv_per_split, 1.0f / std::sqrt(float(shape.head_dim)), rope.n_rot, rope.neox ? 1u : 0u};
   const Pipeline& p =
       simd ? rec.pipelines().get(std::string("attention_simd_") + cache_type_name(type), 9, sizeof(AttentionParams),
-                                 {rec.context().subgroup_size(), shape.head_dim, t.bq, rope.n_rot, rope.neox ? 1u : 0u})
+                                 {t.wg, shape.head_dim, t.bq, rope.n_rot, rope.neox ? 1u : 0u})
            : rec.pipelines().get(std::string("attention_") + cache_type_name(type), 9, sizeof(AttentionParams),
                                  {t.wg, shape.head_dim, t.bq, t.bkv});
   if (n_split == 1) {
