@@ -5,18 +5,16 @@
 #
 # usage: scripts/bench-attention.sh [MODEL] [FILL] [PROMPT] [GEN]
 set -euo pipefail
-cd "$(dirname "$0")/.."
-model=${1:-${VKLLM_MODEL:-../shared/models/stories260K.gguf}}
+. "$(dirname "$0")/bench-lib.sh"
+model=${1:-${VKLLM_MODEL:-$shared/models/stories260K.gguf}}
 fill=${2:-1600}
 prompt=${3:-56}
 gen=${4:-16}
-bin=${VKLLM_BIN:-build/vkllm}
-[ -x "$bin" ] || { echo "bench-attention: $bin is missing: build first (cmake --build build --target vkllm)" >&2; exit 1; }
-[ -f "$model" ] || { echo "bench-attention: model $model is missing" >&2; exit 1; }
+bench_require "$model"
 
 declare -A pp tg
 for k in tiled simd; do
-  out=$("$bin" bench -m "$model" -p "$prompt" -n "$gen" --ctx-fill "$fill" -r 3 --attention "$k" --json 2>/dev/null)
+  out=$("$vkllm" bench -m "$model" -p "$prompt" -n "$gen" --ctx-fill "$fill" -r 3 --attention "$k" --json 2>/dev/null)
   pp[$k]=$(printf '%s' "$out" | sed -n '/"prefill"/,/}/s/.*"tok_s": \([0-9.e+-]*\).*/\1/p' | head -1)
   tg[$k]=$(printf '%s' "$out" | sed -n '/"decode"/,/}/s/.*"tok_s": \([0-9.e+-]*\).*/\1/p' | head -1)
 done

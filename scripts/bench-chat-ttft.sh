@@ -7,13 +7,11 @@
 #
 # usage: scripts/bench-chat-ttft.sh [MODEL] [TURNS] [TOKENS_PER_REPLY]
 set -euo pipefail
-cd "$(dirname "$0")/.."
-model=${1:-${VKLLM_MODEL:-../shared/models/stories260K.gguf}}
+. "$(dirname "$0")/bench-lib.sh"
+model=${1:-${VKLLM_MODEL:-$shared/models/stories260K.gguf}}
 turns=${2:-20}
 n=${3:-32}
-bin=${VKLLM_BIN:-build/vkllm}
-[ -x "$bin" ] || { echo "bench-chat-ttft: $bin is missing: build first (cmake --build build --target vkllm)" >&2; exit 1; }
-[ -f "$model" ] || { echo "bench-chat-ttft: model $model is missing" >&2; exit 1; }
+bench_require "$model"
 
 messages=("Hello" "Tell me more" "What happened next?" "Who else was there?" "Why?" "And then?")
 input=""
@@ -21,7 +19,7 @@ for ((i = 0; i < turns; i++)); do
   input+="${messages[i % ${#messages[@]}]}"$'\n/stats\n'
 done
 
-printf '%s' "$input" | "$bin" chat -m "$model" --temp 0 -n "$n" --ctx 4096 -q |
+printf '%s' "$input" | "$vkllm" chat -m "$model" --temp 0 -n "$n" --ctx 4096 -q |
   awk -v model="$(basename "$model")" -v n="$n" '
     /^last turn/ { gsub(",", ""); prompt = $3; cached = $6; prefilled = $8 }
     /^speed/ {

@@ -5,15 +5,13 @@
 # prompt diverged from the cached one (at the timestamp), and reuses almost nothing.
 # Usage: scripts/bench-prefix-cache.sh [MODEL] [MANUAL]
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
-shared="${VKLLM_SHARED_DIR:-$root/../shared}"
-vkllm="${VKLLM_BIN:-$root/build/vkllm}"
+. "$(dirname "$0")/bench-lib.sh"
 model="${1:-$shared/models/stories260K.gguf}"
 manual="${2:-$shared/reference/stories.txt}"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+bench_require "$model" "$manual"
+bench_workdir
 cache="$work/prompt-cache"
-n_tok=$("$vkllm" tokenize -m "$model" -f "$manual" --count 2>/dev/null | tail -1 | tr -dc 0-9)
+n_tok=$(count_tokens "$model" "$manual")
 ctx=$(( (n_tok + 128 + 255) / 256 * 256 ))
 
 ask() {  # ask LABEL PREFIX QUESTION: one run; prints its prompt-cache lines, returns TTFT ms in $ttft

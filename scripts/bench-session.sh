@@ -4,15 +4,13 @@
 # uploading the KV rows), the prefill time it replaces, and their ratio (target ≥ 20×).
 # Usage: scripts/bench-session.sh [MODEL] [TEXT]
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
-shared="${VKLLM_SHARED_DIR:-$root/../shared}"
-vkllm="${VKLLM_BIN:-$root/build/vkllm}"
+. "$(dirname "$0")/bench-lib.sh"
 model="${1:-$shared/models/stories260K.gguf}"
 text="${2:-$shared/reference/stories.txt}"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+bench_require "$model" "$text"
+bench_workdir
 ses="$work/bench.vkv"
-n_tok=$("$vkllm" tokenize -m "$model" -f "$text" --count 2>/dev/null | tail -1 | tr -dc 0-9)
+n_tok=$(count_tokens "$model" "$text")
 ctx=$(( (n_tok + 64 + 255) / 256 * 256 ))
 
 # 1. Prefill from scratch (and one token) and save.

@@ -3,12 +3,12 @@
 # for each vocabulary given (default: llama-spm and llama-bpe). Prints MiB/s per vocabulary;
 # the time covers tokenize() only, not loading the vocabulary.
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
-shared="${VKLLM_SHARED_DIR:-$root/../shared}"
-vkllm="${VKLLM_BIN:-$root/build/vkllm}"
-text="$(mktemp --suffix=.txt)"
-trap 'rm -f "$text"' EXIT
+. "$(dirname "$0")/bench-lib.sh"
 story="$shared/reference/stories.txt"
+bench_require "$story"
+bench_workdir
+text="$work/text.txt"
+: >"$text"
 while [ "$(stat -c %s "$text")" -lt $((1024 * 1024)) ]; do cat "$story" >> "$text"; done
 vocabs=("$@")
 [ ${#vocabs[@]} -gt 0 ] || vocabs=("$shared/vocab/ggml-vocab-llama-spm.gguf" "$shared/vocab/ggml-vocab-llama-bpe.gguf")
