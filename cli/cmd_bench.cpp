@@ -10,8 +10,8 @@
 #include "commands.h"
 #include "common.h"
 #include "format.h"
-#include "ops.h"
-#include "weights.h"
+#include "kernels/ops.h"
+#include "kernels/tensor.h"
 
 namespace vkllm::cli {
 namespace {

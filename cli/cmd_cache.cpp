@@ -6,7 +6,7 @@
 #include "commands.h"
 #include "format.h"
 #include "persistence.h"
-#include "prompt_cache.h"
+#include "store/prompt_cache.h"
 
 namespace vkllm::cli {
 namespace {

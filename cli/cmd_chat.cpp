@@ -1,6 +1,6 @@
 // `vkllm chat`: the interactive terminal chat. Line editing and history through libedit; replies
 // streamed to stdout; slash commands; Ctrl+C stops a reply. The chat state lives in
-// core/conversation.h; this file owns the terminal. Design in docs/chat.md.
+// core/chat/conversation.h; this file owns the terminal. Design in docs/chat.md.
 #include <histedit.h>
 #include <poll.h>
 #include <signal.h>
@@ -18,15 +18,15 @@
 #include <iterator>
 #include <optional>
 
-#include "chat_template.h"
+#include "chat/template.h"
 #include "commands.h"
 #include "common.h"
-#include "conversation.h"
+#include "chat/conversation.h"
 #include "format.h"
-#include "kv_layout.h"
-#include "model_summary.h"
+#include "model/kv_layout.h"
+#include "model/summary.h"
 #include "persistence.h"
-#include "session_file.h"
+#include "store/session_file.h"
 
 namespace vkllm::cli {
 namespace {
@@ -35,7 +35,7 @@ struct ChatCommand {
   RunOptions opts;
   std::string system, system_file, chat_template;
   std::string session;  // --session FILE ("" = none)
-  int32_t n_predict = -1;
+  int32_t n_predict = GenerateOptions::kUntilFull;
 };
 
 // Ctrl+C: counted by the handler, read by the reply callback and the input loop.
@@ -536,7 +536,7 @@ void add_chat_command(CLI::App& app) {
   auto* sys = cmd->add_option("--system", c->system, "System prompt");
   cmd->add_option("--system-file", c->system_file, "Read the system prompt from a file")->excludes(sys);
   cmd->add_option("--chat-template", c->chat_template, "Chat template: a built-in name or a Jinja file");
-  cmd->add_option("-n,--n-predict", c->n_predict, "Most tokens per reply (-1: until end of generation)");
+  add_n_predict_option(cmd, c->n_predict, "Most tokens per reply");
   add_session_option(cmd, c->session);
   cmd->callback([c] {
     // The session is gone (device objects freed) before the exit status leaves through CLI11.

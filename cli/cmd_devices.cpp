@@ -4,7 +4,7 @@
 
 #include "commands.h"
 #include "format.h"
-#include "vk_context.h"
+#include "vk/context.h"
 
 namespace vkllm::cli {
 

@@ -3,10 +3,10 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "error.h"
+#include "base/error.h"
 #include "format.h"
-#include "kv_layout.h"
-#include "model_summary.h"
+#include "model/kv_layout.h"
+#include "model/summary.h"
 
 namespace vkllm::cli {
 namespace {

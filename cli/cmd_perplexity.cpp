@@ -7,7 +7,7 @@
 #include "commands.h"
 #include "common.h"
 #include "format.h"
-#include "perplexity.h"
+#include "engine/perplexity.h"
 
 namespace vkllm::cli {
 namespace {

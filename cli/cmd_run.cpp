@@ -10,14 +10,14 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 
-#include "chat_template.h"
+#include "chat/template.h"
 #include "commands.h"
 #include "common.h"
 #include "format.h"
-#include "generate.h"
+#include "engine/generate.h"
 #include "persistence.h"
-#include "prompt.h"
-#include "session_file.h"
+#include "chat/prompt.h"
+#include "store/session_file.h"
 
 namespace vkllm::cli {
 namespace {
@@ -26,7 +26,7 @@ struct RunCommand {
   RunOptions opts;
   std::string prompt, prompt_file, system, chat_template;
   bool chat = false, json = false, ignore_eos = false;
-  int32_t n_predict = -1;
+  int32_t n_predict = GenerateOptions::kUntilFull;
   std::vector<std::string> stop;
   PersistenceOptions persist;
 };
@@ -225,7 +225,7 @@ void add_run_command(CLI::App& app) {
   add_sampling_options(cmd, c->opts.sampling);
   cmd->add_option("-p,--prompt", c->prompt, "Prompt text (after stdin and -f)");
   cmd->add_option("-f,--file", c->prompt_file, "Read the prompt from a file");
-  cmd->add_option("-n,--n-predict", c->n_predict, "Tokens to generate (-1: until end of generation)");
+  add_n_predict_option(cmd, c->n_predict, "Tokens to generate");
   cmd->add_option("--stop", c->stop, "Stop when this string is generated (repeatable)");
   cmd->add_flag("--chat", c->chat, "Wrap the prompt in the model's chat template as a user message");
   cmd->add_option("--system", c->system, "System prompt (with --chat)");

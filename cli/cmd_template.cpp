@@ -4,9 +4,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "chat_template.h"
+#include "chat/template.h"
 #include "commands.h"
-#include "error.h"
+#include "base/error.h"
 #include "gguf.h"
 
 namespace vkllm::cli {

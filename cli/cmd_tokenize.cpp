@@ -7,9 +7,9 @@
 #include <sstream>
 
 #include "commands.h"
-#include "error.h"
+#include "base/error.h"
 #include "gguf.h"
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace vkllm::cli {
 namespace {

@@ -8,8 +8,8 @@
 #include <map>
 
 #include "format.h"
-#include "kv_layout.h"
-#include "model_summary.h"
+#include "model/kv_layout.h"
+#include "model/summary.h"
 
 namespace vkllm::cli {
 
@@ -35,6 +35,19 @@ void add_model_options(CLI::App* cmd, RunOptions& o) {
   cmd->add_option("--ubatch", o.ubatch, "Prompt tokens per prefill chunk")->check(CLI::Range(1u, 8192u));
   cmd->add_flag("-q,--quiet", o.quiet, "No statistics on stderr");
   cmd->add_flag("--profile", o.profile, "Print GPU time per op at the end");
+}
+
+void add_n_predict_option(CLI::App* cmd, int32_t& n_predict, const std::string& what) {
+  const CLI::Validator count_or_endless(
+      [](std::string& v) -> std::string {
+        long long n = 0;
+        if (CLI::detail::lexical_cast(v, n) && n >= -1 && n <= INT32_MAX) return {};
+        return v + " is not a token count: give a count ≥ 0, or -1 for endless generation";
+      },
+      "COUNT|-1");
+  cmd->add_option("-n,--n-predict", n_predict,
+                  what + " (default: until end of generation or the cache is full; -1: endless, through the ring)")
+      ->check(count_or_endless);
 }
 
 void add_sampling_options(CLI::App* cmd, SamplerParams& s) {

@@ -7,13 +7,13 @@
 #include <optional>
 #include <string>
 
-#include "engine.h"
+#include "engine/engine.h"
 #include "gguf.h"
-#include "model.h"
-#include "sampler.h"
-#include "tokenizer.h"
-#include "vk_context.h"
-#include "vk_pipeline.h"
+#include "model/model.h"
+#include "engine/sampler.h"
+#include "text/tokenizer.h"
+#include "vk/context.h"
+#include "vk/pipeline.h"
 
 namespace vkllm::cli {
 
@@ -35,6 +35,10 @@ void add_model_options(CLI::App* cmd, RunOptions& o);
 // --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n, --frequency-penalty,
 // --presence-penalty, --seed
 void add_sampling_options(CLI::App* cmd, SamplerParams& s);
+
+// -n, --n-predict for run and chat: a count ≥ 0, -1 for endless generation through the ring, or
+// unset (GenerateOptions::kUntilFull: stop when the cache is full). `what` names the unit.
+void add_n_predict_option(CLI::App* cmd, int32_t& n_predict, const std::string& what);
 
 // Everything a run needs, loaded in order; members are declared so that they destroy in reverse.
 struct Session {

@@ -1,9 +1,12 @@
-// vkllm: entry point. Parses the subcommand and turns any input error into one line on stderr.
+// vkllm: entry point. Parses the subcommand and turns any input error into one line on stderr:
+// exit status 2 for a bad command line, 1 for bad input (a file, a device), 2 for a bug.
+#include <algorithm>
 #include <cstdio>
+#include <string>
 #include <exception>
 
 #include "commands.h"
-#include "error.h"
+#include "base/error.h"
 #include "gguf.h"
 
 int main(int argc, char** argv) {
@@ -22,7 +25,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version are "errors" with exit code 0: CLI11 prints them.
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    std::string msg = e.what();
+    std::replace(msg.begin(), msg.end(), '\n', ' ');
+    std::fprintf(stderr, "vkllm: error: %s (see --help)\n", msg.c_str());
+    return 2;
   } catch (const vkllm::Error& e) {
     std::fprintf(stderr, "vkllm: error: %s\n", e.what());
     return 1;

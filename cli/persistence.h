@@ -6,9 +6,9 @@
 #include <span>
 #include <string>
 
-#include "prompt_cache.h"
-#include "sampler.h"
-#include "tokenizer.h"
+#include "store/prompt_cache.h"
+#include "engine/sampler.h"
+#include "text/tokenizer.h"
 
 namespace vkllm::cli {
 

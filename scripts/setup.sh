@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake ninja-build pkg-config git
   libvulkan-dev glslang-tools spirv-tools mesa-vulkan-drivers vulkan-tools vulkan-validationlayers
-  libcli11-dev libgtest-dev googletest nlohmann-json3-dev libpcre2-dev libedit-dev libxxhash-dev
+  libcli11-dev libgtest-dev googletest nlohmann-json3-dev libpcre2-dev libedit-dev libxxhash-dev libutf8proc-dev
   clang tmux curl ca-certificates
 )
 missing=()

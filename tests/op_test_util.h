@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "vk_buffer.h"
+#include "vk/buffer.h"
 #include "vk_test_env.h"
 
 namespace vkllm::test {

@@ -16,8 +16,8 @@
 #include <sstream>
 #include <thread>
 
-#include "conversation.h"
-#include "session_file.h"
+#include "chat/conversation.h"
+#include "store/session_file.h"
 #include "test_support.h"
 #include "vk_test_env.h"
 
@@ -211,6 +211,27 @@ TEST_F(ChatConversation, GoesOnWhenTheRingFills) {
   conv.clear();
   EXPECT_EQ(r.engine.cache().used(), conv.pinned());
   EXPECT_EQ(conv.evicted(), 0u);
+}
+
+// A reply without a token limit stops when the cache is first full; once it is full, a reply may
+// evict earlier turns but stops before it would evict its own turn's tokens.
+TEST_F(ChatConversation, ReplyWithoutALimitStopsWhenTheCacheIsFull) {
+  ChatRig r(128);
+  Conversation conv(r.engine, r.tok, r.sampler, ChatTemplate::builtin("chatml"), "You tell stories.");
+  GenerateOptions o;
+  o.ignore_eos = true;
+  ASSERT_EQ(o.n_predict, GenerateOptions::kUntilFull);
+  const GenerationStats first = conv.say("Hello", o, kIgnore);
+  EXPECT_EQ(first.stop_reason, "context full");
+  EXPECT_EQ(r.engine.cache().used(), 128u);
+  EXPECT_EQ(r.engine.cache().evicted(), 0u);
+  EXPECT_EQ(first.prompt_tokens + first.generated, 128u);
+  const GenerationStats second = conv.say("Tell me more", o, kIgnore);
+  EXPECT_EQ(second.stop_reason, "context full");
+  const uint32_t turn = second.prompt_tokens - second.cached_tokens;
+  EXPECT_EQ(second.generated, 128u - conv.pinned() - turn);
+  EXPECT_GT(r.engine.cache().evicted(), 0u);
+  expect_cache_consistent(conv, r.engine.cache());
 }
 
 // The end-of-turn marker typed by a user is text. stories260K's vocabulary has </s> as a

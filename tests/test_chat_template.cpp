@@ -10,11 +10,11 @@
 #include <sstream>
 #include <unistd.h>
 
-#include "chat_template.h"
-#include "error.h"
+#include "chat/template.h"
+#include "base/error.h"
 #include "gguf.h"
-#include "jinja_eval.h"
-#include "jinja_parser.h"
+#include "jinja/eval.h"
+#include "jinja/parser.h"
 #include "test_support.h"
 
 namespace vkllm {
@@ -227,6 +227,83 @@ TEST(JinjaSemantics, FiltersTestsAndMethods) {
             "FalseTrueTrueTrueTrueTruedd");
   EXPECT_EQ(render_src("{{ '\u00fcn\u00ef' | upper }}"), "\u00dcN\u00cf");
   EXPECT_EQ(render_src("{{ strftime_now('%d %b %Y') }}"), "15 Jan 2026");
+}
+
+// Expected strings are what Jinja2 3.1.6 renders on Python 3.11 (Unicode 14.0). str.upper/lower
+// use the full case mappings ('ß' → "SS", 'և' → "ԵՒ", 'İ' → "i̇"); str.title and capitalize
+// titlecase ('ǆ' → 'ǅ', 'ﬁ' → "Fi") while the title filter upper-cases a word's first letter
+// ('ǆ' → 'Ǆ', 'ﬁ' → "FI").
+TEST(JinjaSemantics, UnicodeCaseOnEveryScript) {
+  const std::string ops =
+      "{{ s|upper }}|{{ s|lower }}|{{ s|title }}|{{ s|capitalize }}|{{ s.upper() }}|{{ s.title() }}|"
+      "{{ s.isalpha() }} {{ s.isupper() }}|{% set w = s.split()[0] %}{{ w.isalpha() }} {{ w.isupper() }} "
+      "{{ w.islower() }}";
+  struct Case {
+    const char* s;
+    const char* expected;
+  };
+  const Case cases[] = {
+      // Armenian (and its ech-yiwn ligature), Latin Extended-B digraphs, Georgian Mkhedruli and
+      // Mtavruli, Cherokee, Deseret (4-byte UTF-8), German, Greek final sigma, Turkish, ASCII.
+      {"բարև Ձեզ և",
+       "ԲԱՐԵՒ ՁԵԶ ԵՒ|բարև ձեզ և|Բարև Ձեզ ԵՒ|"
+       "Բարև ձեզ և|ԲԱՐԵՒ ՁԵԶ ԵՒ|Բարև Ձեզ Եւ|"
+       "False False|True False True"},
+      {"ǆemal ǈubljana ǋ ƀ ƃ ȿ ɀ",
+       "ǄEMAL ǇUBLJANA Ǌ Ƀ Ƃ Ȿ Ɀ|ǆemal ǉubljana ǌ ƀ ƃ ȿ ɀ|Ǆemal Ǉubljana Ǌ Ƀ Ƃ Ȿ Ɀ|"
+       "ǅemal ǉubljana ǌ ƀ ƃ ȿ ɀ|ǄEMAL ǇUBLJANA Ǌ Ƀ Ƃ Ȿ Ɀ|ǅemal ǈubljana ǋ Ƀ Ƃ Ȿ Ɀ|"
+       "False False|True False True"},
+      {"ქართული ᲥᲐᲠᲗᲣᲚᲘ",
+       "ᲥᲐᲠᲗᲣᲚᲘ ᲥᲐᲠᲗᲣᲚᲘ|ქართული ქართული|Ქართული Ქართული|"
+       "ქართული ქართული|ᲥᲐᲠᲗᲣᲚᲘ ᲥᲐᲠᲗᲣᲚᲘ|ქართული Ქართული|"
+       "False False|True False True"},
+      {"ᏣᎳᎩ ꮳꮃꭹ",
+       "ᏣᎳᎩ ᏣᎳᎩ|ꮳꮃꭹ ꮳꮃꭹ|Ꮳꮃꭹ Ꮳꮃꭹ|"
+       "Ꮳꮃꭹ ꮳꮃꭹ|ᏣᎳᎩ ᏣᎳᎩ|Ꮳꮃꭹ Ꮳꮃꭹ|"
+       "False False|True True False"},
+      {"𐐨𐐯𐑊𐐬 𐐔𐐯𐑅𐐨𐑉𐐯𐐻",
+       "𐐀𐐇𐐢𐐄 𐐔𐐇𐐝𐐀𐐡𐐇𐐓|𐐨𐐯𐑊𐐬 𐐼𐐯𐑅𐐨𐑉𐐯𐐻|𐐀𐐯𐑊𐐬 𐐔𐐯𐑅𐐨𐑉𐐯𐐻|"
+       "𐐀𐐯𐑊𐐬 𐐼𐐯𐑅𐐨𐑉𐐯𐐻|𐐀𐐇𐐢𐐄 𐐔𐐇𐐝𐐀𐐡𐐇𐐓|𐐀𐐯𐑊𐐬 𐐔𐐯𐑅𐐨𐑉𐐯𐐻|"
+       "False False|True False True"},
+      {"straße ﬁnd",
+       "STRASSE FIND|straße ﬁnd|Straße FInd|"
+       "Straße ﬁnd|STRASSE FIND|Straße Find|"
+       "False False|True False True"},
+      {"ΌΣΟΣ σας.",
+       "ΌΣΟΣ ΣΑΣ.|όσος σας.|Όσος Σας.|"
+       "Όσος σας.|ΌΣΟΣ ΣΑΣ.|Όσος Σας.|"
+       "False False|True True False"},
+      {"İstanbul ıi",
+       "İSTANBUL II|i\u0307stanbul ıi|İstanbul Ii|"
+       "İstanbul ıi|İSTANBUL II|İstanbul Ii|"
+       "False False|True False False"},
+      {"hELLO wORLD-foo (bar) x1",
+       "HELLO WORLD-FOO (BAR) X1|hello world-foo (bar) x1|Hello World-Foo (Bar) X1|"
+       "Hello world-foo (bar) x1|HELLO WORLD-FOO (BAR) X1|Hello World-Foo (Bar) X1|"
+       "False False|True False False"},
+  };
+  for (const Case& c : cases)
+    EXPECT_EQ(render_src("{% set s = '" + std::string(c.s) + "' %}" + ops), c.expected) << c.s;
+  // A sigma is final after a cased letter with none following, skipping marks and apostrophes;
+  // the title filter judges it within word[1:].
+  EXPECT_EQ(render_src("{{ 'ΌΣΟΣ ΣΑΣ. ΑΣ\u0301Σ' | lower }}|{{ 'ΣΑΣ'.capitalize() }}|"
+                       "{{ 'ΌΣ-ΑΣ' | title }}"),
+            "όσος σας. ασ\u0301ς|Σας|Όσ-Ασ");
+  // Bytes that are not UTF-8 pass through case mapping unchanged.
+  EXPECT_EQ(render_src("{{ 'a\xff" "b\xc3' | upper }}"), "A\xff" "B\xc3");
+}
+
+TEST(JinjaSemantics, UnicodeCharacterClassesAndWhitespace) {
+  EXPECT_EQ(render_src("{{ '²³'.isdigit() }} {{ '١٢٣'.isdigit() }} {{ 'Ⅻ'.isdigit() }} {{ 'Ⅻ7'.isalnum() }} "
+                       "{{ '\u00a0\u3000\u0085'.isspace() }} {{ '\u200b'.isspace() }}"),
+            "True True False True True False");
+  EXPECT_EQ(render_src("{{ 'ΑΒΓ' is upper }} {{ 'ǅ' is upper }} {{ 'ǆ' is lower }} {{ 'ʰa' is lower }} "
+                       "{{ 'Ⓐ' is upper }} {{ '1' is lower }}"),
+            "True False True True True False");
+  // split() and trim use Unicode whitespace; a maxsplit remainder keeps its outer whitespace.
+  EXPECT_EQ(render_src("{{ '\u3000a\u00a0b\u2003'.split() }}{{ 'a b  '.split(none, 1) }}{{ '  a b'.rsplit(none, 1) }}|"
+                       "{{ '\u2003x\u3000' | trim }}|{{ 'naïve café 1_2 ١٢ e\u0301' | wordcount }}"),
+            "['a', 'b']['a', 'b  ']['  a', 'b']|x|5");
 }
 
 TEST(JinjaErrors, UnsupportedConstructsNameLineAndColumn) {

@@ -98,10 +98,59 @@ TEST(Cli, BadInputIsOneLineAndNonZero) {
     EXPECT_NE(r.status, 0) << args;
     EXPECT_TRUE(r.out.empty()) << args << ": " << r.out;
     EXPECT_FALSE(r.err.empty()) << args;
-    EXPECT_LE(std::count(r.err.begin(), r.err.end(), '\n'), 2) << r.err;  // CLI11 may add a hint line
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
   const Result r = vkllm("info -m " + dir + "/corrupt.gguf");
   EXPECT_NE(r.err.find("corrupt.gguf"), std::string::npos) << r.err;
+}
+
+// A bad command line (a value of the wrong type, an unknown flag, a missing required option, an
+// unknown subcommand, a negative count other than -1) is one "vkllm: error:" line and status 2.
+TEST(Cli, ParseErrorsAreOneLineWithStatus2) {
+  const std::string m = " -m " + model("stories260K.gguf");
+  for (const std::string& args : {"run --temp abc" + m + " -p hi", "run --no-such-flag" + m + " -p hi",
+                                  std::string("info"), std::string("no-such-command"), "run -n -5" + m + " -p hi",
+                                  "chat -n -2" + m, "run -n lots" + m + " -p hi"}) {
+    const Result r = vkllm(args);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.err;
+    EXPECT_TRUE(r.out.empty()) << args << ": " << r.out;
+    EXPECT_TRUE(r.err.starts_with("vkllm: error: ")) << args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
+  }
+  EXPECT_NE(vkllm("run --temp abc" + m + " -p hi").err.find("--temp"), std::string::npos);
+  const Result minus5 = vkllm("run -n -5" + m + " -p hi");
+  EXPECT_NE(minus5.err.find("-5 is not a token count"), std::string::npos) << minus5.err;
+  // --help is not an error.
+  const Result help = vkllm("run --help");
+  EXPECT_EQ(help.status, 0);
+  EXPECT_NE(help.out.find("-1: endless"), std::string::npos) << help.out;
+}
+
+// Without -n, a run stops at end of generation or when the cache is first full (it would hang
+// otherwise on a model that never ends); -n N and -n -1 go on through the ring.
+TEST(Cli, RunStopsWhenTheCacheIsFull) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const std::string base = "run -q --json --temp 0 --ignore-eos --ctx 64 -m " + model("stories260K.gguf") + " -p 'Once upon a time'";
+  const Result full = vkllm(base);
+  ASSERT_EQ(full.status, 0) << full.err;
+  const json f = json::parse(full.out);
+  EXPECT_EQ(f["stop_reason"], "context full");
+  EXPECT_EQ(f["kv_tokens_used"], 64);
+  EXPECT_EQ(f["kv_evicted"], 0);
+  EXPECT_EQ(f["generated_tokens"].get<int>() + f["prompt_tokens"].get<int>(), 64);
+  const Result counted = vkllm(base + " -n 80");
+  ASSERT_EQ(counted.status, 0) << counted.err;
+  const json c = json::parse(counted.out);
+  EXPECT_EQ(c["stop_reason"], "length");
+  EXPECT_EQ(c["generated_tokens"], 80);
+  EXPECT_GT(c["kv_evicted"].get<int>(), 0);
+  // -n -1 is endless: it goes past the full cache and ends only at the stop string, which this
+  // greedy story reaches about 110 tokens in (`timeout` keeps a regression from hanging the test).
+  const Result endless = vkllm("--version >/dev/null && timeout 120 " + std::string(VKLLM_BINARY) + " " + base + " -n -1 --stop sorry");
+  ASSERT_EQ(endless.status, 0) << endless.err;
+  const json e = json::parse(endless.out);
+  EXPECT_EQ(e["stop_reason"], "stop string");
+  EXPECT_GT(e["kv_evicted"].get<int>(), 0);
 }
 
 // `vkllm run --temp 0 -n 64` reproduces the reference greedy tokens up to the decided prefix.

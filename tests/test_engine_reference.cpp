@@ -7,7 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine.h"
+#include "engine/engine.h"
 #include "test_support.h"
 #include "vk_test_env.h"
 

@@ -1,7 +1,7 @@
 // The ring-buffer bookkeeping of KvCache: slots, positions, eviction, truncation, memory size.
 #include <gtest/gtest.h>
 
-#include "kv_cache.h"
+#include "model/kv_cache.h"
 #include "vk_test_env.h"
 
 using namespace vkllm;

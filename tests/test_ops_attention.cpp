@@ -8,7 +8,7 @@
 #include <random>
 
 #include "op_test_util.h"
-#include "ops.h"
+#include "kernels/ops.h"
 #include "reference/ref_ops.h"
 
 using namespace vkllm;

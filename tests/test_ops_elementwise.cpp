@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "op_test_util.h"
-#include "ops.h"
+#include "kernels/ops.h"
 #include "reference/ref_ops.h"
 
 using namespace vkllm;

@@ -3,9 +3,9 @@
 #include <gtest/gtest.h>
 
 #include "op_test_util.h"
-#include "ops.h"
+#include "kernels/ops.h"
 #include "reference/ref_ops.h"
-#include "weights.h"
+#include "kernels/tensor.h"
 
 using namespace vkllm;
 using gguf::TensorType;

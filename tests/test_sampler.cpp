@@ -14,8 +14,8 @@
 #include <vector>
 #include <xxhash.h>
 
-#include "core/error.h"
-#include "core/sampler.h"
+#include "base/error.h"
+#include "engine/sampler.h"
 
 using vkllm::Candidate;
 using vkllm::Sampler;

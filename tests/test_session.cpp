@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "kv_cache.h"
+#include "model/kv_cache.h"
 #include "test_support.h"
-#include "vk_buffer.h"
+#include "vk/buffer.h"
 #include "vk_test_env.h"
 
 namespace fs = std::filesystem;

@@ -16,9 +16,9 @@
 #include <xxhash.h>
 #include <vector>
 
-#include "core/error.h"
-#include "core/session_file.h"
-#include "gguf_loader/atomic_file.h"
+#include "base/error.h"
+#include "store/session_file.h"
+#include "atomic_file.h"
 #include "test_support.h"
 
 namespace fs = std::filesystem;

@@ -12,13 +12,13 @@
 #include <random>
 #include <sstream>
 
-#include "error.h"
+#include "base/error.h"
 #include "gguf.h"
-#include "pretokenizer.h"
+#include "text/pretokenizer.h"
 #include "test_support.h"
-#include "tokenizer.h"
-#include "tokenizer_impl.h"
-#include "utf8.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer_impl.h"
+#include "base/utf8.h"
 
 namespace vkllm {
 namespace {

@@ -3,10 +3,10 @@
 #include <cstring>
 #include <vector>
 
-#include "kernel_params.h"
+#include "kernels/params.h"
 #include "shader_registry.h"
-#include "vk_buffer.h"
-#include "vk_commands.h"
+#include "vk/buffer.h"
+#include "vk/commands.h"
 #include "vk_test_env.h"
 
 using namespace vkllm;

@@ -3,8 +3,8 @@
 #pragma once
 #include <gtest/gtest.h>
 
-#include "vk_context.h"
-#include "vk_pipeline.h"
+#include "vk/context.h"
+#include "vk/pipeline.h"
 
 namespace vkllm::test {
 

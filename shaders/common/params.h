@@ -1,5 +1,5 @@
 // Push-constant structs shared verbatim by the C++ host (core/) and the GLSL kernels (shaders/).
-// Both sides include this file; the host static_asserts each struct's size (core/kernel_params.h).
+// Both sides include this file; the host static_asserts each struct's size (core/kernels/params.h).
 // Rules: only 4-byte fields (u32, i32, float), no arrays, no padding.
 #ifndef VKLLM_PARAMS_H
 #define VKLLM_PARAMS_H

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "model_config.h"
+#include "model/config.h"
 #include "ref_ops.h"
 
 namespace vkllm::ref {

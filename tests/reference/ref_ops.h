@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "gguf_types.h"
-#include "model_config.h"  // vkllm::RopeStyle
+#include "model/config.h"  // vkllm::RopeStyle
 
 namespace vkllm::ref {
 

@@ -1,0 +1,294 @@
+// The chat's turns: incremental rendering, the account of what the cache holds, and the ring.
+#include "chat/conversation.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+#include "chat/prompt.h"
+
+namespace vkllm {
+namespace {
+
+size_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
+bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+
+std::string trimmed(const std::string& s) {
+  size_t b = 0, e = s.size();
+  while (b < e && is_space(s[b])) ++b;
+  while (e > b && is_space(s[e - 1])) --e;
+  return s.substr(b, e - b);
+}
+
+}  // namespace
+
+Conversation::Conversation(Engine& engine, const Tokenizer& tok, Sampler& sampler, ChatTemplate tmpl, std::string system,
+                           int32_t keep)
+    : engine_(engine),
+      tok_(tok),
+      sampler_(sampler),
+      gen_(engine, tok, sampler),
+      tmpl_(std::move(tmpl)),
+      system_(std::move(system)),
+      keep_(keep) {}
+
+nlohmann::json Conversation::messages() const {
+  nlohmann::json all = nlohmann::json::array();
+  if (!system_.empty()) all.push_back({{"role", "system"}, {"content", system_}});
+  for (const auto& m : messages_) all.push_back(m);
+  return all;
+}
+
+std::string Conversation::render(bool add_generation_prompt) const {
+  return tmpl_.render(messages(), render_options(tok_, add_generation_prompt));
+}
+
+uint64_t Conversation::evicted() const {
+  // The cache holds cached_[0, pinned) and cached_[pinned + gap, end); the conversation is the
+  // first n_tokens_ of cached_ (shorter after an /undo that could not truncate the cache yet).
+  const size_t gap = cached_.size() - engine_.cache().used();
+  if (n_tokens_ <= pinned_) return 0;
+  return std::min(n_tokens_, size_t{pinned_} + gap) - pinned_;
+}
+
+size_t Conversation::delta_start(const std::string& rendered) const {
+  if (text_.empty()) return kUnknown;
+  if (rendered.starts_with(text_)) return text_.size();
+  // Templates that trim message content (Llama 3, Gemma, Llama 2) render the last reply without
+  // the whitespace the model generated around it. The cache keeps the reply as generated; what
+  // follows it in the rendering is the new part.
+  if (reply_at_ == 0 || rendered.compare(0, reply_at_, text_, 0, reply_at_) != 0) return kUnknown;
+  const std::string reply = trimmed(text_.substr(reply_at_));
+  size_t at = reply_at_;
+  while (at < rendered.size() && is_space(rendered[at])) ++at;
+  if (rendered.compare(at, reply.size(), reply) != 0) return kUnknown;
+  return at + reply.size();
+}
+
+std::vector<int32_t> Conversation::plan_turn(const std::string& rendered, const nlohmann::json& all) {
+  const size_t at = delta_start(rendered);
+  if (at != kUnknown) {
+    // Incremental: the tokens so far stay as they are (including the reply exactly as sampled);
+    // only the new text is tokenized, its user content as plain text.
+    const std::string delta = rendered.substr(at);
+    const nlohmann::json fresh = nlohmann::json::array({all.back()});
+    std::vector<TextPiece> pieces;
+    size_t pos = 0;
+    for (const auto& [b, e] : find_content_spans(delta, fresh)) {
+      if (b > pos) pieces.push_back({std::string_view(delta).substr(pos, b - pos), true});
+      pieces.push_back({std::string_view(delta).substr(b, e - b), false});
+      pos = e;
+    }
+    if (pos < delta.size()) pieces.push_back({std::string_view(delta).substr(pos), true});
+    std::vector<int32_t> target(cached_.begin(), cached_.begin() + static_cast<long>(n_tokens_));
+    const std::vector<int32_t> added = tok_.tokenize(pieces, false);
+    target.insert(target.end(), added.begin(), added.end());
+    return target;
+  }
+  // The template rewrote earlier text: tokenize all of it; sync() still reuses the longest
+  // common token prefix. Turn marks past the point of divergence are no longer known.
+  std::vector<int32_t> target = tokenize_rendered(tok_, rendered, all);
+  const size_t same = common_prefix(tokens(), target);
+  for (Turn& t : turns_) {
+    if (t.tokens_at_user != kUnknown && t.tokens_at_user > same) t.tokens_at_user = kUnknown;
+    if (t.tokens_at_reply != kUnknown && t.tokens_at_reply > same) t.tokens_at_reply = kUnknown;
+    if (rendered.compare(0, t.text_at_user, text_, 0, t.text_at_user) != 0) t.text_at_user = 0;
+    if (rendered.compare(0, t.text_at_reply, text_, 0, t.text_at_reply) != 0) t.text_at_reply = 0;
+  }
+  return target;
+}
+
+uint32_t Conversation::pin_count(const std::vector<int32_t>& target) {
+  pinned_text_.clear();
+  const uint32_t most = engine_.cache().capacity() - 1;
+  if (keep_ >= 0) return std::min<uint32_t>(uint32_t(keep_), most);
+  uint32_t n = (!target.empty() && target[0] == tok_.bos()) ? 1 : 0;
+  if (!system_.empty()) {
+    // What the system prompt alone renders to, as far as its tokens begin the conversation's.
+    const nlohmann::json sys = nlohmann::json::array({{{"role", "system"}, {"content", system_}}});
+    std::string text;
+    try {
+      text = tmpl_.render(sys, render_options(tok_, false));
+    } catch (const Error&) {
+      // Some templates refuse a conversation without a user message: pin BOS only.
+    }
+    const std::vector<int32_t> sys_tokens = tokenize_rendered(tok_, text, sys);
+    n = std::max<uint32_t>(n, uint32_t(common_prefix(sys_tokens, target)));
+    if (n == sys_tokens.size() && !text.empty() && text_.starts_with(text)) pinned_text_ = text;
+  }
+  return std::min(n, most);
+}
+
+void Conversation::reset_cache() {
+  engine_.cache().truncate(0);
+  cached_.clear();
+  n_tokens_ = 0;
+  text_.clear();
+  reply_at_ = 0;
+  pinned_ = 0;
+  pinned_text_.clear();
+}
+
+void Conversation::sync(const std::vector<int32_t>& target, const ProgressFn& progress) {
+  KvCache& cache = engine_.cache();
+  VKLLM_CHECK(!target.empty(), "a chat turn renders to no tokens");
+  const size_t gap = cached_.size() - cache.used();  // tokens of cached_ the ring dropped
+  // Keep at least one token to run, so its logits are fresh.
+  const size_t same = std::min(common_prefix(cached_, target), target.size() - 1);
+  size_t from;  // first token of target to run
+  if (cached_.empty() || same < pinned_) {
+    // A fresh start, or the pinned prefix itself changed: pin again while the ring is empty.
+    cache.truncate(0);
+    cached_.clear();
+    pinned_ = pin_count(target);
+    cache.set_keep(pinned_);
+    from = 0;
+  } else if (gap == 0 || same >= pinned_ + gap) {
+    // The usual case: drop what differs from the newest cached tokens, run the rest.
+    cache.truncate(uint32_t(same - gap));
+    from = same;
+  } else {
+    // The conversation changed inside what the ring already dropped (/undo or /regen past the
+    // window, or a template that rewrites old text): keep the pinned tokens and refill the window.
+    cache.truncate(pinned_);
+    from = pinned_;
+  }
+  // Tokens the ring would drop again at once are not run: at most a window's worth.
+  const size_t window = cache.capacity() - pinned_;
+  size_t tail = from;
+  if (target.size() - from > window) {
+    if (from < pinned_) engine_.decode(std::span(target).subspan(from, pinned_ - from), LogitsMode::Last);
+    tail = std::max<size_t>(pinned_, target.size() - window);
+  }
+  cached_ = target;
+  try {
+    gen_.extend(std::span(target).subspan(tail), progress);
+  } catch (...) {
+    reset_cache();
+    throw;
+  }
+  // What the skipped tokens would have left: the ring holds pinned + the newest window.
+  n_tokens_ = target.size();
+  VKLLM_CHECK(cached_.size() >= cache.used(), "the cache holds more tokens than the conversation");
+}
+
+void Conversation::trim_cache(size_t n) {
+  KvCache& cache = engine_.cache();
+  if (n >= cached_.size()) return;
+  const size_t gap = cached_.size() - cache.used();
+  if (n >= pinned_ + gap || (n == pinned_ && cache.used() >= pinned_)) {
+    cache.truncate(uint32_t(n >= pinned_ + gap ? n - gap : n));
+    cached_.resize(n);
+  }
+  // Otherwise n lies inside what the ring dropped: the next turn's sync() rebuilds the window.
+}
+
+const GenerationStats& Conversation::reply(const std::vector<int32_t>& target, const GenerateOptions& o,
+                                           const TextFn& on_text, const ProgressFn& progress) {
+  sync(target, progress);
+  Turn& t = turns_.back();
+  t.tokens_at_reply = n_tokens_;
+  t.text_at_reply = text_.size();
+  std::string reply;
+  try {
+    gen_.generate(o, [&](const std::string& piece) {
+      reply += piece;
+      return on_text(piece);
+    });
+  } catch (...) {
+    reset_cache();
+    throw;
+  }
+  // Every sampled token except an end-of-generation one was run, so it is in the cache.
+  const std::vector<int32_t>& sampled = gen_.stats().tokens;
+  cached_.insert(cached_.end(), sampled.begin(), sampled.end());
+  n_tokens_ = cached_.size();
+  reply_at_ = text_.empty() ? 0 : text_.size();
+  if (!text_.empty()) text_ += reply;
+  messages_.push_back({{"role", "assistant"}, {"content", reply}});
+  return gen_.stats();
+}
+
+const GenerationStats& Conversation::say(const std::string& user, const GenerateOptions& o, const TextFn& on_text,
+                                         const ProgressFn& progress) {
+  nlohmann::json all = messages();
+  all.push_back({{"role", "user"}, {"content", user}});
+  const std::string rendered = tmpl_.render(all, render_options(tok_, true));
+  Turn t;
+  const bool first = turns_.empty();
+  if (!first) {
+    t.tokens_at_user = n_tokens_;
+    t.text_at_user = text_.size();
+  }
+  const std::vector<int32_t> target = plan_turn(rendered, all);
+  text_ = rendered;
+  reply_at_ = 0;
+  messages_.push_back(all.back());
+  turns_.push_back(t);
+  try {
+    const GenerationStats& st = reply(target, o, on_text, progress);
+    if (first) {
+      // The first exchange starts right after the pinned tokens, so undoing it equals /clear.
+      turns_.front().tokens_at_user = pinned_;
+      turns_.front().text_at_user = pinned_text_.size();
+    }
+    return st;
+  } catch (...) {
+    messages_.erase(messages_.size() - 1);
+    turns_.pop_back();
+    throw;
+  }
+}
+
+const GenerationStats& Conversation::regen(const GenerateOptions& o, const TextFn& on_text, const ProgressFn& progress) {
+  if (turns_.empty() || messages_.back()["role"] != "assistant") throw Error("/regen: there is no reply to generate again");
+  messages_.erase(messages_.size() - 1);
+  const Turn t = turns_.back();
+  std::vector<int32_t> target;
+  if (t.tokens_at_reply != kUnknown) {
+    target.assign(cached_.begin(), cached_.begin() + static_cast<long>(t.tokens_at_reply));
+    text_ = t.text_at_reply ? text_.substr(0, t.text_at_reply) : "";
+  } else {
+    text_ = render(true);
+    target = tokenize_rendered(tok_, text_, messages());
+  }
+  reply_at_ = 0;
+  return reply(target, o, on_text, progress);
+}
+
+void Conversation::undo() {
+  if (turns_.empty()) throw Error("/undo: there is no exchange to undo");
+  if (messages_.back()["role"] == "assistant") messages_.erase(messages_.size() - 1);
+  messages_.erase(messages_.size() - 1);
+  const Turn t = turns_.back();
+  turns_.pop_back();
+  reply_at_ = 0;
+  if (t.tokens_at_user == kUnknown) {
+    text_.clear();  // the next turn tokenizes the whole rendering and reuses what matches
+    return;
+  }
+  n_tokens_ = std::min(t.tokens_at_user, n_tokens_);
+  text_ = t.text_at_user ? text_.substr(0, t.text_at_user) : "";
+  trim_cache(n_tokens_);
+}
+
+void Conversation::clear() {
+  messages_ = nlohmann::json::array();
+  turns_.clear();
+  reply_at_ = 0;
+  n_tokens_ = std::min<size_t>(pinned_, cached_.size());
+  text_ = n_tokens_ == pinned_ ? pinned_text_ : "";
+  trim_cache(n_tokens_);
+}
+
+void Conversation::set_system(std::string system) {
+  system_ = std::move(system);
+  reset_cache();
+  for (Turn& t : turns_) t = Turn{};
+}
+
+}  // namespace vkllm

@@ -1,0 +1,135 @@
+// Conversation: the state of an interactive chat (messages, system prompt, template) and its
+// account of what the KV cache holds, so each turn prefills only its new tokens, also after the
+// ring has evicted. Nothing is printed here; replies leave through a callback. Design in
+// docs/chat.md.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "chat/template.h"
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "engine/sampler.h"
+#include "store/session_file.h"
+#include "text/tokenizer.h"
+
+namespace vkllm {
+
+class Conversation {
+ public:
+  // Receives reply text as it becomes final; returns false to stop the reply there.
+  using TextFn = std::function<bool(const std::string&)>;
+
+  // `keep` pins that many leading tokens in the cache; -1 pins BOS plus the system prompt.
+  // The engine's cache is taken over: whatever it holds is dropped on the first turn.
+  Conversation(Engine& engine, const Tokenizer& tok, Sampler& sampler, ChatTemplate tmpl, std::string system = "",
+               int32_t keep = -1);
+
+  // Adds a user message and generates the reply. An interrupted reply (on_text returned false)
+  // stays in the conversation and the cache as far as it got.
+  const GenerationStats& say(const std::string& user, const GenerateOptions& o, const TextFn& on_text,
+                             const ProgressFn& progress = {});
+  // Drops the last reply (from the messages and the cache) and generates it again.
+  // Error when there is no reply.
+  const GenerationStats& regen(const GenerateOptions& o, const TextFn& on_text, const ProgressFn& progress = {});
+  // Drops the last exchange (user message and reply). Error when there is none.
+  void undo();
+  // A new conversation; the pinned tokens (BOS + system prompt) stay cached.
+  void clear();
+  // A new system prompt. The messages are kept; the next turn prefills them again after it.
+  void set_system(std::string system);
+
+  // The messages as the template sees them: the system prompt (if any), then the exchanges.
+  nlohmann::json messages() const;
+  const std::string& system() const { return system_; }
+  std::string render(bool add_generation_prompt) const;
+  size_t n_exchanges() const { return turns_.size(); }
+
+  // The conversation's tokens so far (also those the ring has evicted).
+  std::span<const int32_t> tokens() const { return std::span(cached_).first(n_tokens_); }
+  // The token sequence the cache stands for: its first pinned() tokens and its last
+  // cache.used() − pinned() are what the cache holds.
+  const std::vector<int32_t>& cached_sequence() const { return cached_; }
+  uint32_t pinned() const { return pinned_; }
+  // Tokens of the conversation (after the pinned ones) that are no longer in the cache.
+  uint64_t evicted() const;
+  const GenerationStats& last_stats() const { return gen_.stats(); }
+
+  // Sessions (docs/chat.md): the cache, its tokens, the sampler and this conversation in one
+  // session file (core/store/session_file.h), written atomically. Returns the file's size.
+  uint64_t save(const std::string& path, const ModelFingerprint& model) const;
+  struct Restored {
+    SessionInfo info;         // what the file held: tokens, evicted, size
+    bool chat_state = false;  // false: messages only (vkllm run --chat), the turn marks rebuilt
+  };
+  // Replaces the conversation, the cache and the sampler with the session in `path`, after
+  // checking all of it: the file (load_session), then its conversation against the tokens it
+  // caches. Throws Error naming the file and changes nothing when anything is wrong.
+  Restored load(const std::string& path, const ModelFingerprint& model);
+  // The CONV section: {"messages": [...]} as `vkllm run --chat` reads and writes it, and "chat",
+  // this account of the cache, so that a restored chat prefills only new tokens
+  // (docs/session-format.md lists the keys).
+  std::string state_json() const;
+
+ private:
+  static constexpr size_t kUnknown = SIZE_MAX;
+  // Where a turn starts in the token sequence and in the rendered text (text 0: unknown).
+  struct Turn {
+    size_t tokens_at_user = kUnknown, text_at_user = 0;    // before the user message
+    size_t tokens_at_reply = kUnknown, text_at_reply = 0;  // after the generation prompt
+  };
+
+  // Tokens of the conversation plus `user` and the generation prompt, rendered as `rendered`.
+  std::vector<int32_t> plan_turn(const std::string& rendered, const nlohmann::json& all);
+  // Byte offset in `rendered` where what text_ stands for ends, or kUnknown.
+  size_t delta_start(const std::string& rendered) const;
+  // Makes the cache hold `target` (as far as the ring allows) with its last token's logits ready.
+  void sync(const std::vector<int32_t>& target, const ProgressFn& progress);
+  // Leading tokens of `target` to pin; sets pinned_text_.
+  uint32_t pin_count(const std::vector<int32_t>& target);
+  // Drops cached tokens after the first n when the cache can do so now.
+  void trim_cache(size_t n);
+  // Forgets the cache entirely (after an error, or a new system prompt).
+  void reset_cache();
+  const GenerationStats& reply(const std::vector<int32_t>& target, const GenerateOptions& o, const TextFn& on_text,
+                               const ProgressFn& progress);
+
+  // A session's conversation read back and checked, not yet in use (conversation_state.cpp).
+  struct Saved {
+    nlohmann::json messages = nlohmann::json::array();
+    std::string system;
+    std::vector<Turn> turns;
+    std::vector<int32_t> cached;
+    size_t n_tokens = 0, reply_at = 0;
+    std::string text, pinned_text;
+    uint32_t pinned = 0;
+    bool chat_state = false;
+  };
+  // Parses `info.conversation` and checks it against the tokens the session caches.
+  Saved parse_state(const std::string& path, const SessionInfo& info) const;
+  // The account of the cache for a session written without one (vkllm run --chat).
+  void rebuild_state(Saved& s, const SessionInfo& info) const;
+
+  Engine& engine_;
+  const Tokenizer& tok_;
+  Sampler& sampler_;
+  Generator gen_;
+  ChatTemplate tmpl_;
+  std::string system_;
+  int32_t keep_;
+  nlohmann::json messages_ = nlohmann::json::array();  // user/assistant messages
+  std::vector<Turn> turns_;                               // one per user message
+
+  std::vector<int32_t> cached_;  // the token sequence the cache stands for (see cached_sequence)
+  size_t n_tokens_ = 0;          // of which the conversation is the first n_tokens_
+  std::string text_;             // the rendered text of those tokens; "" when not known
+  size_t reply_at_ = 0;          // when text_ ends with a reply: where it starts (0: it does not)
+  uint32_t pinned_ = 0;
+  std::string pinned_text_;      // the rendered text of the pinned tokens; "" when not known
+};
+
+}  // namespace vkllm

@@ -1,0 +1,185 @@
+// The forward pass, recorded top to bottom, and the chunking of prompts into command buffers.
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "kernels/ops.h"
+
+namespace vkllm {
+namespace {
+
+constexpr uint64_t F = sizeof(float);
+
+uint32_t logits_rows_for(const VulkanContext& ctx, const ModelConfig& c, uint32_t n_ubatch) {
+  const uint64_t per_row = uint64_t{c.n_vocab} * F;
+  return static_cast<uint32_t>(std::clamp<uint64_t>(ctx.max_storage_range() / per_row, 1, n_ubatch));
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const VulkanContext& ctx, const ModelConfig& c, uint64_t weight_bytes, const EngineOptions& o) {
+  MemoryPlan m;
+  m.weights = weight_bytes;
+  m.kv_cache = uint64_t{o.cache.capacity} * kv_bytes_per_token(c, o.cache.type_k, o.cache.type_v);
+  // The buffers the Engine constructor allocates, with the same sizes.
+  const uint64_t ub = std::max<uint32_t>(o.n_ubatch, 1), qd = uint64_t{c.n_head} * c.head_dim;
+  const uint64_t rows = logits_rows_for(ctx, c, static_cast<uint32_t>(ub));
+  m.activations = F * (ub * c.n_embd + ub * std::max<uint64_t>(c.n_embd, qd) + 2 * ub * qd + 2 * ub * c.n_embd_kv() +
+                       2 * ub * c.n_ff + rows * c.n_embd + uint64_t{o.cache.capacity} * c.head_dim +
+                       attention_scratch_floats({c.n_head, c.n_head_kv, c.head_dim}) + rows * c.n_vocab) +
+                  3 * ub * 4 + 2 * uint64_t{o.cache.capacity} * 4;
+  return m;
+}
+
+Engine::Engine(const VulkanContext& ctx, Pipelines& pipelines, const Model& model, const EngineOptions& o)
+    : ctx_(ctx), model_(model), opts_(o), cache_(ctx, model.config(), o.cache),
+      rec_(ctx, &pipelines, o.profile ? 4096 : 0) {
+  const ModelConfig& c = model.config();
+  const uint64_t ub = std::max<uint32_t>(opts_.n_ubatch, 1), qd = uint64_t{c.n_head} * c.head_dim;
+  opts_.n_ubatch = static_cast<uint32_t>(ub);
+  logits_rows_ = logits_rows_for(ctx, c, opts_.n_ubatch);
+  auto dev = [&](uint64_t bytes, const char* name) {
+    activation_bytes_ += bytes;
+    return Buffer(ctx, bytes, MemoryUse::Device, name);
+  };
+  auto host = [&](uint64_t bytes, const char* name) {
+    activation_bytes_ += bytes;
+    return Buffer(ctx, bytes, MemoryUse::Upload, name);
+  };
+  x_ = dev(ub * c.n_embd * F, "x");
+  xn_ = dev(ub * std::max<uint64_t>(c.n_embd, qd) * F, "xn");
+  q_ = dev(ub * qd * F, "q");
+  k_ = dev(ub * c.n_embd_kv() * F, "k");
+  v_ = dev(ub * c.n_embd_kv() * F, "v");
+  attn_ = dev(ub * qd * F, "attn");
+  gate_ = dev(ub * c.n_ff * F, "gate");
+  up_ = dev(ub * c.n_ff * F, "up");
+  out_rows_ = dev(uint64_t{logits_rows_} * c.n_embd * F, "out rows");
+  rope_table_ = dev(uint64_t{cache_.capacity()} * c.head_dim / 2 * 2 * F, "rope table");
+  scratch_ = dev(attention_scratch_floats({c.n_head, c.n_head_kv, c.head_dim}) * F, "attention scratch");
+  ids_ = host(ub * 4, "ids");
+  pos_ = host(ub * 4, "pos");
+  slots_ = host(ub * 4, "slots");
+  kv_slots_ = host(uint64_t{cache_.capacity()} * 4, "kv slots");
+  kv_pos_ = host(uint64_t{cache_.capacity()} * 4, "kv pos");
+  logits_dev_ = Buffer(ctx, uint64_t{logits_rows_} * c.n_vocab * F, MemoryUse::Readback, "logits");
+  activation_bytes_ += logits_dev_.size();
+}
+
+void Engine::record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out, bool log_probs) {
+  const ModelConfig& c = model_.config();
+  const Weights& w = model_.weights();
+  CommandRecorder& rec = rec_;
+  const uint32_t qd = c.n_head * c.head_dim, kvd = c.n_embd_kv();
+  const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, opts_.attention};
+  const RopeConfig rope{c.head_dim, c.n_rot, c.rope_freq_base, c.rope_freq_scale, c.rope_style == RopeStyle::NeoX,
+                        w.rope_freqs ? w.rope_freqs->whole() : BufferView{}};
+  const BufferView x = x_.view(), xn = xn_.view(), q = q_.view(), k = k_.view(), v = v_.view();
+  const BufferView attn = attn_.view(), gate = gate_.view(), up = up_.view();
+
+  // Embedding: x = tok_embd[ids]; the RoPE angles of every position in the cache
+  record_get_rows(rec, w.tok_embd, ids_.view(), n, x, c.n_embd);
+  record_rope_table(rec, rope_table_.view(), cache_.used(), rope);
+  rec.barrier();
+  for (uint32_t l = 0; l < c.n_layer; ++l) {
+    const LayerWeights& L = w.layers[l];
+    // Attention block: xn = rms_norm(x) · attn_norm
+    record_rms_norm(rec, x, c.n_embd, L.attn_norm.whole(), xn, c.n_embd, n, c.n_embd, c.rms_eps);
+    rec.barrier();
+    // q, k, v projections (+ biases for qwen2)
+    record_matmul(rec, L.wq, xn, c.n_embd, n, q, qd);
+    record_matmul(rec, L.wk, xn, c.n_embd, n, k, kvd);
+    record_matmul(rec, L.wv, xn, c.n_embd, n, v, kvd);
+    rec.barrier();
+    if (c.qkv_bias) {
+      record_add(rec, q, L.bq.whole(), q, n * qd, qd);
+      record_add(rec, k, L.bk.whole(), k, n * kvd, kvd);
+      record_add(rec, v, L.bv.whole(), v, n * kvd, kvd);
+      rec.barrier();
+    }
+    // Rotate q at the new tokens' positions; store k (un-rotated) and v at their slots.
+    record_rope(rec, q, qd, pos_.view(), n, c.n_head, rope);
+    record_kv_store(rec, cache_.type_k(), k, kvd, slots_.view(), n, kvd, cache_.k(l).view());
+    record_kv_store(rec, cache_.type_v(), v, kvd, slots_.view(), n, kvd, cache_.v(l).view());
+    rec.barrier();
+    // attn = softmax(q kᵀ / √d) v over every live slot (k rotated as read), causal by position
+    record_attention(rec, cache_.type_k(), shape, rope, rope_table_.view(), q, qd, pos_.view(), n, cache_.k(l).view(), cache_.v(l).view(),
+                     kv_slots_.view(), kv_pos_.view(), n_kv_listed_, attn, qd, scratch_.view());
+    rec.barrier();
+    // Output projection and residual: x += wo · attn
+    record_matmul(rec, L.wo, attn, qd, n, xn, c.n_embd);
+    rec.barrier();
+    record_add(rec, x, xn, x, n * c.n_embd, n * c.n_embd);
+    rec.barrier();
+    // Feed-forward block: xn = rms_norm(x) · ffn_norm; x += w_down · (silu(w_gate · xn) ⊙ (w_up · xn))
+    record_rms_norm(rec, x, c.n_embd, L.ffn_norm.whole(), xn, c.n_embd, n, c.n_embd, c.rms_eps);
+    rec.barrier();
+    record_matmul(rec, L.w_gate, xn, c.n_embd, n, gate, c.n_ff);
+    record_matmul(rec, L.w_up, xn, c.n_embd, n, up, c.n_ff);
+    rec.barrier();
+    record_swiglu(rec, gate, up, gate, n * c.n_ff);
+    rec.barrier();
+    record_matmul(rec, L.w_down, gate, c.n_ff, n, xn, c.n_embd);
+    rec.barrier();
+    record_add(rec, x, xn, x, n * c.n_embd, n * c.n_embd);
+    rec.barrier();
+  }
+  if (n_out == 0) return;
+  // Logits for the rows that need them: copy those rows out, final norm, output projection.
+  rec.copy(x_.view(uint64_t{out_begin} * c.n_embd * F, uint64_t{n_out} * c.n_embd * F),
+           out_rows_.view(0, uint64_t{n_out} * c.n_embd * F));
+  rec.barrier();
+  record_rms_norm(rec, out_rows_.view(), c.n_embd, w.output_norm.whole(), out_rows_.view(), c.n_embd, n_out, c.n_embd,
+                  c.rms_eps);
+  rec.barrier();
+  record_matmul(rec, w.output, out_rows_.view(), c.n_embd, n_out, logits_dev_.view(), c.n_vocab);
+  if (log_probs) {
+    rec.barrier();
+    record_log_softmax(rec, logits_dev_.view(), logits_dev_.view(), n_out, c.n_vocab);
+  }
+}
+
+void Engine::run_chunk(std::span<const int32_t> tokens, uint32_t n_out, bool log_probs) {
+  const ModelConfig& c = model_.config();
+  const uint32_t n = static_cast<uint32_t>(tokens.size());
+  for (int32_t t : tokens)
+    if (t < 0 || uint32_t(t) >= c.n_vocab)
+      throw Error("token id " + std::to_string(t) + " is outside the vocabulary (0.." + std::to_string(c.n_vocab - 1) + ")");
+  std::vector<int32_t> positions, kv_slots, kv_pos;
+  const std::vector<int32_t> slots = cache_.append(tokens, positions);
+  cache_.attention_lists(kv_slots, kv_pos);
+  n_kv_listed_ = static_cast<uint32_t>(kv_slots.size());
+  std::memcpy(ids_.mapped(), tokens.data(), n * 4);
+  std::memcpy(pos_.mapped(), positions.data(), n * 4);
+  std::memcpy(slots_.mapped(), slots.data(), n * 4);
+  std::memcpy(kv_slots_.mapped(), kv_slots.data(), kv_slots.size() * 4);
+  std::memcpy(kv_pos_.mapped(), kv_pos.data(), kv_pos.size() * 4);
+
+  record_forward(n, n - n_out, n_out, log_probs);
+  rec_.submit_and_wait();
+  for (const DispatchTiming& t : rec_.timings()) timings_.push_back(t);
+  const float* src = static_cast<const float*>(logits_dev_.mapped());
+  logits_.insert(logits_.end(), src, src + uint64_t{n_out} * c.n_vocab);
+}
+
+const std::vector<float>& Engine::decode(std::span<const int32_t> tokens, LogitsMode mode, const ProgressFn& progress) {
+  logits_.clear();
+  // Chunks: at most n_ubatch tokens, at most the logits rows when every row is wanted, and at
+  // most the ring's window so a chunk never overwrites its own tokens.
+  uint32_t chunk = opts_.n_ubatch;
+  const bool all = mode != LogitsMode::Last;
+  if (all) chunk = std::min(chunk, logits_rows_);
+  chunk = std::min(chunk, std::max<uint32_t>(cache_.capacity() - cache_.keep(), 1));
+  for (size_t done = 0; done < tokens.size();) {
+    const size_t n = std::min<size_t>(chunk, tokens.size() - done);
+    const bool last = done + n == tokens.size();
+    run_chunk(tokens.subspan(done, n), all ? uint32_t(n) : last ? 1u : 0u, mode == LogitsMode::AllLogProbs);
+    done += n;
+    if (progress) progress(done, tokens.size());
+  }
+  return logits_;
+}
+
+}  // namespace vkllm

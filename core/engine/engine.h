@@ -1,0 +1,91 @@
+// Engine: runs tokens through the model on the device. It owns the KV cache, the activation
+// buffers and the command recorder; each prefill chunk or decode step is one command buffer.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "model/kv_cache.h"
+#include "model/model.h"
+#include "kernels/ops.h"
+#include "vk/commands.h"
+#include "vk/pipeline.h"
+
+namespace vkllm {
+
+struct EngineOptions {
+  KvCacheOptions cache;
+  uint32_t n_ubatch = 512;  // tokens per prefill chunk (one command buffer each)
+  bool profile = false;     // collect per-dispatch GPU timings
+  AttentionKernel attention = AttentionKernel::Auto;  // which attention kernel (bench compares them)
+};
+
+// Which logits a call to decode() returns: the last token's, every token's, or every token's
+// log-probabilities (log-softmax of the logits, computed on the device; for perplexity).
+enum class LogitsMode { Last, All, AllLogProbs };
+
+// Device memory the engine needs besides the weights, for the memory plan.
+struct MemoryPlan {
+  uint64_t weights = 0;
+  uint64_t kv_cache = 0;
+  uint64_t activations = 0;
+  uint64_t total() const { return weights + kv_cache + activations; }
+};
+MemoryPlan plan_memory(const VulkanContext& ctx, const ModelConfig& c, uint64_t weight_bytes, const EngineOptions& o);
+
+class Engine {
+ public:
+  Engine(const VulkanContext& ctx, Pipelines& pipelines, const Model& model, const EngineOptions& o);
+
+  // Appends `tokens` to the cache and runs them through the model in chunks of n_ubatch.
+  // Returns logits: [1][n_vocab] for the last token, or [n][n_vocab] for every token (All).
+  // `progress` is told tokens done / total after each chunk.
+  const std::vector<float>& decode(std::span<const int32_t> tokens, LogitsMode mode, const ProgressFn& progress = {});
+  const std::vector<float>& logits() const { return logits_; }
+
+  KvCache& cache() { return cache_; }
+  const KvCache& cache() const { return cache_; }
+  const ModelConfig& config() const { return model_.config(); }
+  uint64_t activation_bytes() const { return activation_bytes_; }
+  // GPU time of every dispatch since the engine was made (profile on).
+  const std::vector<DispatchTiming>& timings() const { return timings_; }
+
+ private:
+  // Records the forward pass of n tokens whose ids/positions/slots are in the upload buffers;
+  // logits for rows [out_begin, out_begin + n_out) land in the logits buffer.
+  void record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out, bool log_probs);
+  // Runs one chunk; appends the logits of its last n_out tokens (0: none).
+  void run_chunk(std::span<const int32_t> tokens, uint32_t n_out, bool log_probs);
+
+  const VulkanContext& ctx_;
+  const Model& model_;
+  EngineOptions opts_;
+  KvCache cache_;
+  CommandRecorder rec_;
+  uint32_t n_kv_listed_ = 0;  // entries in kv_slots/kv_pos for this chunk
+  uint32_t logits_rows_;      // rows the logits buffer holds
+
+  // Activations, for up to n_ubatch tokens. [n_ubatch][width] f32 unless noted.
+  Buffer x_;         // residual stream [n_embd]
+  Buffer xn_;        // normed input / projection output [n_embd]
+  Buffer q_;         // queries [n_head * head_dim]
+  Buffer k_, v_;     // new keys, values [n_embd_kv]
+  Buffer attn_;      // attention output [n_head * head_dim]
+  Buffer gate_, up_; // feed-forward [n_ff]
+  Buffer out_rows_;  // rows that produce logits [logits_rows][n_embd]
+  Buffer rope_table_;  // [capacity][head_dim/2] (cos, sin) of each position's angles
+  Buffer scratch_;   // attention split-KV partials
+  // Host-written inputs (upload memory)
+  Buffer ids_;       // [n_ubatch] i32 token ids
+  Buffer pos_;       // [n_ubatch] i32 positions of the new tokens
+  Buffer slots_;     // [n_ubatch] i32 cache slots of the new tokens
+  Buffer kv_slots_;  // [capacity] i32 slots attention reads
+  Buffer kv_pos_;    // [capacity] i32 their positions
+  Buffer logits_dev_;  // [logits_rows][n_vocab] f32, read back
+  uint64_t activation_bytes_ = 0;
+  std::vector<float> logits_;
+  std::vector<DispatchTiming> timings_;
+};
+
+}  // namespace vkllm

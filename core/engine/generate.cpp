@@ -1,0 +1,148 @@
+// Prefix reuse, the sampling loop, stop strings.
+#include "engine/generate.h"
+
+#include <chrono>
+
+namespace vkllm {
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Length of the longest suffix of `text` that is a proper prefix of some stop string: text that
+// must be held back until we know whether a stop string completes.
+size_t held_back(const std::string& text, const std::vector<std::string>& stops) {
+  size_t hold = 0;
+  for (const std::string& s : stops)
+    for (size_t n = std::min(s.size() - 1, text.size()); n > hold; --n)
+      if (text.compare(text.size() - n, n, s, 0, n) == 0) {
+        hold = n;
+        break;
+      }
+  return hold;
+}
+
+}  // namespace
+
+PrefixMatch match_prefix(const KvCache& cache, std::span<const int32_t> tokens) {
+  PrefixMatch m;
+  m.usable = cache.evicted() == 0;
+  if (!m.usable) return m;
+  const std::vector<int32_t>& cached = cache.tokens();
+  while (m.matched < cached.size() && m.matched < tokens.size() && cached[m.matched] == tokens[m.matched]) ++m.matched;
+  return m;
+}
+
+uint32_t generation_budget(const KvCache& cache, uint32_t turn_tokens) {
+  if (cache.used() < cache.capacity()) return cache.capacity() - cache.used();
+  const uint64_t taken = uint64_t{cache.keep()} + turn_tokens;
+  return taken < cache.capacity() ? cache.capacity() - uint32_t(taken) : 0;
+}
+
+uint32_t Generator::prefill(std::span<const int32_t> prompt, const ProgressFn& progress) {
+  // An empty prompt continues from what is cached: its last token's logits are kept from before.
+  if (prompt.empty()) {
+    stats_ = {};
+    return 0;
+  }
+  KvCache& cache = engine_.cache();
+  const PrefixMatch m = match_prefix(cache, prompt);
+  // Keep at least one token to run, so its logits are fresh.
+  const uint32_t reuse = m.usable ? std::min<uint32_t>(m.matched, uint32_t(prompt.size()) - 1) : 0;
+  cache.truncate(reuse);
+  // The reused tokens still count for the penalties; extend() accepts the rest.
+  for (int32_t t : prompt.first(reuse)) sampler_.accept(t);
+  return extend(prompt.subspan(reuse), progress);
+}
+
+uint32_t Generator::extend(std::span<const int32_t> tokens, const ProgressFn& progress) {
+  stats_ = {};
+  KvCache& cache = engine_.cache();
+  stats_.cached_tokens = cache.used();
+  stats_.prompt_tokens = cache.used() + static_cast<uint32_t>(tokens.size());
+  if (tokens.empty()) return stats_.cached_tokens;
+  for (int32_t t : tokens) sampler_.accept(t);
+  const auto t0 = std::chrono::steady_clock::now();
+  logits_ = engine_.decode(tokens, LogitsMode::Last, progress);
+  stats_.prefill_ms = ms_since(t0);
+  return stats_.cached_tokens;
+}
+
+void Generator::resume() {
+  KvCache& cache = engine_.cache();
+  logits_.clear();
+  if (cache.used() == 0) return;
+  const int32_t last = cache.tokens().back();
+  const uint32_t keep = cache.keep();
+  // Truncating into the pinned prefix shrinks the pin; the decode lands in the same slot either
+  // way, and the pin is put back (the ring head is at 0 whenever the pin was cut).
+  cache.truncate(cache.used() - 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  logits_ = engine_.decode(std::span(&last, 1), LogitsMode::Last);
+  stats_.prefill_ms += ms_since(t0);
+  if (cache.keep() != keep) cache.set_keep(keep);
+}
+
+void Generator::generate(const GenerateOptions& o, const std::function<bool(const std::string&)>& on_text) {
+  if (logits_.empty()) throw Error("nothing to continue from: the prompt is empty and the cache holds no tokens");
+  StreamDecoder decoder(tok_);
+  std::string pending;  // decoded text not yet released (a possible stop-string prefix)
+  const auto t_start = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point t_first;
+  stats_.stop_reason = "length";
+  int64_t limit = o.n_predict;  // < 0: none
+  if (o.n_predict == GenerateOptions::kUntilFull)
+    limit = generation_budget(engine_.cache(), stats_.prompt_tokens - stats_.cached_tokens);
+  else
+    VKLLM_CHECK(o.n_predict >= GenerateOptions::kEndless, "n_predict below -1 is refused by the front end");
+  for (int64_t i = 0; limit < 0 || i <= limit; ++i) {
+    if (i == limit) {  // the cache is full: one more token would evict this turn's
+      if (o.n_predict == GenerateOptions::kUntilFull) stats_.stop_reason = "context full";
+      break;
+    }
+    const int32_t tok = sampler_.sample(logits_);
+    sampler_.accept(tok);
+    if (i == 0) {
+      stats_.ttft_ms = stats_.prefill_ms + ms_since(t_start);
+      t_first = std::chrono::steady_clock::now();
+    }
+    if (!o.ignore_eos && tok_.is_eog(tok)) {
+      stats_.stop_reason = "eos";
+      break;
+    }
+    ++stats_.generated;
+    stats_.tokens.push_back(tok);
+    // The token joins the cache at once, so the cache always holds the whole conversation and
+    // the logits to continue from are ready (a saved session resumes here).
+    logits_ = engine_.decode(std::span(&tok, 1), LogitsMode::Last);
+    pending += decoder.push(tok);
+    bool stopped = false;
+    for (const std::string& s : o.stop) {
+      const size_t at = pending.find(s);
+      if (at != std::string::npos) {
+        pending.resize(at);
+        stopped = true;
+        stats_.stop_reason = "stop string";
+      }
+    }
+    const size_t hold = stopped ? 0 : held_back(pending, o.stop);
+    if (pending.size() > hold) {
+      const bool go_on = on_text(pending.substr(0, pending.size() - hold));
+      pending.erase(0, pending.size() - hold);
+      if (!go_on) {
+        stats_.stop_reason = "interrupted";
+        stopped = true;
+      }
+    }
+    if (stopped) {
+      pending.clear();
+      break;
+    }
+  }
+  if (stats_.stop_reason != "stop string" && stats_.stop_reason != "interrupted") pending += decoder.flush();
+  if (!pending.empty()) on_text(pending);
+  if (stats_.generated > 0) stats_.decode_ms = ms_since(t_first);
+}
+
+}  // namespace vkllm

@@ -1,0 +1,80 @@
+// Generation: prompt prefill with prefix reuse against the cache, the sampling loop, stop
+// conditions and timing. Tokens leave through a callback; nothing is printed here.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "text/tokenizer.h"
+
+namespace vkllm {
+
+struct GenerateOptions {
+  // n_predict: a token count ≥ 0, or one of these limits. Every limit also stops at end of generation.
+  static constexpr int32_t kEndless = -1;    // on through the ring, evicting the oldest tokens
+  static constexpr int32_t kUntilFull = -2;  // until the cache is full (see generation_budget)
+  int32_t n_predict = kUntilFull;
+  std::vector<std::string> stop;      // stop strings (not included in the output)
+  bool ignore_eos = false;
+};
+
+struct GenerationStats {
+  uint32_t prompt_tokens = 0;     // tokens of the prompt
+  uint32_t cached_tokens = 0;     // of which reused from the cache
+  uint32_t generated = 0;         // tokens sampled
+  double prefill_ms = 0;          // running the uncached prompt tokens
+  double ttft_ms = 0;             // prefill + first token sampled
+  double decode_ms = 0;           // from the first token sampled to the last one run
+  std::string stop_reason;        // "eos", "length", "context full", "stop string", "interrupted"
+  std::vector<int32_t> tokens;    // generated token ids
+  double prefill_tok_s() const { return prefill_ms > 0 ? (prompt_tokens - cached_tokens) * 1000.0 / prefill_ms : 0; }
+  double decode_tok_s() const { return decode_ms > 0 ? generated * 1000.0 / decode_ms : 0; }
+};
+
+// Where a new prompt diverges from what the cache holds (for the prefix-reuse messages).
+struct PrefixMatch {
+  uint32_t matched = 0;  // leading tokens shared
+  bool usable = true;    // false once the ring has evicted tokens: the cache is no longer a prefix
+};
+PrefixMatch match_prefix(const KvCache& cache, std::span<const int32_t> tokens);
+
+// How many tokens a kUntilFull generation may add: the free slots when the cache is not yet full
+// (llama.cpp stops there too); when it already is (the ring wrapped during this prompt or an earlier
+// turn), the ring slots not taken by this turn's own tokens, so a reply evicts earlier turns but
+// never its own prompt. `turn_tokens` are the tokens this prefill or extend added.
+uint32_t generation_budget(const KvCache& cache, uint32_t turn_tokens);
+
+class Generator {
+ public:
+  Generator(Engine& engine, const Tokenizer& tok, Sampler& sampler) : engine_(engine), tok_(tok), sampler_(sampler) {}
+
+  // Makes the cache hold `prompt` (keeping the longest prefix it already holds) and leaves the
+  // logits of its last token ready. Returns the number of reused tokens.
+  uint32_t prefill(std::span<const int32_t> prompt, const ProgressFn& progress = {});
+  // Appends `tokens` to whatever the cache holds, without looking for a shared prefix (a chat
+  // keeps its own account of what is cached, which still works after the ring has evicted), and
+  // leaves the logits of the last one ready. Returns the tokens that were already cached.
+  uint32_t extend(std::span<const int32_t> tokens, const ProgressFn& progress = {});
+  // After the cache was restored from disk: recomputes the last cached token's logits (truncate
+  // by one, decode it again, the pinned prefix unchanged) so generate() continues exactly where
+  // the saved run stopped. The token's K/V rows are rewritten with the same values.
+  void resume();
+  // Samples until a stop condition; `on_text` receives decoded text as it becomes final (never
+  // half a UTF-8 character or a possible stop-string prefix) and returns false to interrupt.
+  void generate(const GenerateOptions& o, const std::function<bool(const std::string&)>& on_text);
+
+  const GenerationStats& stats() const { return stats_; }
+  GenerationStats& stats() { return stats_; }
+
+ private:
+  Engine& engine_;
+  const Tokenizer& tok_;
+  Sampler& sampler_;
+  std::vector<float> logits_;  // of the last token in the cache
+  GenerationStats stats_;
+};
+
+}  // namespace vkllm

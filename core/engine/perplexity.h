@@ -1,0 +1,30 @@
+// Perplexity: chunked exactly as llama.cpp's llama-perplexity, or streamed token by token through
+// the ring-buffered cache (the test of the ring past its capacity).
+#pragma once
+#include <cstdint>
+#include <span>
+
+#include "engine/engine.h"
+
+namespace vkllm {
+
+struct PerplexityResult {
+  double perplexity = 0;
+  uint64_t tokens_scored = 0;
+  uint32_t chunks = 0;   // chunked mode
+  double nll_sum = 0;    // Σ −log p(token)
+};
+
+// llama-perplexity: `tokens` (BOS first) cut into chunks of ctx tokens (the remainder dropped),
+// each starting with BOS from an empty cache; the tokens of the second half of each chunk are
+// scored (positions ctx/2 … ctx−2 predicting the next). The engine's cache must hold ctx tokens.
+// `progress` gets chunks done / total.
+PerplexityResult perplexity_chunked(Engine& engine, std::span<const int32_t> tokens, uint32_t ctx, int32_t bos,
+                                    const ProgressFn& progress = {});
+
+// Every token after the first, fed one at a time through the ring (pinned `keep` tokens,
+// evicting the oldest window token when full) and scored before it is fed.
+PerplexityResult perplexity_stream(Engine& engine, std::span<const int32_t> tokens, uint32_t keep,
+                                   const ProgressFn& progress = {});
+
+}  // namespace vkllm

@@ -1,0 +1,134 @@
+// Recording of RoPE, KV cache stores and attention (with the split-KV decode path).
+#include "kernels/params.h"
+#include "kernels/ops.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+namespace vkllm {
+namespace {
+
+constexpr uint32_t k_max_split = 16;
+
+// A BufferView to bind where a kernel declares a binding it will not read this time.
+BufferView or_dummy(const BufferView& v, const BufferView& dummy) { return v.buffer ? v : dummy; }
+
+struct AttentionTiles {
+  uint32_t wg, bq, bkv;
+};
+
+// Tile sizes that fit the device's shared memory: Q tile + K and V tiles + scores, f32.
+AttentionTiles attention_tiles(const VulkanContext& ctx, uint32_t head_dim) {
+  const uint32_t shared = ctx.limits().maxComputeSharedMemorySize;
+  // Larger tiles mean fewer barriers per score (which dominate on CPU drivers like lavapipe).
+  for (uint32_t b : {32u, 16u, 8u, 4u}) {
+    const uint64_t bytes = 4ull * (b * head_dim * 3 + b * b + 6 * b);
+    const uint32_t wg = 128;
+    if (bytes <= shared && b * head_dim <= wg * 32) return {wg, b, b};
+  }
+  throw Error("head dim " + std::to_string(head_dim) + " needs more shared memory than " + ctx.info().name + " has (" +
+              std::to_string(shared) + " bytes)");
+}
+
+// attention_simd.comp unrolls its loops over rows × head dims, and LLVM's compile time grows
+// steeply with that product on lavapipe (≈ 4 s at 32, ≈ 35 s at 128, paid once per variant before
+// the pipeline cache holds it): rows × head_dim ≤ 32, so only head dims ≤ 32 use it.
+constexpr uint32_t k_simd_unroll = 32;
+
+// attention_simd.comp's query rows per workgroup.
+uint32_t simd_rows(uint32_t head_dim, uint32_t rows) {
+  const uint32_t max_rows = std::bit_floor(std::max<uint32_t>(1, k_simd_unroll / head_dim));
+  return std::min(max_rows, std::bit_ceil(std::max<uint32_t>(rows, 1)));
+}
+
+// CPU drivers get attention_simd.comp (see its header) for small heads; GPUs attention.comp's
+// shared-memory tiles.
+bool use_simd_kernel(const VulkanContext& ctx, const AttentionShape& shape) {
+  const DeviceInfo& d = ctx.info();
+  const bool fits = shape.head_dim <= k_simd_unroll && d.subgroup_shuffle && std::has_single_bit(d.subgroup_size);
+  if (shape.kernel == AttentionKernel::Simd) VKLLM_CHECK(fits, "attention_simd needs head dim ≤ 32 and subgroup shuffles");
+  if (shape.kernel != AttentionKernel::Auto) return shape.kernel == AttentionKernel::Simd;
+  return d.type == "cpu" && fits;
+}
+
+}  // namespace
+
+void record_rope(CommandRecorder& rec, const BufferView& x, uint32_t token_stride, const BufferView& pos,
+                 uint32_t n_tokens, uint32_t n_heads, const RopeConfig& rope) {
+  const Pipeline& p = rec.pipelines().get("rope", 3, sizeof(RopeParams), {32});
+  const RopeParams params{n_tokens, n_heads, rope.head_dim, rope.n_rot, token_stride, rope.freq_base, rope.freq_scale,
+                          rope.neox ? 1u : 0u, rope.factors.buffer ? 1u : 0u};
+  rec.dispatch(p, {x, pos, or_dummy(rope.factors, pos)}, params, div_ceil(rope.head_dim / 2, 32), n_heads, n_tokens);
+}
+
+void record_rope_table(CommandRecorder& rec, const BufferView& table, uint32_t n_pos, const RopeConfig& rope) {
+  const Pipeline& p = rec.pipelines().get("rope_table", 2, sizeof(RopeParams), {32});
+  const RopeParams params{n_pos, 1, rope.head_dim, rope.n_rot, 0, rope.freq_base, rope.freq_scale, rope.neox ? 1u : 0u,
+                          rope.factors.buffer ? 1u : 0u};
+  rec.dispatch(p, {table, or_dummy(rope.factors, table)}, params, div_ceil(rope.head_dim / 2, 32), n_pos);
+}
+
+void record_kv_store(CommandRecorder& rec, CacheType type, const BufferView& src, uint32_t src_stride,
+                     const BufferView& slots, uint32_t n_tokens, uint32_t row_len, const BufferView& cache) {
+  VKLLM_CHECK(cache_type_fits(type, row_len), "KV row length not a multiple of 32 for a quantized cache");
+  const Pipeline& p = rec.pipelines().get(std::string("kv_store_") + cache_type_name(type), 3, sizeof(KvStoreParams), {64});
+  const uint32_t items = type == CacheType::F16 ? row_len : row_len / 32;
+  rec.dispatch(p, {src, slots, cache}, KvStoreParams{n_tokens, row_len, src_stride}, div_ceil(items, 64), n_tokens);
+}
+
+uint64_t attention_scratch_floats(const AttentionShape& shape) {
+  // [split][n_head_kv][rows = G][head_dim] outputs plus (max, sum) per row, for one query token.
+  return uint64_t{k_max_split} * shape.n_head * (shape.head_dim + 2);
+}
+
+void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape& shape, const RopeConfig& rope,
+                      const BufferView& rope_table, const BufferView& q, uint32_t q_stride, const BufferView& q_pos, uint32_t n_q,
+                      const BufferView& k_cache, const BufferView& v_cache, const BufferView& kv_slots,
+                      const BufferView& kv_pos, uint32_t n_kv, const BufferView& out, uint32_t out_stride,
+                      const BufferView& scratch) {
+  VKLLM_CHECK(shape.n_head % shape.n_head_kv == 0 && shape.head_dim % 2 == 0, "bad attention shape");
+  const uint32_t g = shape.n_head / shape.n_head_kv;
+  const uint32_t rows = n_q * g;
+  const bool simd = use_simd_kernel(rec.context(), shape);
+  const AttentionTiles t = simd ? AttentionTiles{rec.context().subgroup_size(), simd_rows(shape.head_dim, rows), 0}
+                                : attention_tiles(rec.context(), shape.head_dim);
+  const uint32_t row_tiles = div_ceil(rows, t.bq);
+  // Split the slot list when one tile of queries per KV head would leave the device idle
+  // (decode over a long context); each split covers at least 64 slots.
+  uint32_t n_split = 1;
+  // The scratch is sized for one query token (n_head rows); a few query tokens over a long
+  // cached prefix (a prefill after a prompt-cache or session restore, a short last chunk) may
+  // split only as far as their partials fit.
+  if (row_tiles == 1 && scratch.buffer) {
+    const uint64_t per_split = uint64_t{shape.n_head_kv} * rows * (shape.head_dim + 2) * 4;
+    const uint32_t fit = static_cast<uint32_t>(std::min<uint64_t>(scratch.range / per_split, k_max_split));
+    n_split = std::clamp<uint32_t>(n_kv / 64, 1, std::max<uint32_t>(fit, 1));
+  }
+  const uint32_t kv_per_split = std::max<uint32_t>(div_ceil(std::max<uint32_t>(n_kv, 1), n_split), 1);
+  n_split = std::max<uint32_t>(div_ceil(std::max<uint32_t>(n_kv, 1), kv_per_split), 1);
+
+  AttentionParams params{n_q, n_kv, shape.n_head, shape.n_head_kv, shape.head_dim, q_stride, out_stride, n_split,
+                         kv_per_split, 1.0f / std::sqrt(float(shape.head_dim)), rope.n_rot, rope.neox ? 1u : 0u};
+  const Pipeline& p =
+      simd ? rec.pipelines().get(std::string("attention_simd_") + cache_type_name(type), 9, sizeof(AttentionParams),
+                                 {t.wg, shape.head_dim, t.bq, rope.n_rot, rope.neox ? 1u : 0u})
+           : rec.pipelines().get(std::string("attention_") + cache_type_name(type), 9, sizeof(AttentionParams),
+                                 {t.wg, shape.head_dim, t.bq, t.bkv});
+  if (n_split == 1) {
+    rec.dispatch(p, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, out, or_dummy(scratch, out), rope_table}, params,
+                 row_tiles, shape.n_head_kv, 1);
+    return;
+  }
+  const uint64_t o_floats = uint64_t{n_split} * shape.n_head_kv * rows * shape.head_dim;
+  const BufferView partial_o = scratch.sub(0, o_floats * 4);
+  const BufferView partial_ml = scratch.sub(o_floats * 4, uint64_t{n_split} * shape.n_head_kv * rows * 2 * 4);
+  VKLLM_CHECK(o_floats * 4 + partial_ml.range <= scratch.range, "attention scratch too small");
+  rec.dispatch(p, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, partial_o, partial_ml, rope_table}, params, row_tiles,
+               shape.n_head_kv, n_split);
+  rec.barrier();
+  const Pipeline& c = rec.pipelines().get("attention_combine", 3, sizeof(AttentionParams), {64});
+  rec.dispatch(c, {partial_o, partial_ml, out}, params, div_ceil(shape.head_dim, 64), rows, shape.n_head_kv);
+}
+
+}  // namespace vkllm

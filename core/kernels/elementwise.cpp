@@ -1,0 +1,67 @@
+// Recording of the element-wise and row kernels: add, mul, scale, swiglu, rms_norm, softmax, argmax.
+#include "kernels/params.h"
+#include "kernels/ops.h"
+
+namespace vkllm {
+namespace {
+
+constexpr uint32_t k_wg = 256;  // workgroup size of the element-wise kernels
+
+// Dispatches n invocations of a 1-D kernel, folding into y past the device's x limit.
+template <typename Params>
+void dispatch_1d(CommandRecorder& rec, const Pipeline& p, std::initializer_list<BufferView> buffers, const Params& params,
+                 uint64_t n) {
+  const uint32_t groups = div_ceil(n, k_wg);
+  const uint32_t gx = std::min(groups, rec.context().limits().maxComputeWorkGroupCount[0]);
+  rec.dispatch(p, buffers, params, gx, div_ceil(groups, gx));
+}
+
+// Workgroup size of the row kernels: a power of two up to 256, at least one subgroup.
+uint32_t row_wg(const CommandRecorder& rec, uint32_t n_cols) {
+  uint32_t wg = rec.context().subgroup_size();
+  while (wg < 256 && wg < n_cols) wg *= 2;
+  return wg;
+}
+
+}  // namespace
+
+void record_add(CommandRecorder& rec, const BufferView& a, const BufferView& b, const BufferView& out, uint32_t n,
+                uint32_t b_period) {
+  dispatch_1d(rec, rec.pipelines().get("add", 3, sizeof(BinaryParams), {k_wg}), {a, b, out}, BinaryParams{n, b_period}, n);
+}
+
+void record_mul(CommandRecorder& rec, const BufferView& a, const BufferView& b, const BufferView& out, uint32_t n,
+                uint32_t b_period) {
+  dispatch_1d(rec, rec.pipelines().get("mul", 3, sizeof(BinaryParams), {k_wg}), {a, b, out}, BinaryParams{n, b_period}, n);
+}
+
+void record_scale(CommandRecorder& rec, const BufferView& x, const BufferView& out, uint32_t n, float s) {
+  dispatch_1d(rec, rec.pipelines().get("scale", 2, sizeof(ScaleParams), {k_wg}), {x, out}, ScaleParams{n, s}, n);
+}
+
+void record_swiglu(CommandRecorder& rec, const BufferView& gate, const BufferView& up, const BufferView& out, uint32_t n) {
+  dispatch_1d(rec, rec.pipelines().get("swiglu", 3, sizeof(ScaleParams), {k_wg}), {gate, up, out}, ScaleParams{n, 0.0f}, n);
+}
+
+void record_rms_norm(CommandRecorder& rec, const BufferView& x, uint32_t x_stride, const BufferView& w, const BufferView& out,
+                     uint32_t out_stride, uint32_t n_rows, uint32_t n_cols, float eps) {
+  const Pipeline& p = rec.pipelines().get("rms_norm", 3, sizeof(NormParams), {row_wg(rec, n_cols)});
+  rec.dispatch(p, {x, w, out}, NormParams{n_rows, n_cols, x_stride, out_stride, eps}, n_rows);
+}
+
+void record_softmax(CommandRecorder& rec, const BufferView& x, const BufferView& out, uint32_t n_rows, uint32_t n_cols) {
+  const Pipeline& p = rec.pipelines().get("softmax", 2, sizeof(RowParams), {row_wg(rec, n_cols)});
+  rec.dispatch(p, {x, out}, RowParams{n_rows, n_cols}, n_rows);
+}
+
+void record_log_softmax(CommandRecorder& rec, const BufferView& x, const BufferView& out, uint32_t n_rows, uint32_t n_cols) {
+  const Pipeline& p = rec.pipelines().get("log_softmax", 2, sizeof(RowParams), {row_wg(rec, n_cols)});
+  rec.dispatch(p, {x, out}, RowParams{n_rows, n_cols}, n_rows);
+}
+
+void record_argmax(CommandRecorder& rec, const BufferView& x, const BufferView& out, uint32_t n_rows, uint32_t n_cols) {
+  const Pipeline& p = rec.pipelines().get("argmax", 2, sizeof(RowParams), {row_wg(rec, n_cols)});
+  rec.dispatch(p, {x, out}, RowParams{n_rows, n_cols}, n_rows);
+}
+
+}  // namespace vkllm

@@ -1,0 +1,99 @@
+// record_<op>: one function per shader family, recording its dispatches into a CommandRecorder.
+// Shapes use the notation of docs/architecture.md: [outer]…[inner] type, innermost contiguous.
+// Callers insert rec.barrier() between dependent ops.
+#pragma once
+#include <cstdint>
+
+#include "kernels/cache_type.h"
+#include "vk/commands.h"
+#include "kernels/tensor.h"
+
+namespace vkllm {
+
+// The shader variant suffix of a weight type ("q4_k"), or an Error naming the tensor when vkllm
+// has no kernel for it.
+std::string weight_kernel_suffix(const DeviceTensor& w);
+bool weight_type_supported(gguf::TensorType t);
+
+// out[t][0..cols) = dequant(w[ids[t]])      ids [n_tokens] i32 → out [n_tokens][out_stride] f32
+void record_get_rows(CommandRecorder& rec, const DeviceTensor& w, const BufferView& ids, uint32_t n_tokens,
+                     const BufferView& out, uint32_t out_stride);
+
+// y[t][r] = w[r] · x[t]    x [n_tokens][x_stride] f32 → y [n_tokens][y_stride] f32, r < w.rows.
+// One token uses the matvec kernel, more use the tiled matmul.
+void record_matmul(CommandRecorder& rec, const DeviceTensor& w, const BufferView& x, uint32_t x_stride,
+                   uint32_t n_tokens, const BufferView& y, uint32_t y_stride);
+
+// ---- element-wise and row ops (out may alias an input) -----------------------------------------
+
+// out[i] = a[i] + b[i % b_period], i < n.   a, out [n] f32; b [b_period] f32
+void record_add(CommandRecorder& rec, const BufferView& a, const BufferView& b, const BufferView& out, uint32_t n,
+                uint32_t b_period);
+// out[i] = a[i] * b[i % b_period]
+void record_mul(CommandRecorder& rec, const BufferView& a, const BufferView& b, const BufferView& out, uint32_t n,
+                uint32_t b_period);
+// out[i] = x[i] * s
+void record_scale(CommandRecorder& rec, const BufferView& x, const BufferView& out, uint32_t n, float s);
+// out[i] = silu(gate[i]) * up[i]
+void record_swiglu(CommandRecorder& rec, const BufferView& gate, const BufferView& up, const BufferView& out, uint32_t n);
+// out[r] = x[r] / sqrt(mean(x[r]²) + eps) * w.   x [n_rows][x_stride], w [n_cols], out [n_rows][out_stride] f32
+void record_rms_norm(CommandRecorder& rec, const BufferView& x, uint32_t x_stride, const BufferView& w, const BufferView& out,
+                     uint32_t out_stride, uint32_t n_rows, uint32_t n_cols, float eps);
+// Row-wise softmax: x, out [n_rows][n_cols] f32.
+void record_softmax(CommandRecorder& rec, const BufferView& x, const BufferView& out, uint32_t n_rows, uint32_t n_cols);
+// Row-wise log-softmax: x, out [n_rows][n_cols] f32 (may alias).
+void record_log_softmax(CommandRecorder& rec, const BufferView& x, const BufferView& out, uint32_t n_rows, uint32_t n_cols);
+// Row-wise argmax (first index of the maximum): x [n_rows][n_cols] f32 → out [n_rows] i32.
+void record_argmax(CommandRecorder& rec, const BufferView& x, const BufferView& out, uint32_t n_rows, uint32_t n_cols);
+
+// ---- rotary position embedding, KV cache and attention ------------------------------------------
+
+struct RopeConfig {
+  uint32_t head_dim = 0;
+  uint32_t n_rot = 0;            // leading dims rotated (even, ≤ head_dim)
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;
+  bool neox = false;             // NeoX pairing (i, i + n_rot/2); else (2i, 2i+1)
+  BufferView factors;            // [n_rot/2] f32 per-pair frequency divisors; buffer null for none
+};
+
+// Rotates every head of x in place.  x [n_tokens][token_stride] f32 (n_heads × head_dim packed),
+// pos [n_tokens] i32.
+void record_rope(CommandRecorder& rec, const BufferView& x, uint32_t token_stride, const BufferView& pos,
+                 uint32_t n_tokens, uint32_t n_heads, const RopeConfig& rope);
+
+// The cos/sin of every pair angle for positions 0..n_pos-1: table [n_pos][head_dim/2] vec2 f32.
+void record_rope_table(CommandRecorder& rec, const BufferView& table, uint32_t n_pos, const RopeConfig& rope);
+
+// cache[slots[t]] = convert(src[t]).  src [n_tokens][src_stride] f32, slots [n_tokens] i32,
+// cache [n_slots][cache_row_bytes(type, row_len)].
+void record_kv_store(CommandRecorder& rec, CacheType type, const BufferView& src, uint32_t src_stride,
+                     const BufferView& slots, uint32_t n_tokens, uint32_t row_len, const BufferView& cache);
+
+// attention.comp (shared-memory tiles: GPUs) or attention_simd.comp (CPU drivers); Auto picks by
+// device type, tests force each.
+enum class AttentionKernel { Auto, Tiled, Simd };
+
+struct AttentionShape {
+  uint32_t n_head = 0;
+  uint32_t n_head_kv = 0;
+  uint32_t head_dim = 0;
+  AttentionKernel kernel = AttentionKernel::Auto;
+};
+
+// Scratch floats record_attention needs for a decode step (split KV) with these settings.
+uint64_t attention_scratch_floats(const AttentionShape& shape);
+
+// Causal grouped-query attention of n_q query tokens over the n_kv cache slots listed in
+// kv_slots (with their positions kv_pos); K is rotated at kv_pos as it is read, with the angles
+// of `rope_table` (record_rope_table, covering every position in kv_pos).
+//   q [n_q][q_stride] f32 rotated, q_pos [n_q] i32, k/v cache [n_slots][row bytes] in `type`,
+//   out [n_q][out_stride] f32, scratch ≥ attention_scratch_floats() f32 (used when splitting).
+void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape& shape, const RopeConfig& rope,
+                      const BufferView& rope_table,
+                      const BufferView& q, uint32_t q_stride, const BufferView& q_pos, uint32_t n_q,
+                      const BufferView& k_cache, const BufferView& v_cache, const BufferView& kv_slots,
+                      const BufferView& kv_pos, uint32_t n_kv, const BufferView& out, uint32_t out_stride,
+                      const BufferView& scratch);
+
+}  // namespace vkllm

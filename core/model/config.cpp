@@ -1,0 +1,64 @@
+// Hyperparameters from GGUF metadata, with the checks that keep later code simple.
+#include "model/config.h"
+
+#include "base/error.h"
+
+namespace vkllm {
+
+const char* arch_name(Arch a) { return a == Arch::Llama ? "llama" : "qwen2"; }
+
+ModelConfig read_model_config(const gguf::File& f) {
+  ModelConfig c;
+  c.arch_name = f.get_string("general.architecture");
+  if (c.arch_name == "llama") {
+    c.arch = Arch::Llama;
+  } else if (c.arch_name == "qwen2") {
+    c.arch = Arch::Qwen2;
+    c.rope_style = RopeStyle::NeoX;
+    c.qkv_bias = true;
+  } else {
+    throw Error(f.path() + ": architecture '" + c.arch_name + "' is not supported (vkllm runs llama and qwen2)");
+  }
+  const std::string a = c.arch_name + ".";
+  c.name = f.get_string_or("general.name", "");
+  c.n_layer = f.get_u32(a + "block_count");
+  c.n_embd = f.get_u32(a + "embedding_length");
+  c.n_ff = f.get_u32(a + "feed_forward_length");
+  c.n_head = f.get_u32(a + "attention.head_count");
+  c.n_head_kv = f.get_u32_or(a + "attention.head_count_kv", c.n_head);
+  c.n_ctx_train = f.get_u32_or(a + "context_length", 2048);
+  c.rms_eps = f.get_f32_or(a + "attention.layer_norm_rms_epsilon", 1e-5f);
+  c.rope_freq_base = f.get_f32_or(a + "rope.freq_base", 10000.0f);
+  // Linear RoPE scaling: positions are multiplied by 1/factor. (Llama 3.1's "llama3" scaling
+  // arrives as the rope_freqs tensor instead.)
+  float factor = 0.0f;
+  if (f.find(a + "rope.scaling.factor") && f.get_string_or(a + "rope.scaling.type", "linear") == "linear")
+    factor = f.get_f32(a + "rope.scaling.factor");
+  else if (f.find(a + "rope.scale_linear"))
+    factor = f.get_f32(a + "rope.scale_linear");
+  if (factor > 0.0f) c.rope_freq_scale = 1.0f / factor;
+
+  auto bad = [&](const std::string& key, uint64_t value, const std::string& expected) {
+    throw Error(f.path() + ": key '" + key + "' is " + std::to_string(value) + ", expected " + expected);
+  };
+  if (c.n_layer == 0 || c.n_layer > 1024) bad(a + "block_count", c.n_layer, "1..1024");
+  if (c.n_embd == 0) bad(a + "embedding_length", c.n_embd, "> 0");
+  if (c.n_ff == 0) bad(a + "feed_forward_length", c.n_ff, "> 0");
+  if (c.n_head == 0 || c.n_embd % c.n_head != 0) bad(a + "attention.head_count", c.n_head, "a divisor of embedding_length " + std::to_string(c.n_embd));
+  if (c.n_head_kv == 0 || c.n_head % c.n_head_kv != 0)
+    bad(a + "attention.head_count_kv", c.n_head_kv, "a divisor of head_count " + std::to_string(c.n_head));
+  c.head_dim = f.get_u32_or(a + "attention.key_length", c.n_embd / c.n_head);
+  if (f.get_u32_or(a + "attention.value_length", c.head_dim) != c.head_dim)
+    bad(a + "attention.value_length", f.get_u32(a + "attention.value_length"), "equal to key_length " + std::to_string(c.head_dim));
+  if (c.head_dim == 0 || c.head_dim % 2 != 0) bad(a + "attention.key_length", c.head_dim, "an even number");
+  c.n_rot = f.get_u32_or(a + "rope.dimension_count", c.head_dim);
+  if (c.n_rot > c.head_dim || c.n_rot % 2 != 0) bad(a + "rope.dimension_count", c.n_rot, "even and ≤ head dim " + std::to_string(c.head_dim));
+
+  c.tokenizer_model = f.get_string_or("tokenizer.ggml.model", "");
+  if (f.find("tokenizer.ggml.tokens")) c.n_vocab = static_cast<uint32_t>(f.get_array("tokenizer.ggml.tokens").count);
+  if (c.n_vocab == 0) c.n_vocab = f.get_u32_or(a + "vocab_size", 0);
+  c.has_chat_template = f.find("tokenizer.chat_template") != nullptr;
+  return c;
+}
+
+}  // namespace vkllm

@@ -1,0 +1,99 @@
+// The tensor table of llama/qwen2 GGUF files, its validation, and the weight upload.
+#include "model/model.h"
+
+#include "kernels/ops.h"
+
+namespace vkllm {
+namespace {
+
+// One row of the binding table: a GGUF tensor name, its expected ne, and where it goes.
+struct Binding {
+  std::string name;
+  std::vector<uint64_t> ne;  // expected dimensions (GGUF order)
+  DeviceTensor* dst;
+  bool f32_only;             // norms, biases and rope factors are read as f32 vectors
+};
+
+std::string shape_str(const std::vector<uint64_t>& ne) {
+  std::string s = "[";
+  for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+  return s + "]";
+}
+
+void check_tensor(const gguf::File& f, const gguf::TensorInfo& t, const Binding& b) {
+  std::vector<uint64_t> actual(t.ne, t.ne + t.n_dims);
+  // Trailing 1s are the same shape ([64] == [64, 1]).
+  while (actual.size() > b.ne.size() && actual.back() == 1) actual.pop_back();
+  if (actual != b.ne)
+    throw Error(f.path() + ": tensor '" + t.name + "' has shape " + shape_str(actual) + ", expected " + shape_str(b.ne));
+  if (b.f32_only && t.type != gguf::TensorType::F32)
+    throw Error(f.path() + ": tensor '" + t.name + "' has type " + gguf::type_name(t.type) + ", expected F32");
+  if (!weight_type_supported(t.type))
+    throw Error(f.path() + ": tensor '" + t.name + "' has type " + gguf::type_name(t.type) + ", which vkllm cannot run yet");
+}
+
+}  // namespace
+
+Model::Model(const VulkanContext& ctx, const gguf::File& file, const ProgressFn& progress)
+    : file_(file), config_(read_model_config(file)), arena_(ctx) {
+  const ModelConfig& c = config_;
+  if (c.n_vocab == 0) throw Error(file.path() + ": the model has no vocabulary (tokenizer.ggml.tokens)");
+  const uint64_t qd = uint64_t{c.n_head} * c.head_dim, kvd = c.n_embd_kv();
+
+  std::vector<Binding> table;
+  table.push_back({"token_embd.weight", {c.n_embd, c.n_vocab}, &weights_.tok_embd, false});
+  table.push_back({"output_norm.weight", {c.n_embd}, &weights_.output_norm, false});
+  weights_.tied_output = file.find_tensor("output.weight") == nullptr;
+  if (!weights_.tied_output) table.push_back({"output.weight", {c.n_embd, c.n_vocab}, &weights_.output, false});
+  if (file.find_tensor("rope_freqs.weight")) {
+    weights_.rope_freqs.emplace();
+    table.push_back({"rope_freqs.weight", {c.n_rot / 2}, &*weights_.rope_freqs, true});
+  }
+  weights_.layers.resize(c.n_layer);
+  for (uint32_t i = 0; i < c.n_layer; ++i) {
+    LayerWeights& l = weights_.layers[i];
+    const std::string p = "blk." + std::to_string(i) + ".";
+    table.push_back({p + "attn_norm.weight", {c.n_embd}, &l.attn_norm, true});
+    table.push_back({p + "attn_q.weight", {c.n_embd, qd}, &l.wq, false});
+    table.push_back({p + "attn_k.weight", {c.n_embd, kvd}, &l.wk, false});
+    table.push_back({p + "attn_v.weight", {c.n_embd, kvd}, &l.wv, false});
+    table.push_back({p + "attn_output.weight", {qd, c.n_embd}, &l.wo, false});
+    if (c.qkv_bias) {
+      table.push_back({p + "attn_q.bias", {qd}, &l.bq, true});
+      table.push_back({p + "attn_k.bias", {kvd}, &l.bk, true});
+      table.push_back({p + "attn_v.bias", {kvd}, &l.bv, true});
+    }
+    table.push_back({p + "ffn_norm.weight", {c.n_embd}, &l.ffn_norm, true});
+    table.push_back({p + "ffn_gate.weight", {c.n_embd, c.n_ff}, &l.w_gate, false});
+    table.push_back({p + "ffn_up.weight", {c.n_embd, c.n_ff}, &l.w_up, false});
+    table.push_back({p + "ffn_down.weight", {c.n_ff, c.n_embd}, &l.w_down, false});
+  }
+  table[1].f32_only = true;  // output_norm
+
+  // Validate everything first: a bad file fails before any device memory is spent.
+  uint64_t total = 0;
+  std::vector<const gguf::TensorInfo*> infos;
+  for (const Binding& b : table) {
+    const gguf::TensorInfo* t = file.find_tensor(b.name);
+    if (!t) throw Error(file.path() + ": tensor '" + b.name + "' is missing (expected shape " + shape_str(b.ne) + ")");
+    check_tensor(file, *t, b);
+    infos.push_back(t);
+    total += t->n_bytes;
+  }
+  uint64_t done = 0;
+  for (size_t i = 0; i < table.size(); ++i) {
+    *table[i].dst = arena_.upload(*infos[i], [&](uint64_t n) {
+      done += n;
+      if (progress) progress(done, total);
+    });
+  }
+  if (weights_.tied_output) weights_.output = weights_.tok_embd;
+}
+
+uint64_t model_weight_bytes(const gguf::File& file) {
+  uint64_t total = 0;
+  for (const gguf::TensorInfo& t : file.tensors()) total += t.n_bytes;
+  return total;
+}
+
+}  // namespace vkllm

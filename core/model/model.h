@@ -1,0 +1,62 @@
+// Model: a GGUF model's configuration and its weights in device memory, bound by one table of
+// tensor names with expected shapes and types.
+#pragma once
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gguf.h"
+#include "model/config.h"
+#include "kernels/tensor.h"
+
+namespace vkllm {
+
+// Shapes are written as GGUF's ne: [cols, rows] with cols = elements per row.
+struct LayerWeights {
+  DeviceTensor attn_norm;  // [n_embd] f32
+  DeviceTensor wq;         // [n_embd, n_head * head_dim]
+  DeviceTensor wk;         // [n_embd, n_head_kv * head_dim]
+  DeviceTensor wv;         // [n_embd, n_head_kv * head_dim]
+  DeviceTensor wo;         // [n_head * head_dim, n_embd]
+  DeviceTensor bq, bk, bv; // [n_head * head_dim], [n_embd_kv], [n_embd_kv] f32 (qwen2 only)
+  DeviceTensor ffn_norm;   // [n_embd] f32
+  DeviceTensor w_gate;     // [n_embd, n_ff]
+  DeviceTensor w_up;       // [n_embd, n_ff]
+  DeviceTensor w_down;     // [n_ff, n_embd]
+};
+
+struct Weights {
+  DeviceTensor tok_embd;     // [n_embd, n_vocab]
+  DeviceTensor output_norm;  // [n_embd] f32
+  DeviceTensor output;       // [n_embd, n_vocab]; the token embedding when the model ties them
+  std::optional<DeviceTensor> rope_freqs;  // [n_rot / 2] f32 per-pair frequency divisors (Llama 3.1+)
+  std::vector<LayerWeights> layers;
+  bool tied_output = false;
+};
+
+// Progress of a long operation: done and total in the operation's own unit (bytes for loading).
+using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
+
+class Model {
+ public:
+  // Validates every tensor against the table (name, type, shape; expected vs actual on mismatch)
+  // before uploading anything, then uploads the weights.
+  Model(const VulkanContext& ctx, const gguf::File& file, const ProgressFn& progress = {});
+
+  const ModelConfig& config() const { return config_; }
+  const Weights& weights() const { return weights_; }
+  const gguf::File& file() const { return file_; }
+  uint64_t weight_bytes() const { return arena_.bytes_allocated(); }
+
+ private:
+  const gguf::File& file_;
+  ModelConfig config_;
+  WeightArena arena_;
+  Weights weights_;
+};
+
+// Bytes the weights will take on the device, without uploading (for the memory plan).
+uint64_t model_weight_bytes(const gguf::File& file);
+
+}  // namespace vkllm

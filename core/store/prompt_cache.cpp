@@ -1,0 +1,212 @@
+// The prompt cache directory: lookup by longest token prefix, store, LRU eviction under flock.
+#include "store/prompt_cache.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+namespace vkllm {
+namespace fs = std::filesystem;
+namespace {
+
+bool is_entry_name(const std::string& name) {
+  return !name.empty() && name[0] != '.' && name.size() > 4 && name.compare(name.size() - 4, 4, ".vkv") == 0;
+}
+
+int64_t mtime_of(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_mtime) : 0;
+}
+
+// The directory's lock for eviction; released when the descriptor closes.
+class DirLock {
+ public:
+  explicit DirLock(const std::string& dir) {
+    fd_ = ::open((dir + "/.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ >= 0 && ::flock(fd_, LOCK_EX) != 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~DirLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+  bool held() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace
+
+std::string default_prompt_cache_dir() {
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/vkllm/prompt-cache";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/vkllm/prompt-cache";
+  return "";
+}
+
+std::vector<PromptCacheEntry> list_prompt_cache(const std::string& dir) {
+  std::vector<PromptCacheEntry> out;
+  std::error_code ec;
+  for (const fs::directory_entry& de : fs::directory_iterator(dir, ec)) {
+    const std::string name = de.path().filename().string();
+    if (!is_entry_name(name)) continue;
+    PromptCacheEntry e;
+    e.path = de.path().string();
+    e.bytes = de.file_size(ec);
+    if (ec) continue;  // removed meanwhile
+    e.last_used = mtime_of(e.path);
+    try {
+      e.info = read_session_info(e.path, false);
+    } catch (const Error& err) {
+      e.valid = false;
+      e.error = err.what();
+    }
+    out.push_back(std::move(e));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.last_used > b.last_used; });
+  return out;
+}
+
+uint64_t clear_prompt_cache(const std::string& dir) {
+  uint64_t freed = 0;
+  std::error_code ec;
+  DirLock lock(dir);
+  for (const fs::directory_entry& de : fs::directory_iterator(dir, ec)) {
+    const std::string name = de.path().filename().string();
+    // Entries and the temporaries write_file_atomic leaves only if killed mid-write.
+    if (!is_entry_name(name) && !(name.size() > 1 && name[0] == '.' && name.find(".vkv.") != std::string::npos)) continue;
+    const uint64_t size = de.file_size(ec);
+    if (fs::remove(de.path(), ec)) freed += size;
+  }
+  return freed;
+}
+
+PromptCache::PromptCache(std::string dir, uint64_t max_bytes, ModelFingerprint model, CacheType type_k, CacheType type_v)
+    : dir_(std::move(dir)), max_bytes_(max_bytes), model_(std::move(model)), type_k_(type_k), type_v_(type_v) {}
+
+std::string PromptCache::entry_prefix() const {
+  return model_.hex() + "-" + cache_type_name(type_k_) + "-" + cache_type_name(type_v_) + "-";
+}
+
+void PromptCache::drop(const std::string& path, const std::string& why) {
+  warnings_.push_back("prompt cache: skipping and removing " + path + ": " + why);
+  std::error_code ec;
+  fs::remove(path, ec);
+}
+
+PromptCacheMatch PromptCache::find(std::span<const int32_t> tokens) {
+  PromptCacheMatch best;
+  const std::string prefix = entry_prefix();
+  std::error_code ec;
+  for (const fs::directory_entry& de : fs::directory_iterator(dir_, ec)) {
+    const std::string name = de.path().filename().string();
+    if (!is_entry_name(name) || name.rfind(prefix, 0) != 0) continue;  // another model or cache type
+    const std::string path = de.path().string();
+    SessionInfo info;
+    try {
+      info = read_session_info(path, false);
+    } catch (const Error& e) {
+      if (!fs::exists(path)) continue;  // evicted by another run while we read it
+      drop(path, e.what());
+      continue;
+    }
+    if (info.model.hash != model_.hash || info.type_k != type_k_ || info.type_v != type_v_) {
+      drop(path, "its header (" + info.model.name + " " + info.model.hex() + ", " + cache_type_name(info.type_k) + "/" +
+                     cache_type_name(info.type_v) + ") does not match its name");
+      continue;
+    }
+    ++best.entries_seen;
+    uint32_t m = 0;
+    while (m < info.tokens.size() && m < tokens.size() && info.tokens[m] == tokens[m]) ++m;
+    // Longest match; on a tie the shorter entry (less to read).
+    if (best.path.empty() || m > best.matched || (m == best.matched && info.tokens.size() < best.entry_tokens)) {
+      best.path = path;
+      best.matched = m;
+      best.entry_tokens = static_cast<uint32_t>(info.tokens.size());
+    }
+  }
+  if (best.matched == 0 && best.entries_seen == 0) best.path.clear();
+  return best;
+}
+
+bool PromptCache::load(const PromptCacheMatch& m, uint32_t n, Engine& engine) {
+  if (m.path.empty() || n == 0) return false;
+  try {
+    load_session(m.path, engine, model_, nullptr, n);
+  } catch (const Error& e) {
+    if (!fs::exists(m.path)) {
+      warnings_.push_back("prompt cache: " + m.path + " was evicted by another run; prefilling the whole prompt");
+      return false;
+    }
+    drop(m.path, e.what());
+    return false;
+  }
+  ::utimensat(AT_FDCWD, m.path.c_str(), nullptr, 0);  // last use, for LRU
+  return true;
+}
+
+uint64_t PromptCache::store(const Engine& engine, uint32_t n) {
+  const KvCache& cache = engine.cache();
+  if (n == 0 || n > cache.used() || cache.evicted() != 0) return 0;  // only a true prefix is reusable
+  if (uint64_t{n} * cache.bytes_per_token() > max_bytes_) return 0;
+  const std::span<const int32_t> toks(cache.tokens().data(), n);
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(XXH64(toks.data(), toks.size_bytes(), 0)));
+  const std::string path = dir_ + "/" + entry_prefix() + hash + ".vkv";
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  uint64_t bytes = 0;
+  if (fs::exists(path)) {
+    ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // same tokens already stored
+  } else {
+    try {
+      bytes = save_session(path, engine, model_, nullptr, "", n);
+    } catch (const Error& e) {
+      warnings_.push_back(std::string("prompt cache: not stored: ") + e.what());
+      return 0;
+    }
+  }
+  evict_to_cap();
+  return bytes;
+}
+
+void PromptCache::evict_to_cap() {
+  DirLock lock(dir_);
+  if (!lock.held()) {
+    warnings_.push_back("prompt cache: cannot lock " + dir_ + "/.lock; eviction skipped");
+    return;
+  }
+  struct Item {
+    std::string path;
+    uint64_t bytes;
+    int64_t last_used;
+  };
+  std::vector<Item> items;
+  uint64_t total = 0;
+  std::error_code ec;
+  for (const fs::directory_entry& de : fs::directory_iterator(dir_, ec)) {
+    if (!is_entry_name(de.path().filename().string())) continue;
+    std::error_code ec2;
+    const uint64_t b = de.file_size(ec2);
+    if (ec2) continue;
+    items.push_back({de.path().string(), b, mtime_of(de.path().string())});
+    total += b;
+  }
+  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.last_used < b.last_used; });
+  for (const Item& it : items) {
+    if (total <= max_bytes_) break;
+    if (fs::remove(it.path, ec)) total -= it.bytes;
+  }
+}
+
+}  // namespace vkllm

@@ -1,0 +1,86 @@
+// The prompt cache: prompt prefixes' KV state kept on disk between runs, found by the longest
+// shared token prefix.
+//
+// ## Layout
+//
+// One directory (default $XDG_CACHE_HOME/vkllm/prompt-cache). Every entry is a session file
+// (core/store/session_file.h) with no sampler state and no conversation, named
+//
+//     <model fingerprint, 16 hex>-<type_k>-<type_v>-<XXH64 of the tokens, 16 hex>.vkv
+//
+// so entries of other models and cache types are skipped by name without being opened, and
+// storing the same prompt twice replaces one file. The file's mtime is its last use (touched
+// on every hit): the size cap evicts least recently used entries first.
+//
+// ## Concurrency
+//
+// Entries are written with gguf::write_file_atomic (temporary file, fsync, rename), so readers
+// see a whole old file or a whole new one. Eviction takes an exclusive flock on `.lock` in the
+// directory so two runs never evict from one listing twice. A reader whose entry vanishes
+// (evicted by another run) falls back to a full prefill. An entry that fails validation —
+// truncated, corrupt, or not what its name says — is skipped with a warning and removed.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "store/session_file.h"
+
+namespace vkllm {
+
+// $XDG_CACHE_HOME/vkllm/prompt-cache (or ~/.cache/vkllm/prompt-cache); "" when neither is set.
+std::string default_prompt_cache_dir();
+
+struct PromptCacheEntry {
+  std::string path;
+  uint64_t bytes = 0;
+  int64_t last_used = 0;  // mtime, seconds since the epoch
+  SessionInfo info;       // HEAD and TOKS only (no KV, no sampler)
+  bool valid = true;
+  std::string error;      // why not valid
+};
+// Every entry in `dir`, most recently used first (headers read, KV not).
+std::vector<PromptCacheEntry> list_prompt_cache(const std::string& dir);
+// Removes every entry (and stray temporaries); returns the bytes freed.
+uint64_t clear_prompt_cache(const std::string& dir);
+
+struct PromptCacheMatch {
+  std::string path;             // best entry ("" when none shares a token)
+  uint32_t matched = 0;         // leading tokens shared with it
+  uint32_t entry_tokens = 0;
+  uint32_t entries_seen = 0;    // entries for this model and cache type
+};
+
+class PromptCache {
+ public:
+  PromptCache(std::string dir, uint64_t max_bytes, ModelFingerprint model, CacheType type_k, CacheType type_v);
+
+  // The entry sharing the longest token prefix with `tokens`. Unreadable entries are removed
+  // and reported through warnings().
+  PromptCacheMatch find(std::span<const int32_t> tokens);
+  // Loads the first n tokens of `m`'s entry into the engine's cache (n ≤ m.matched). Returns
+  // false, with a warning and the cache unchanged, when the entry vanished or is corrupt.
+  bool load(const PromptCacheMatch& m, uint32_t n, Engine& engine);
+  // Stores the first n tokens of the engine's cache as an entry, then evicts least recently
+  // used entries until the directory is under the cap. Failures become warnings: the cache is
+  // an optimisation and never fails a run. Returns the entry's size (0: not stored).
+  uint64_t store(const Engine& engine, uint32_t n);
+
+  // What went wrong but did not stop the run, one line each, for the CLI to print.
+  const std::vector<std::string>& warnings() const { return warnings_; }
+
+ private:
+  std::string entry_prefix() const;
+  void evict_to_cap();
+  void drop(const std::string& path, const std::string& why);
+
+  std::string dir_;
+  uint64_t max_bytes_;
+  ModelFingerprint model_;
+  CacheType type_k_, type_v_;
+  std::vector<std::string> warnings_;
+};
+
+}  // namespace vkllm

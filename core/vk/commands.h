@@ -1,0 +1,73 @@
+// CommandRecorder: records dispatches, barriers and copies into one command buffer, submits it
+// once and waits on a fence. A prefill chunk or a decode step is one recording.
+#pragma once
+#include <vulkan/vulkan.h>
+
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "vk/buffer.h"
+#include "vk/context.h"
+#include "vk/pipeline.h"
+
+namespace vkllm {
+
+// GPU time of one labelled dispatch, from timestamps (profiling only).
+struct DispatchTiming {
+  std::string label;
+  double ms = 0;
+};
+
+class CommandRecorder {
+ public:
+  // `max_timestamps` > 0 enables per-dispatch GPU timing (up to that many dispatches).
+  // `pipelines` (may be null for transfer-only use) is where record_<op> functions get kernels.
+  explicit CommandRecorder(const VulkanContext& ctx, Pipelines* pipelines = nullptr, uint32_t max_timestamps = 0);
+  ~CommandRecorder();
+  CommandRecorder(const CommandRecorder&) = delete;
+  CommandRecorder& operator=(const CommandRecorder&) = delete;
+
+  // Binds `buffers` to bindings 0..n-1, pushes `params` and dispatches `groups_*` workgroups.
+  template <typename Params>
+  void dispatch(const Pipeline& p, std::initializer_list<BufferView> buffers, const Params& params, uint32_t groups_x,
+                uint32_t groups_y = 1, uint32_t groups_z = 1) {
+    static_assert(sizeof(Params) % 4 == 0, "push constants are 4-byte fields");
+    dispatch_raw(p, buffers, &params, sizeof(Params), groups_x, groups_y, groups_z);
+  }
+  void dispatch_raw(const Pipeline& p, std::initializer_list<BufferView> buffers, const void* params, uint32_t params_size,
+                    uint32_t groups_x, uint32_t groups_y, uint32_t groups_z);
+  // Makes every earlier shader/transfer write visible to every later shader/transfer access.
+  void barrier();
+  void copy(const BufferView& src, const BufferView& dst);
+  void fill_zero(const BufferView& dst);
+  // Ends, submits, waits; throws Error on device loss. Afterwards the recorder is empty and reusable.
+  void submit_and_wait();
+  bool empty() const { return n_commands_ == 0; }
+  const VulkanContext& context() const { return ctx_; }
+  Pipelines& pipelines() const {
+    VKLLM_CHECK(pipelines_ != nullptr, "this recorder was made for transfers only");
+    return *pipelines_;
+  }
+  // Timings of the last submitted recording (empty unless timing was enabled).
+  const std::vector<DispatchTiming>& timings() const { return timings_; }
+
+ private:
+  void begin_if_needed();
+  const VulkanContext& ctx_;
+  Pipelines* pipelines_ = nullptr;
+  VkCommandPool pool_ = VK_NULL_HANDLE;
+  VkCommandBuffer cmd_ = VK_NULL_HANDLE;
+  VkFence fence_ = VK_NULL_HANDLE;
+  VkQueryPool queries_ = VK_NULL_HANDLE;
+  uint32_t max_timestamps_ = 0;
+  std::vector<std::string> labels_;
+  std::vector<DispatchTiming> timings_;
+  bool recording_ = false;
+  uint32_t n_commands_ = 0;
+};
+
+// Workgroups needed to cover `n` items with `per_group` items each.
+inline uint32_t div_ceil(uint64_t n, uint64_t per_group) { return static_cast<uint32_t>((n + per_group - 1) / per_group); }
+
+}  // namespace vkllm

@@ -1,0 +1,98 @@
+// VulkanContext: the instance, the chosen physical device, its logical device and compute queue,
+// and the limits every other part of the runtime must respect (queried, never assumed).
+#pragma once
+#include <vulkan/vulkan.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+
+namespace vkllm {
+
+// Throws std::logic_error naming the call and the VkResult when a Vulkan call fails.
+void vk_check_failed(VkResult r, const char* call, const char* file, int line);
+#define VK_CHECK(call)                                                          \
+  do {                                                                          \
+    VkResult vk_check_result_ = (call);                                         \
+    if (vk_check_result_ != VK_SUCCESS) ::vkllm::vk_check_failed(vk_check_result_, #call, __FILE__, __LINE__); \
+  } while (0)
+const char* vk_result_name(VkResult r);
+
+// What `vkllm devices` shows about one physical device.
+struct DeviceInfo {
+  uint32_t index = 0;
+  std::string name;
+  std::string type;            // "discrete", "integrated", "virtual", "cpu", "other"
+  std::string driver;          // driver name and info
+  std::string api_version;     // "1.3.239"
+  std::vector<std::pair<uint64_t, bool>> heaps;  // (bytes, device-local)
+  uint32_t subgroup_size = 0;
+  bool subgroup_shuffle = false;  // subgroup shuffles in compute shaders
+  bool fp16 = false;           // shaderFloat16
+  bool int8 = false;           // shaderInt8
+  bool storage16 = false;      // storageBuffer16BitAccess
+  bool storage8 = false;       // storageBuffer8BitAccess
+  bool push_descriptor = false;
+  uint64_t max_storage_buffer_range = 0;
+  uint64_t max_allocation_size = 0;
+  uint32_t max_shared_memory = 0;
+  uint32_t max_workgroup_invocations = 0;
+  std::string missing;         // required features this device lacks ("" when usable)
+};
+
+struct ContextOptions {
+  std::optional<uint32_t> device_index;  // --device N; default: discrete > integrated > virtual > cpu
+  bool validate = false;                 // enable VK_LAYER_KHRONOS_validation (also VKLLM_VALIDATE=1)
+};
+
+class VulkanContext {
+ public:
+  explicit VulkanContext(const ContextOptions& o = {});
+  ~VulkanContext();
+  VulkanContext(const VulkanContext&) = delete;
+  VulkanContext& operator=(const VulkanContext&) = delete;
+
+  VkInstance instance() const { return instance_; }
+  VkPhysicalDevice physical() const { return physical_; }
+  VkDevice device() const { return device_; }
+  VkQueue queue() const { return queue_; }
+  uint32_t queue_family() const { return queue_family_; }
+  const DeviceInfo& info() const { return info_; }
+  const VkPhysicalDeviceLimits& limits() const { return limits_; }
+  const VkPhysicalDeviceMemoryProperties& memory() const { return memory_; }
+  uint32_t subgroup_size() const { return info_.subgroup_size; }
+  uint64_t max_storage_range() const { return info_.max_storage_buffer_range; }
+  float timestamp_period_ns() const { return limits_.timestampPeriod; }
+  PFN_vkCmdPushDescriptorSetKHR push_descriptor_fn() const { return push_descriptor_; }
+
+  // Validation messages seen since creation (only with validation on). Tests require none.
+  const std::vector<std::string>& validation_messages() const { return messages_; }
+  // Names a Vulkan object for validation messages and debuggers (no-op without debug utils).
+  void set_name(VkObjectType type, uint64_t handle, const std::string& name) const;
+
+ private:
+  void release();
+  static VkBool32 VKAPI_PTR on_debug_message(VkDebugUtilsMessageSeverityFlagBitsEXT, VkDebugUtilsMessageTypeFlagsEXT,
+                                             const VkDebugUtilsMessengerCallbackDataEXT*, void*);
+
+  VkInstance instance_ = VK_NULL_HANDLE;
+  VkDebugUtilsMessengerEXT messenger_ = VK_NULL_HANDLE;
+  VkPhysicalDevice physical_ = VK_NULL_HANDLE;
+  VkDevice device_ = VK_NULL_HANDLE;
+  VkQueue queue_ = VK_NULL_HANDLE;
+  uint32_t queue_family_ = 0;
+  DeviceInfo info_;
+  VkPhysicalDeviceLimits limits_{};
+  VkPhysicalDeviceMemoryProperties memory_{};
+  PFN_vkCmdPushDescriptorSetKHR push_descriptor_ = nullptr;
+  PFN_vkSetDebugUtilsObjectNameEXT set_name_ = nullptr;
+  std::vector<std::string> messages_;
+};
+
+// Every physical device with what vkllm needs to know about it; creates its own instance.
+std::vector<DeviceInfo> list_devices();
+
+}  // namespace vkllm

@@ -1,0 +1,137 @@
+// Pipeline creation from embedded SPIR-V, with specialization constants and a persisted cache.
+#include "vk/pipeline.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "atomic_file.h"
+#include "shader_registry.h"
+
+namespace vkllm {
+
+Pipeline::Pipeline(const VulkanContext& ctx, VkPipelineCache cache, const std::string& shader, uint32_t n_buffers,
+                   uint32_t push_size, const std::vector<uint32_t>& spec)
+    : ctx_(ctx), name_(shader), n_buffers_(n_buffers), push_size_(push_size) {
+  const shaders::Module* m = shaders::find(shader);
+  VKLLM_CHECK(m != nullptr, "no embedded shader named '" + shader + "'");
+  VKLLM_CHECK(!spec.empty(), "specialization constant 0 (workgroup size) is required");
+  workgroup_size_ = spec[0];
+  VKLLM_CHECK(push_size <= ctx.limits().maxPushConstantsSize, "push constants too large for " + shader);
+
+  VkShaderModuleCreateInfo smci{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
+  smci.codeSize = m->n_words * sizeof(uint32_t);
+  smci.pCode = m->code;
+  VK_CHECK(vkCreateShaderModule(ctx.device(), &smci, nullptr, &module_));
+
+  std::vector<VkDescriptorSetLayoutBinding> bindings(n_buffers);
+  for (uint32_t i = 0; i < n_buffers; ++i)
+    bindings[i] = {i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
+  VkDescriptorSetLayoutCreateInfo dslci{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
+  dslci.flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR;
+  dslci.bindingCount = n_buffers;
+  dslci.pBindings = bindings.data();
+  VK_CHECK(vkCreateDescriptorSetLayout(ctx.device(), &dslci, nullptr, &set_layout_));
+
+  VkPushConstantRange pcr{VK_SHADER_STAGE_COMPUTE_BIT, 0, push_size};
+  VkPipelineLayoutCreateInfo plci{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
+  plci.setLayoutCount = 1;
+  plci.pSetLayouts = &set_layout_;
+  plci.pushConstantRangeCount = push_size ? 1 : 0;
+  plci.pPushConstantRanges = &pcr;
+  VK_CHECK(vkCreatePipelineLayout(ctx.device(), &plci, nullptr, &layout_));
+
+  std::vector<VkSpecializationMapEntry> entries(spec.size());
+  for (uint32_t i = 0; i < spec.size(); ++i) entries[i] = {i, i * 4u, 4};
+  VkSpecializationInfo si{static_cast<uint32_t>(entries.size()), entries.data(), spec.size() * 4, spec.data()};
+  VkComputePipelineCreateInfo cpci{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
+  cpci.stage = {VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO};
+  cpci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+  cpci.stage.module = module_;
+  cpci.stage.pName = "main";
+  cpci.stage.pSpecializationInfo = &si;
+  cpci.layout = layout_;
+  VK_CHECK(vkCreateComputePipelines(ctx.device(), cache, 1, &cpci, nullptr, &pipeline_));
+  ctx.set_name(VK_OBJECT_TYPE_PIPELINE, reinterpret_cast<uint64_t>(pipeline_), shader);
+}
+
+Pipeline::~Pipeline() {
+  VkDevice d = ctx_.device();
+  if (pipeline_) vkDestroyPipeline(d, pipeline_, nullptr);
+  if (layout_) vkDestroyPipelineLayout(d, layout_, nullptr);
+  if (set_layout_) vkDestroyDescriptorSetLayout(d, set_layout_, nullptr);
+  if (module_) vkDestroyShaderModule(d, module_, nullptr);
+}
+
+std::string default_cache_dir() {
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/vkllm";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/vkllm";
+  return "";
+}
+
+namespace {
+
+// A pipeline cache blob is only handed to the driver when its header names this exact device
+// (Vulkan spec: header length 32, version 1, vendor, device, UUID); anything else is ignored.
+bool cache_blob_matches(const std::vector<char>& blob, const VkPhysicalDeviceProperties& p) {
+  if (blob.size() < 32) return false;
+  uint32_t header_len, version, vendor, device;
+  std::memcpy(&header_len, blob.data(), 4);
+  std::memcpy(&version, blob.data() + 4, 4);
+  std::memcpy(&vendor, blob.data() + 8, 4);
+  std::memcpy(&device, blob.data() + 12, 4);
+  return header_len >= 32 && header_len <= blob.size() && version == VK_PIPELINE_CACHE_HEADER_VERSION_ONE &&
+         vendor == p.vendorID && device == p.deviceID && std::memcmp(blob.data() + 16, p.pipelineCacheUUID, VK_UUID_SIZE) == 0;
+}
+
+}  // namespace
+
+Pipelines::Pipelines(const VulkanContext& ctx, std::string cache_path) : ctx_(ctx), cache_path_(std::move(cache_path)) {
+  std::vector<char> blob;
+  if (!cache_path_.empty()) {
+    std::ifstream in(cache_path_, std::ios::binary);
+    if (in) blob.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    VkPhysicalDeviceProperties p;
+    vkGetPhysicalDeviceProperties(ctx.physical(), &p);
+    if (!cache_blob_matches(blob, p)) blob.clear();
+  }
+  VkPipelineCacheCreateInfo ci{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
+  ci.initialDataSize = blob.size();
+  ci.pInitialData = blob.empty() ? nullptr : blob.data();
+  VK_CHECK(vkCreatePipelineCache(ctx.device(), &ci, nullptr, &cache_));
+}
+
+Pipelines::~Pipelines() {
+  pipelines_.clear();
+  if (!cache_path_.empty()) {
+    size_t n = 0;
+    if (vkGetPipelineCacheData(ctx_.device(), cache_, &n, nullptr) == VK_SUCCESS && n > 0) {
+      std::vector<uint8_t> data(n);
+      if (vkGetPipelineCacheData(ctx_.device(), cache_, &n, data.data()) == VK_SUCCESS) {
+        data.resize(n);
+        std::error_code ec;
+        std::filesystem::create_directories(std::filesystem::path(cache_path_).parent_path(), ec);
+        try {
+          gguf::write_file_atomic(cache_path_, data);
+        } catch (const std::exception&) {
+          // A cache that cannot be saved only costs start-up time next run.
+        }
+      }
+    }
+  }
+  vkDestroyPipelineCache(ctx_.device(), cache_, nullptr);
+}
+
+const Pipeline& Pipelines::get(const std::string& shader, uint32_t n_buffers, uint32_t push_size,
+                               const std::vector<uint32_t>& spec) {
+  std::string key = shader;
+  for (uint32_t v : spec) key += ":" + std::to_string(v);
+  auto it = pipelines_.find(key);
+  if (it != pipelines_.end()) return *it->second;
+  auto p = std::make_unique<Pipeline>(ctx_, cache_, shader, n_buffers, push_size, spec);
+  return *pipelines_.emplace(key, std::move(p)).first->second;
+}
+
+}  // namespace vkllm

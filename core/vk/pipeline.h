@@ -1,0 +1,64 @@
+// Compute pipelines built from the embedded SPIR-V, and the VkPipelineCache persisted on disk.
+#pragma once
+#include <vulkan/vulkan.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "vk/context.h"
+
+namespace vkllm {
+
+// One compute pipeline: `n_buffers` storage buffers at bindings 0..n-1 (push descriptors) and one
+// push-constant struct of `push_size` bytes. Specialization constant 0 is the workgroup size x;
+// the others are the kernel's own (documented in its .comp file).
+class Pipeline {
+ public:
+  Pipeline(const VulkanContext& ctx, VkPipelineCache cache, const std::string& shader, uint32_t n_buffers,
+           uint32_t push_size, const std::vector<uint32_t>& spec);
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  VkPipeline handle() const { return pipeline_; }
+  VkPipelineLayout layout() const { return layout_; }
+  uint32_t n_buffers() const { return n_buffers_; }
+  uint32_t push_size() const { return push_size_; }
+  uint32_t workgroup_size() const { return workgroup_size_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  const VulkanContext& ctx_;
+  std::string name_;
+  uint32_t n_buffers_ = 0;
+  uint32_t push_size_ = 0;
+  uint32_t workgroup_size_ = 0;
+  VkShaderModule module_ = VK_NULL_HANDLE;
+  VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
+  VkPipelineLayout layout_ = VK_NULL_HANDLE;
+  VkPipeline pipeline_ = VK_NULL_HANDLE;
+};
+
+// Owns every pipeline the process creates, keyed by shader and specialization constants, and a
+// VkPipelineCache loaded from and saved to `cache_path` (empty: not persisted).
+class Pipelines {
+ public:
+  Pipelines(const VulkanContext& ctx, std::string cache_path);
+  ~Pipelines();  // saves the cache (atomically) when it has a path
+
+  const Pipeline& get(const std::string& shader, uint32_t n_buffers, uint32_t push_size, const std::vector<uint32_t>& spec);
+  const VulkanContext& context() const { return ctx_; }
+
+ private:
+  const VulkanContext& ctx_;
+  std::string cache_path_;
+  VkPipelineCache cache_ = VK_NULL_HANDLE;
+  std::map<std::string, std::unique_ptr<Pipeline>> pipelines_;
+};
+
+// $XDG_CACHE_HOME/vkllm (or ~/.cache/vkllm): where the pipeline cache lives; "" when unknown.
+std::string default_cache_dir();
+
+}  // namespace vkllm
