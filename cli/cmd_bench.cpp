@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -21,6 +22,8 @@ struct BenchCommand {
   uint32_t n_prompt = 512, n_gen = 128, reps = 3, ctx_fill = 0;
   bool json = false, ops = false;
   uint32_t ops_size = 4096;
+  bool ops_matmul = true;
+  std::vector<std::string> ops_types = {"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"};
   std::string attention = "auto";
   std::optional<uint32_t> device;
 };
@@ -53,6 +56,7 @@ void bench_model(BenchCommand& c) {
   Engine& e = *s.engine;
   const uint32_t n_vocab = e.config().n_vocab;
   std::vector<double> pp, tg;
+  double dispatches_per_token = 0, barriers_per_token = 0;  // of the decode test
   // One warm-up pass builds the pipelines; then `reps` measured passes of each.
   for (uint32_t r = 0; r <= c.reps; ++r) {
     if (c.n_prompt) {
@@ -66,8 +70,11 @@ void bench_model(BenchCommand& c) {
       e.cache().clear();
       if (c.ctx_fill) e.decode(random_tokens(c.ctx_fill, n_vocab, 100 + r), LogitsMode::Last);
       const std::vector<int32_t> toks = random_tokens(c.n_gen, n_vocab, 200 + r);
+      const uint64_t d0 = e.dispatches_recorded(), b0 = e.barriers_recorded();
       const auto t0 = Clock::now();
       for (uint32_t i = 0; i < c.n_gen; ++i) e.decode(std::span(&toks[i], 1), LogitsMode::Last);
+      dispatches_per_token = double(e.dispatches_recorded() - d0) / c.n_gen;
+      barriers_per_token = double(e.barriers_recorded() - b0) / c.n_gen;
       if (r) tg.push_back(c.n_gen / seconds(t0));
     }
   }
@@ -83,7 +90,8 @@ void bench_model(BenchCommand& c) {
   if (!tg.empty()) {
     const Stat st = stat_of(tg);
     j["decode"] = {{"tokens", c.n_gen}, {"tok_s", st.median}, {"tok_s_min", st.min}, {"tok_s_max", st.max},
-                   {"bytes_per_token", bytes_per_token}, {"effective_gb_s", bytes_per_token * st.median / 1e9}};
+                   {"bytes_per_token", bytes_per_token}, {"effective_gb_s", bytes_per_token * st.median / 1e9},
+                   {"dispatches_per_token", dispatches_per_token}, {"barriers_per_token", barriers_per_token}};
   }
   if (c.json) {
     std::printf("%s\n", j.dump(1).c_str());
@@ -108,46 +116,64 @@ void bench_model(BenchCommand& c) {
   }
 }
 
-// matvec GB/s (weight bytes read) and matmul GFLOP/s for an n×n matrix of each weight type.
+// matvec GB/s (weight bytes read) and matmul GFLOP/s for an n×n matrix of each weight type, and the
+// read ceiling: the same bytes streamed with uvec4 loads and no arithmetic, timed in the same run.
 void bench_ops(const BenchCommand& c) {
   ContextOptions co;
   co.device_index = c.device;
   VulkanContext ctx(co);
   Pipelines pipes(ctx, "");
   const uint32_t n = c.ops_size, n_tok = 512;
-  const gguf::TensorType types[] = {
-      gguf::TensorType::F32,  gguf::TensorType::F16,  gguf::TensorType::BF16, gguf::TensorType::Q4_0, gguf::TensorType::Q4_1,
-      gguf::TensorType::Q5_0, gguf::TensorType::Q5_1, gguf::TensorType::Q8_0, gguf::TensorType::Q2_K, gguf::TensorType::Q3_K,
-      gguf::TensorType::Q4_K, gguf::TensorType::Q5_K, gguf::TensorType::Q6_K};
+  std::vector<gguf::TensorType> types;
+  for (const std::string& name : c.ops_types) {
+    const std::optional<gguf::TensorType> t = gguf::type_from_name(name);
+    if (!t || !weight_type_supported(*t)) throw Error("--ops-types: '" + name + "' is not a weight type vkllm runs");
+    types.push_back(*t);
+  }
   Buffer x(ctx, uint64_t{n_tok} * n * 4, MemoryUse::Device, "bench x");
   Buffer y(ctx, uint64_t{n_tok} * n * 4, MemoryUse::Device, "bench y");
-  nlohmann::json out = nlohmann::json::array();
+  CommandRecorder rec(ctx, &pipes);
+  // Times `record` over `iters` recordings after one warm-up (which builds the pipeline).
+  auto time_it = [&](const std::function<void()>& record, uint32_t iters) {
+    record();
+    rec.submit_and_wait();
+    const auto t0 = Clock::now();
+    for (uint32_t i = 0; i < iters; ++i) {
+      record();
+      rec.barrier();
+    }
+    rec.submit_and_wait();
+    return seconds(t0) / iters;
+  };
+  // The ceiling over the largest type's bytes (Q8_0-sized or more), so every row compares with it.
+  const uint64_t ceiling_bytes = uint64_t{n} * n * 4;
+  Buffer data(ctx, ceiling_bytes, MemoryUse::Device, "bench read ceiling");
+  Buffer sink(ctx, read_ceiling_out_bytes(ceiling_bytes), MemoryUse::Device, "bench read sink");
+  double ceiling = 0;
+  for (uint64_t off = 0; off < ceiling_bytes; off += ctx.max_storage_range()) {
+    const BufferView part = data.view(off, std::min<uint64_t>(ctx.max_storage_range(), ceiling_bytes - off));
+    ceiling += part.range / time_it([&] { record_read_ceiling(rec, part, sink.view()); }, 5) / 1e9 * part.range / ceiling_bytes;
+  }
+  nlohmann::json out = {{"device", ctx.info().name}, {"size", n}, {"read_ceiling_gb_s", ceiling}, {"types", nlohmann::json::array()}};
   if (!c.json)
-    std::printf("%s: %u×%u matrix, matmul with %u tokens\n%-6s %14s %16s\n", ctx.info().name.c_str(), n, n, n_tok, "type",
-                "matvec GB/s", "matmul GFLOP/s");
+    std::printf("%s: %u×%u matrix, matmul with %u tokens\n%-13s %12s %11s %16s\n%-13s %12.2f %11s %16s\n", ctx.info().name.c_str(),
+                n, n, n_tok, "type", "matvec GB/s", "of ceiling", "matmul GFLOP/s", "read ceiling", ceiling, "100%", "-");
   for (gguf::TensorType t : types) {
     const uint64_t bytes = gguf::type_bytes(t, uint64_t{n} * n);
     // Bytes of 0x3C: every f16/bf16 scale is a finite ~1.0, so no kernel sees NaN or Inf.
-    std::vector<uint8_t> data(bytes, 0x3C);
+    std::vector<uint8_t> w_data(bytes, 0x3C);
     WeightArena arena(ctx);
-    const DeviceTensor w = arena.upload("bench", t, n, n, data.data());
-    CommandRecorder rec(ctx, &pipes);
-    auto time_it = [&](uint32_t tokens, uint32_t iters) {
-      // Warm-up on a few tokens: builds the pipeline without paying for a full pass.
-      record_matmul(rec, w, x.view(), n, std::min(tokens, 33u), y.view(), n);
-      rec.submit_and_wait();
-      const auto t0 = Clock::now();
-      for (uint32_t i = 0; i < iters; ++i) {
-        record_matmul(rec, w, x.view(), n, tokens, y.view(), n);
-        rec.barrier();
-      }
-      rec.submit_and_wait();
-      return seconds(t0) / iters;
-    };
-    const double mv = time_it(1, 5), mm = time_it(n_tok, 1);
-    const double gbs = double(bytes) / mv / 1e9, gflops = 2.0 * n * n * n_tok / mm / 1e9;
-    out.push_back({{"type", gguf::type_name(t)}, {"matvec_gb_s", gbs}, {"matmul_gflop_s", gflops}, {"bytes", bytes}});
-    if (!c.json) std::printf("%-6s %14.2f %16.2f\n", gguf::type_name(t).c_str(), gbs, gflops), std::fflush(stdout);
+    const DeviceTensor w = arena.upload("bench", t, n, n, w_data.data());
+    const double mv = time_it([&] { record_matmul(rec, w, x.view(), n, 1, y.view(), n); }, 5);
+    const double mm = c.ops_matmul ? time_it([&] { record_matmul(rec, w, x.view(), n, n_tok, y.view(), n); }, 1) : 0;
+    const double gbs = double(bytes) / mv / 1e9, gflops = mm > 0 ? 2.0 * n * n * n_tok / mm / 1e9 : 0;
+    out["types"].push_back({{"type", gguf::type_name(t)}, {"matvec_gb_s", gbs}, {"matvec_of_ceiling", gbs / ceiling},
+                            {"matmul_gflop_s", gflops}, {"bytes", bytes}});
+    if (!c.json) {
+      const std::string mm_text = mm > 0 ? std::to_string(gflops).substr(0, std::to_string(gflops).find('.') + 3) : "-";
+      std::printf("%-13s %12.2f %10.0f%% %16s\n", gguf::type_name(t).c_str(), gbs, 100 * gbs / ceiling, mm_text.c_str());
+      std::fflush(stdout);
+    }
   }
   if (c.json) std::printf("%s\n", out.dump(1).c_str());
 }
@@ -170,6 +196,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--ubatch", c->opts.ubatch, "Prompt tokens per prefill chunk");
   cmd->add_flag("--ops", c->ops, "Benchmark the matvec/matmul kernels for every weight type instead");
   cmd->add_option("--ops-size", c->ops_size, "Matrix size for --ops")->check(CLI::Range(64u, 16384u));
+  cmd->add_option("--ops-types", c->ops_types, "Weight types for --ops (default: all)")->delimiter(',');
+  cmd->add_flag("!--no-matmul", c->ops_matmul, "--ops: matvec and the read ceiling only");
   cmd->add_flag("--json", c->json, "Print JSON");
   cmd->callback([c] {
     if (c->ops) return bench_ops(*c);

@@ -20,11 +20,13 @@ const TensorType k_types[] = {TensorType::F32,  TensorType::F16,  TensorType::BF
                               TensorType::Q5_0, TensorType::Q5_1, TensorType::Q8_0, TensorType::Q2_K, TensorType::Q3_K,
                               TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
 
+// Odd sizes for every kernel; rows of whole 256-element units (512, 2304) also take matvec_simd on
+// CPU devices, 2304 with 9 units so that some lanes own two units and the others one.
 std::vector<Shape> shapes_for(TensorType t) {
   const uint32_t qk = gguf::type_info(static_cast<uint32_t>(t))->block_size;
   if (qk == 1) return {{1, 8}, {37, 172}, {70, 13}, {129, 256}};
-  if (qk == 32) return {{1, 32}, {37, 96}, {70, 320}, {129, 64}};
-  return {{1, 256}, {37, 512}, {70, 256}};
+  if (qk == 32) return {{1, 32}, {37, 96}, {70, 320}, {129, 64}, {37, 512}, {9, 2304}};
+  return {{1, 256}, {37, 512}, {70, 256}, {9, 2304}};
 }
 
 std::vector<uint8_t> quantized(TensorType t, const std::vector<float>& src, uint32_t rows, uint32_t cols) {
@@ -57,7 +59,7 @@ TEST_P(WeightOps, MatchReference) {
       ref::get_rows(t, w.data(), s.cols, ids.data(), int64_t(ids.size()), want.data());
       Buffer dids = test::to_device(ids), dout = test::to_device(std::vector<float>(want.size(), 0.0f));
       // matvec (1 token) and matmul (several)
-      for (uint32_t n_tokens : {1u, 5u, 33u}) {
+      for (uint32_t n_tokens : {1u, 3u, 5u, 33u}) {
         const std::vector<float> x = test::random_floats(size_t(n_tokens) * s.cols, n_tokens + s.cols);
         std::vector<float> ywant(size_t(n_tokens) * s.rows);
         ref::matmul(t, w.data(), s.rows, s.cols, x.data(), n_tokens, ywant.data());

@@ -48,6 +48,9 @@ class Engine {
   const KvCache& cache() const { return cache_; }
   const ModelConfig& config() const { return model_.config(); }
   uint64_t activation_bytes() const { return activation_bytes_; }
+  // Dispatches and barriers recorded since the engine was made.
+  uint64_t dispatches_recorded() const { return rec_.dispatches_recorded(); }
+  uint64_t barriers_recorded() const { return rec_.barriers_recorded(); }
   // GPU time of every dispatch since the engine was made (profile on).
   const std::vector<DispatchTiming>& timings() const { return timings_; }
 

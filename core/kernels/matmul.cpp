@@ -34,13 +34,58 @@ void record_get_rows(CommandRecorder& rec, const DeviceTensor& w, const BufferVi
   }
 }
 
+namespace {
+
+// matvec_simd.comp (CPU drivers): its weight types, each row's alignment, the largest x slice a
+// lane keeps in registers (UPL units of 256 elements), and the most columns it serves (one
+// dispatch each; on CPU drivers that beats the tiled matmul up to about 8).
+constexpr uint32_t k_simd_unit = 256, k_simd_max_upl = 8, k_simd_max_cols = 8, k_simd_rows = 32;
+
+uint32_t simd_row_alignment(gguf::TensorType t) {
+  using T = gguf::TensorType;
+  switch (t) {
+    case T::Q4_0: case T::Q8_0: case T::Q4_K: return 16;
+    case T::Q6_K: return 4;
+    default: return 0;  // no simd variant
+  }
+}
+
+// Whether this part of `w` times `n_tokens` columns of x runs on matvec_simd (CPU devices only).
+bool use_simd_matvec(const VulkanContext& ctx, const DeviceTensor& w, const WeightPart& part, const BufferView& x,
+                     uint32_t x_stride, uint32_t n_tokens) {
+  const uint32_t align = simd_row_alignment(w.type);
+  // Q6_K reads u32 words; the others read whole units with 64-bit loads in the scalar layout.
+  if (w.type != gguf::TensorType::Q6_K && !(ctx.info().int64 && ctx.info().scalar_layout)) return false;
+  const uint32_t s = ctx.subgroup_size();
+  return ctx.info().type == "cpu" && align != 0 && n_tokens <= k_simd_max_cols && w.cols % k_simd_unit == 0 &&
+         w.row_bytes % align == 0 && part.view.offset % 16 == 0 && x.offset % 16 == 0 && x_stride % 4 == 0 && s > 0 &&
+         div_ceil(w.cols / k_simd_unit, s) <= k_simd_max_upl;
+}
+
+}  // namespace
+
 void record_matmul(CommandRecorder& rec, const DeviceTensor& w, const BufferView& x, uint32_t x_stride,
                    uint32_t n_tokens, const BufferView& y, uint32_t y_stride) {
   const std::string suffix = weight_kernel_suffix(w);
   const uint32_t max_groups = rec.context().limits().maxComputeWorkGroupCount[0];
   for (const WeightPart& part : w.parts) {
     const MatmulParams params{uint32_t(w.cols), part.n_rows, uint32_t(w.row_bytes), n_tokens, x_stride, y_stride, part.row_begin};
-    if (n_tokens == 1) {
+    if (use_simd_matvec(rec.context(), w, part, x, x_stride, n_tokens)) {
+      // One subgroup per workgroup, k_simd_rows rows each; every lane keeps its x slice. One
+      // dispatch per column: x from a view at the column, y through the row offset.
+      const uint32_t sg = rec.context().subgroup_size();
+      const uint32_t upl = div_ceil(uint32_t(w.cols) / k_simd_unit, sg);
+      const Pipeline& p = rec.pipelines().get("matvec_simd_" + suffix, 3, sizeof(MatmulParams), {sg, k_simd_rows, upl});
+      const uint32_t groups = div_ceil(part.n_rows, k_simd_rows);
+      const uint32_t gx = std::min(groups, max_groups);
+      for (uint32_t t = 0; t < n_tokens; ++t) {
+        const uint64_t x_at = uint64_t{t} * x_stride * 4;
+        MatmulParams column = params;
+        column.n_tokens = 1;
+        column.y_offset = t * y_stride + part.row_begin;
+        rec.dispatch(p, {part.view, x.sub(x_at, x.range - x_at), y}, column, gx, div_ceil(groups, gx));
+      }
+    } else if (n_tokens == 1) {
       // One subgroup per row: a workgroup of 64 covers 64 / subgroup-size rows (at least 1).
       const uint32_t rows_per_wg = std::max<uint32_t>(64 / std::max<uint32_t>(rec.context().subgroup_size(), 1), 1);
       const Pipeline& p = rec.pipelines().get("matvec_" + suffix, 3, sizeof(MatmulParams), {64, rows_per_wg});
@@ -52,6 +97,18 @@ void record_matmul(CommandRecorder& rec, const DeviceTensor& w, const BufferView
       rec.dispatch(p, {part.view, x, y}, params, div_ceil(part.n_rows, 64), div_ceil(n_tokens, 32));
     }
   }
+}
+
+}  // namespace vkllm
+
+namespace vkllm {
+
+uint64_t read_ceiling_out_bytes(uint64_t data_bytes) { return div_ceil(data_bytes, 4096) * uint64_t{4}; }
+
+void record_read_ceiling(CommandRecorder& rec, const BufferView& data, const BufferView& out) {
+  const Pipeline& p = rec.pipelines().get("read_ceiling", 2, sizeof(ReadCeilingParams), {64});
+  const ReadCeilingParams params{uint32_t(data.range / 16), 4096 / 16};
+  rec.dispatch(p, {data, out}, params, div_ceil(div_ceil(data.range, 4096), 64));
 }
 
 }  // namespace vkllm

@@ -24,6 +24,11 @@ void record_get_rows(CommandRecorder& rec, const DeviceTensor& w, const BufferVi
 void record_matmul(CommandRecorder& rec, const DeviceTensor& w, const BufferView& x, uint32_t x_stride,
                    uint32_t n_tokens, const BufferView& y, uint32_t y_stride);
 
+// The read ceiling of `bench --ops`: streams `data` (a multiple of 16 bytes) with uvec4 loads, one
+// 4 KiB run per invocation, XOR-folding each run into out [ceil(bytes / 4096)] u32.
+void record_read_ceiling(CommandRecorder& rec, const BufferView& data, const BufferView& out);
+uint64_t read_ceiling_out_bytes(uint64_t data_bytes);
+
 // ---- element-wise and row ops (out may alias an input) -----------------------------------------
 
 // out[i] = a[i] + b[i % b_period], i < n.   a, out [n] f32; b [b_period] f32

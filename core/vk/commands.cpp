@@ -46,6 +46,7 @@ void CommandRecorder::dispatch_raw(const Pipeline& p, std::initializer_list<Buff
   VKLLM_CHECK(buffers.size() == p.n_buffers(), p.name() + ": " + std::to_string(buffers.size()) + " buffers bound, pipeline has " +
                                                    std::to_string(p.n_buffers()));
   VKLLM_CHECK(params_size == p.push_size(), p.name() + ": push constant size mismatch");
+  ++n_dispatches_;
   VKLLM_CHECK(groups_x <= ctx_.limits().maxComputeWorkGroupCount[0] && groups_y <= ctx_.limits().maxComputeWorkGroupCount[1] &&
                   groups_z <= ctx_.limits().maxComputeWorkGroupCount[2],
               p.name() + ": too many workgroups");
@@ -81,6 +82,7 @@ void CommandRecorder::dispatch_raw(const Pipeline& p, std::initializer_list<Buff
 
 void CommandRecorder::barrier() {
   begin_if_needed();
+  ++n_barriers_;
   VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
   mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
   mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |

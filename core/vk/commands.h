@@ -49,6 +49,9 @@ class CommandRecorder {
     VKLLM_CHECK(pipelines_ != nullptr, "this recorder was made for transfers only");
     return *pipelines_;
   }
+  // Dispatches and barriers recorded since the recorder was made (for `bench`).
+  uint64_t dispatches_recorded() const { return n_dispatches_; }
+  uint64_t barriers_recorded() const { return n_barriers_; }
   // Timings of the last submitted recording (empty unless timing was enabled).
   const std::vector<DispatchTiming>& timings() const { return timings_; }
 
@@ -65,6 +68,7 @@ class CommandRecorder {
   std::vector<DispatchTiming> timings_;
   bool recording_ = false;
   uint32_t n_commands_ = 0;
+  uint64_t n_dispatches_ = 0, n_barriers_ = 0;
 };
 
 // Workgroups needed to cover `n` items with `per_group` items each.

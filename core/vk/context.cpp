@@ -151,6 +151,8 @@ DeviceInfo query_device(VkPhysicalDevice pd, uint32_t index) {
                        (p11.subgroupSupportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
   d.fp16 = f12.shaderFloat16;
   d.int8 = f12.shaderInt8;
+  d.int64 = feats.features.shaderInt64;
+  d.scalar_layout = f12.scalarBlockLayout;
   d.storage16 = f11.storageBuffer16BitAccess;
   d.storage8 = f12.storageBuffer8BitAccess;
   d.push_descriptor = has_device_extension(pd, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
@@ -267,6 +269,7 @@ VulkanContext::VulkanContext(const ContextOptions& o) {
     f12.storageBuffer8BitAccess = VK_TRUE;
     f12.shaderFloat16 = info_.fp16;
     f12.shaderInt8 = info_.int8;
+    f12.scalarBlockLayout = info_.scalar_layout;
     VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
     f11.pNext = &f12;
     f11.storageBuffer16BitAccess = VK_TRUE;

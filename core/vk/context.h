@@ -33,6 +33,8 @@ struct DeviceInfo {
   bool subgroup_shuffle = false;  // subgroup shuffles in compute shaders
   bool fp16 = false;           // shaderFloat16
   bool int8 = false;           // shaderInt8
+  bool int64 = false;          // shaderInt64 (enabled when present)
+  bool scalar_layout = false;  // scalarBlockLayout (enabled when present)
   bool storage16 = false;      // storageBuffer16BitAccess
   bool storage8 = false;       // storageBuffer8BitAccess
   bool push_descriptor = false;

@@ -40,6 +40,12 @@ struct MatmulParams {
   u32 y_offset;   // first output column written (row offset of this weight part)
 };
 
+// read_ceiling: each invocation XORs data[id * per_invocation …] (uvec4 words, < n_words).
+struct ReadCeilingParams {
+  u32 n_words;         // uvec4 words in the buffer
+  u32 per_invocation;  // words one invocation reads
+};
+
 // binary: out[i] = a[i] OP b[i % b_period] for i < n (b_period = n: same-shape; = row width:
 // a row broadcast, e.g. a bias or a norm weight).
 struct BinaryParams {

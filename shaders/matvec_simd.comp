@@ -1,0 +1,228 @@
+// matvec_simd: y[y_offset + r] = W[r] · x for one activation column (the host dispatches it once per
+// column for up to 8 columns, each reading the weights again), laid out for
+// CPU drivers (lavapipe), where every load whose address differs per lane is a scalar loop over
+// the lanes and costs per component, and the lanes of a subgroup are the SIMD width.
+//
+// A workgroup is one subgroup and owns ROWS consecutive rows. A row is cut into units of 256
+// elements (8 Q4_0/Q8_0 blocks, one K-quant super-block), and lane l owns units l, l + S, l + 2S, …
+// (UPL of them, S = subgroup size). So each lane:
+//   - loads its slice of x once (vec4 loads), with each block's sum of x, and keeps it in
+//     registers for all ROWS rows;
+//   - reads each weight byte once, as whole 16-byte words (uvec4; Q6_K: u32), its unit's bytes
+//     unpacked in registers with constant offsets (the unit loops are unrolled);
+//   - applies each block's scale once per block (Q4_0's −8 through the block's sum of x);
+// and one subgroupAdd per row reduces the lanes. No shared memory, no barriers.
+// The host uses it when cols % 256 == 0 and every row starts on a 16-byte (Q6_K: 4-byte) boundary.
+// Bindings: 0 W [rows][row_bytes] (weight type), 1 x [cols] f32, 2 y f32.
+// Specialization: 0 workgroup size (= subgroup size), 1 ROWS, 2 UPL (units per lane).
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_control_flow_attributes : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+#extension GL_EXT_scalar_block_layout : require
+#include "params.h"
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint ROWS = 32;
+layout(constant_id = 2) const uint UPL = 1;
+layout(binding = 0) readonly buffer W1 { uint w1[]; };
+layout(binding = 1) readonly buffer X { vec4 x4[]; };
+layout(binding = 2) buffer Y { float y[]; };
+layout(push_constant) uniform Push { MatmulParams p; };
+
+#define UNIT 256          // elements per unit
+#define XV (UNIT / 4)     // vec4 of x per unit
+
+#if defined(WTYPE_Q4_0)
+#define UNIT_BYTES 144    // 8 × { f16 d; u8 qs[16] }
+#define SUBS 8            // blocks (x sums) per unit
+#elif defined(WTYPE_Q8_0)
+#define UNIT_BYTES 272    // 8 × { f16 d; i8 qs[32] }
+#define SUBS 8
+#elif defined(WTYPE_Q4_K)
+#define UNIT_BYTES 144    // f16 d, dmin; u8 scales[12]; u8 qs[128]
+#define SUBS 8
+#elif defined(WTYPE_Q6_K)
+#define UNIT_BYTES 210    // u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d
+#define SUBS 16
+#else
+#error "matvec_simd: define WTYPE_Q4_0, WTYPE_Q8_0, WTYPE_Q4_K or WTYPE_Q6_K"
+#endif
+#define UNIT_WORDS ((UNIT_BYTES + 3) / 4)
+
+#if !defined(WTYPE_Q6_K)
+// One unit as 32-byte words plus a 16-byte tail (scalar layout: the array's stride is the unit's
+// size), so a lane reads its 144 or 272 bytes in 5 or 9 loads of 64-bit components, the
+// cheapest per byte on lavapipe.
+struct Unit {
+  u64vec4 q[UNIT_BYTES / 32];
+  u64vec2 tail;
+};
+layout(binding = 0, scalar) readonly buffer WU { Unit units[]; };
+#endif
+
+float xs[UPL][UNIT];          // this lane's x slice (scaled by xs_scale)
+float xsum[UPL][SUBS];         // sum of x over each block (sub-block for the K-quants)
+uint wd[UNIT_WORDS + 1];       // one unit's bytes, as words
+
+// Byte o of the unit (o a constant after unrolling).
+uint ub(uint o) { return (wd[o >> 2] >> ((o & 3u) * 8u)) & 0xFFu; }
+// The 4 bytes o … o+3 (o even) as one word.
+uint uw(uint o) { return (o & 3u) == 0 ? wd[o >> 2] : (wd[o >> 2] >> 16) | (wd[(o >> 2) + 1] << 16); }
+// f16 at byte o (o even).
+float uh(uint o) { return unpackHalf2x16(wd[o >> 2] >> ((o & 2u) * 8u)).x; }
+// Conversions go through int: x86 has a vector int→float instruction, not an unsigned one.
+// The 4 nibbles of word q at `shift` (0: low, 4: high) as a vec4, bytes in order.
+vec4 nib4(uint q, uint shift) { return vec4(ivec4((uvec4(q) >> (uvec4(0, 8, 16, 24) + shift)) & 0xFu)); }
+// Nibble-packed types are read without shifts: the nibble at bit `sh` of word q is masked in place,
+// converted, and multiplied by an x that was scaled by 2^-sh when it was loaded (xs_scale). The
+// top nibble (sh = 28) is shifted down instead, as int conversion needs values below 2^31.
+float nib_at(uint q, uint sh) { return sh == 28 ? float(int(q >> 28)) : float(int(q & (0xFu << sh))); }
+// The 4 signed bytes of word q.
+vec4 i8x4(uint q) { return vec4((ivec4(q) << ivec4(24, 16, 8, 0)) >> 24); }
+
+// The factor element e of a unit's x is stored with: 2^-sh for the nibble at bit sh it multiplies.
+float xs_scale(uint e) {
+#if defined(WTYPE_Q4_0)
+  const uint b = e / 32, j = e % 16, at = 18 * b + 2 + j, sh = 8 * (at & 3u) + (e % 32 >= 16 ? 4 : 0);
+  return sh == 28 ? 1.0 : exp2(-float(sh));
+#elif defined(WTYPE_Q4_K)
+  const uint j = e / 32, r = e % 32, at = 16 + 32 * (j / 2) + r, sh = 8 * (at & 3u) + 4 * (j & 1u);
+  return sh == 28 ? 1.0 : exp2(-float(sh));
+#else
+  return 1.0;
+#endif
+}
+vec4 x4_at(uint u, uint e) { return vec4(xs[u][e], xs[u][e + 1], xs[u][e + 2], xs[u][e + 3]); }
+
+// Loads the unit starting at byte `at` into wd.
+void load_unit(uint at) {
+#if defined(WTYPE_Q6_K)
+  // 210-byte super-blocks start on 2-byte boundaries: read the covering words, shift by 16 bits
+  // when the unit starts mid-word (never past the row's last word: rows are 4-byte aligned).
+  const uint first = at >> 2;
+  const bool mid = (at & 3u) != 0;
+  uint prev = w1[first];
+  [[unroll]] for (uint i = 0; i + 1 < UNIT_WORDS; ++i) {
+    const uint next = w1[first + i + 1];
+    wd[i] = mid ? (prev >> 16) | (next << 16) : prev;
+    prev = next;
+  }
+  wd[UNIT_WORDS - 1] = mid ? prev >> 16 : prev;
+#else
+  const uint index = at / UNIT_BYTES;
+  [[unroll]] for (uint i = 0; i < UNIT_BYTES / 32; ++i) {
+    const u64vec4 v = units[index].q[i];
+    [[unroll]] for (uint k = 0; k < 4; ++k) {
+      wd[8 * i + 2 * k] = uint(v[k]);
+      wd[8 * i + 2 * k + 1] = uint(v[k] >> 32);
+    }
+  }
+  const u64vec2 t = units[index].tail;
+  wd[UNIT_WORDS - 4] = uint(t.x);
+  wd[UNIT_WORDS - 3] = uint(t.x >> 32);
+  wd[UNIT_WORDS - 2] = uint(t.y);
+  wd[UNIT_WORDS - 1] = uint(t.y >> 32);
+#endif
+}
+
+// The unit in wd times this lane's x slice u.
+float dot_unit(uint u) {
+  float acc = 0.0;
+#if defined(WTYPE_Q4_0)
+  [[unroll]] for (uint b = 0; b < 8; ++b) {
+    float s = 0.0;
+    [[unroll]] for (uint j = 0; j < 16; ++j) {
+      const uint at = 18 * b + 2 + j, q = wd[at >> 2], sh = 8 * (at & 3u);
+      s += nib_at(q, sh) * xs[u][32 * b + j] + nib_at(q, sh + 4) * xs[u][32 * b + 16 + j];
+    }
+    acc += uh(18 * b) * (s - 8.0 * xsum[u][b]);
+  }
+#elif defined(WTYPE_Q8_0)
+  [[unroll]] for (uint b = 0; b < 8; ++b) {
+    const uint o = 34 * b;
+    vec4 s = vec4(0.0);
+    [[unroll]] for (uint k = 0; k < 8; ++k) s += i8x4(uw(o + 2 + 4 * k)) * x4_at(u, 32 * b + 4 * k);
+    acc += uh(o) * (s.x + s.y + s.z + s.w);
+  }
+#elif defined(WTYPE_Q4_K)
+  const float d = uh(0), dmin = uh(2);
+  [[unroll]] for (uint j = 0; j < 8; ++j) {
+    // 6-bit scale and min of sub-block j (scales at bytes 4…15).
+    float sc, mn;
+    if (j < 4) {
+      sc = float(int(ub(4 + j) & 63u));
+      mn = float(int(ub(8 + j) & 63u));
+    } else {
+      sc = float(int((ub(8 + j) & 0xFu) | ((ub(j) >> 6) << 4)));
+      mn = float(int((ub(8 + j) >> 4) | ((ub(4 + j) >> 6) << 4)));
+    }
+    // Sub-block j: nibbles (low for even j, high for odd) of qs[32 (j/2) …] at byte 16.
+    float s = 0.0;
+    [[unroll]] for (uint r = 0; r < 32; ++r) {
+      const uint at = 16 + 32 * (j / 2) + r;
+      s += nib_at(wd[at >> 2], 8 * (at & 3u) + 4 * (j & 1u)) * xs[u][32 * j + r];
+    }
+    acc += d * sc * s - dmin * mn * xsum[u][j];
+  }
+#elif defined(WTYPE_Q6_K)
+  // Element e: half n = e/128, quarter j = e%128/32, l = e%32. Low 4 bits: ql[64n + 32(j%2) + l],
+  // low nibble for j < 2, high for j ≥ 2; high 2 bits: qh[32n + l] at shift 2j; scale
+  // scales[8n + 2j + l/16]; value (q − 32)·d·scale.
+  const float d = uh(208);
+  [[unroll]] for (uint n = 0; n < 2; ++n) {
+    [[unroll]] for (uint j = 0; j < 4; ++j) {
+      [[unroll]] for (uint h = 0; h < 2; ++h) {  // l in [16h, 16h + 16)
+        vec4 s = vec4(0.0);
+        [[unroll]] for (uint k = 0; k < 4; ++k) {
+          const uint l = 16 * h + 4 * k;
+          const uint ql = wd[(64 * n + 32 * (j & 1u) + l) >> 2];
+          const uint qh = wd[(128 + 32 * n + l) >> 2];
+          const vec4 lo = vec4(ivec4((uvec4(ql) >> (uvec4(0, 8, 16, 24) + 4u * (j >> 1))) & 0xFu));
+          const vec4 hi = vec4(ivec4((uvec4(qh) >> (uvec4(0, 8, 16, 24) + 2u * j)) & 3u));
+          s += (lo + 16.0 * hi) * x4_at(u, 128 * n + 32 * j + 16 * h + 4 * k);
+        }
+        const uint is = 8 * n + 2 * j + h;
+        const float sc = float(int(ub(192 + is) << 24) >> 24);
+        acc += d * sc * (s.x + s.y + s.z + s.w - 32.0 * xsum[u][is]);
+      }
+    }
+  }
+#endif
+  return acc;
+}
+
+void main() {
+  const uint lane = gl_SubgroupInvocationID, S = gl_SubgroupSize;
+  const uint n_units = p.cols / UNIT;
+  // This lane's x slices and their block sums, once for every row.
+  [[unroll]] for (uint u = 0; u < UPL; ++u) {
+    const uint unit = u * S + lane;
+    const uint at = min(unit, n_units - 1) * XV;
+    [[unroll]] for (uint b = 0; b < SUBS; ++b) {
+      vec4 t = vec4(0.0);
+      [[unroll]] for (uint i = 0; i < XV / SUBS; ++i) {
+        const uint e = (b * (XV / SUBS) + i) * 4;
+        const vec4 v = unit < n_units ? x4[at + e / 4] : vec4(0.0);
+        t += v;
+        [[unroll]] for (uint k = 0; k < 4; ++k) xs[u][e + k] = v[k] * xs_scale(e + k);
+      }
+      xsum[u][b] = t.x + t.y + t.z + t.w;
+    }
+  }
+  const uint first = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * ROWS;
+  const uint last = min(first + ROWS, p.rows);
+  for (uint r = first; r < last; ++r) {
+    float acc = 0.0;
+    [[unroll]] for (uint u = 0; u < UPL; ++u) {
+      const uint unit = u * S + lane;
+      if (unit < n_units) {
+        load_unit(r * p.row_bytes + unit * UNIT_BYTES);
+        acc += dot_unit(u);
+      }
+    }
+    const float total = subgroupAdd(acc);
+    if (lane == 0) y[p.y_offset + r] = total;
+  }
+}
