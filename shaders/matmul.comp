@@ -66,7 +66,10 @@ void main() {
     if (r >= p.rows) continue;
     for (uint j = 0; j < TN; ++j) {
       const uint t = tok0 + tc * TN + j;
-      if (t < p.n_tokens) y[t * p.y_stride + p.y_offset + r] = acc[i][j];
+      if (t < p.n_tokens) {
+        const uint at = t * p.y_stride + p.y_offset + r;
+        y[at] = acc[i][j] + (p.accumulate != 0u ? y[at] : 0.0);
+      }
     }
   }
 }

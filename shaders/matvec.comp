@@ -31,6 +31,9 @@ void main() {
       for (uint i = 0; i < 8 && k + i < p.cols; ++i) acc += v[i] * x[k + i];
     }
     acc = subgroupAdd(acc);
-    if (subgroupElect()) y[p.y_offset + r] = acc;
+    if (subgroupElect()) {
+      const uint at = p.y_offset + r;
+      y[at] = acc + (p.accumulate != 0u ? y[at] : 0.0);
+    }
   }
 }

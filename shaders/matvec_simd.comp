@@ -223,6 +223,9 @@ void main() {
       }
     }
     const float total = subgroupAdd(acc);
-    if (lane == 0) y[p.y_offset + r] = total;
+    if (lane == 0) {
+      const uint at = p.y_offset + r;
+      y[at] = total + (p.accumulate != 0u ? y[at] : 0.0);
+    }
   }
 }

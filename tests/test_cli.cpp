@@ -80,10 +80,32 @@ TEST(Cli, BenchBothAttentionKernelsOverAFilledCache) {
     EXPECT_EQ(j["ctx_fill"], 40);
     EXPECT_GT(j["prefill"]["tok_s"].get<double>(), 0.0);
     EXPECT_GT(j["decode"]["tok_s"].get<double>(), 0.0);
+    // stories260K: 5 layers of about a dozen dispatches each, a barrier after most.
+    EXPECT_GT(j["decode"]["dispatches_per_token"].get<double>(), 5 * 8.0);
+    EXPECT_GT(j["decode"]["barriers_per_token"].get<double>(), 5 * 4.0);
   }
   const Result bad = vkllm("bench --attention fast -m " + model("stories260K.gguf"));
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.err.find("--attention"), std::string::npos) << bad.err;
+}
+
+// bench --ops times the read ceiling and each chosen type's matvec in one run; unknown types are refused.
+TEST(Cli, BenchOpsReportsTheReadCeiling) {
+  const Result r = vkllm("bench --ops --ops-types q4_0,F16 --no-matmul --ops-size 512 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_GT(j["read_ceiling_gb_s"].get<double>(), 0.0);
+  ASSERT_EQ(j["types"].size(), 2u);
+  EXPECT_EQ(j["types"][0]["type"], "Q4_0");
+  EXPECT_EQ(j["types"][1]["type"], "F16");
+  for (const json& t : j["types"]) {
+    EXPECT_GT(t["matvec_gb_s"].get<double>(), 0.0);
+    EXPECT_NEAR(t["matvec_of_ceiling"].get<double>(), t["matvec_gb_s"].get<double>() / j["read_ceiling_gb_s"].get<double>(), 1e-9);
+    EXPECT_EQ(t["matmul_gflop_s"], 0);
+  }
+  const Result bad = vkllm("bench --ops --ops-types q4_9");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.err.find("q4_9"), std::string::npos) << bad.err;
 }
 
 TEST(Cli, BadInputIsOneLineAndNonZero) {

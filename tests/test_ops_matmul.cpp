@@ -64,10 +64,24 @@ TEST_P(WeightOps, MatchReference) {
         std::vector<float> ywant(size_t(n_tokens) * s.rows);
         ref::matmul(t, w.data(), s.rows, s.cols, x.data(), n_tokens, ywant.data());
         Buffer dx = test::to_device(x), dy = test::to_device(std::vector<float>(ywant.size(), 0.0f));
-        CommandRecorder rec(ctx, &test::pipelines());
-        record_matmul(rec, dw, dx.view(), s.cols, n_tokens, dy.view(), s.rows);
-        rec.submit_and_wait();
-        EXPECT_LE(test::nmse(test::from_device<float>(dy, ywant.size()), ywant), 5e-4) << "tokens " << n_tokens;
+        // Auto takes matvec_simd on CPU drivers where it applies; Portable the GPU kernels. The
+        // accumulating store adds to what y holds (here y0 = 1 + row index).
+        std::vector<float> y0(ywant.size()), ysum(ywant.size());
+        for (size_t i = 0; i < y0.size(); ++i) y0[i] = 1.0f + float(i % s.rows);
+        for (size_t i = 0; i < y0.size(); ++i) ysum[i] = y0[i] + ywant[i];
+        Buffer dy0 = test::to_device(y0);
+        for (MatmulKernel kernel : {MatmulKernel::Auto, MatmulKernel::Portable}) {
+          for (MatmulStore store : {MatmulStore::Overwrite, MatmulStore::Accumulate}) {
+            CommandRecorder rec(ctx, &test::pipelines());
+            rec.copy(dy0.view(), dy.view());
+            rec.barrier();
+            record_matmul(rec, dw, dx.view(), s.cols, n_tokens, dy.view(), s.rows, store, kernel);
+            rec.submit_and_wait();
+            const bool acc = store == MatmulStore::Accumulate;
+            EXPECT_LE(test::nmse(test::from_device<float>(dy, ywant.size()), acc ? ysum : ywant), 5e-4)
+                << "tokens " << n_tokens << (kernel == MatmulKernel::Auto ? " auto" : " portable") << (acc ? " accumulate" : "");
+          }
+        }
       }
       CommandRecorder rec(ctx, &test::pipelines());
       record_get_rows(rec, dw, dids.view(), uint32_t(ids.size()), dout.view(), s.cols);

@@ -109,9 +109,7 @@ void Engine::record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out, bool
                      kv_slots_.view(), kv_pos_.view(), n_kv_listed_, attn, qd, scratch_.view());
     rec.barrier();
     // Output projection and residual: x += wo · attn
-    record_matmul(rec, L.wo, attn, qd, n, xn, c.n_embd);
-    rec.barrier();
-    record_add(rec, x, xn, x, n * c.n_embd, n * c.n_embd);
+    record_matmul(rec, L.wo, attn, qd, n, x, c.n_embd, MatmulStore::Accumulate);
     rec.barrier();
     // Feed-forward block: xn = rms_norm(x) · ffn_norm; x += w_down · (silu(w_gate · xn) ⊙ (w_up · xn))
     record_rms_norm(rec, x, c.n_embd, L.ffn_norm.whole(), xn, c.n_embd, n, c.n_embd, c.rms_eps);
@@ -121,9 +119,7 @@ void Engine::record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out, bool
     rec.barrier();
     record_swiglu(rec, gate, up, gate, n * c.n_ff);
     rec.barrier();
-    record_matmul(rec, L.w_down, gate, c.n_ff, n, xn, c.n_embd);
-    rec.barrier();
-    record_add(rec, x, xn, x, n * c.n_embd, n * c.n_embd);
+    record_matmul(rec, L.w_down, gate, c.n_ff, n, x, c.n_embd, MatmulStore::Accumulate);
     rec.barrier();
   }
   if (n_out == 0) return;

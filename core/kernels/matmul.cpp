@@ -36,10 +36,11 @@ void record_get_rows(CommandRecorder& rec, const DeviceTensor& w, const BufferVi
 
 namespace {
 
-// matvec_simd.comp (CPU drivers): its weight types, each row's alignment, the largest x slice a
-// lane keeps in registers (UPL units of 256 elements), and the most columns it serves (one
-// dispatch each; on CPU drivers that beats the tiled matmul up to about 8).
-constexpr uint32_t k_simd_unit = 256, k_simd_max_upl = 8, k_simd_max_cols = 8, k_simd_rows = 32;
+// matvec_simd.comp (CPU drivers): its weight types, each row's alignment, and the largest x slice a
+// lane keeps in registers (UPL units of 256 elements). It serves any number of tokens, one
+// dispatch each: on lavapipe reading the weights once per token this way is still ~10× faster
+// than the tiled matmul (docs/performance.md).
+constexpr uint32_t k_simd_unit = 256, k_simd_max_upl = 8, k_simd_rows = 32;
 
 uint32_t simd_row_alignment(gguf::TensorType t) {
   using T = gguf::TensorType;
@@ -52,12 +53,12 @@ uint32_t simd_row_alignment(gguf::TensorType t) {
 
 // Whether this part of `w` times `n_tokens` columns of x runs on matvec_simd (CPU devices only).
 bool use_simd_matvec(const VulkanContext& ctx, const DeviceTensor& w, const WeightPart& part, const BufferView& x,
-                     uint32_t x_stride, uint32_t n_tokens) {
+                     uint32_t x_stride) {
   const uint32_t align = simd_row_alignment(w.type);
   // Q6_K reads u32 words; the others read whole units with 64-bit loads in the scalar layout.
   if (w.type != gguf::TensorType::Q6_K && !(ctx.info().int64 && ctx.info().scalar_layout)) return false;
   const uint32_t s = ctx.subgroup_size();
-  return ctx.info().type == "cpu" && align != 0 && n_tokens <= k_simd_max_cols && w.cols % k_simd_unit == 0 &&
+  return ctx.info().type == "cpu" && align != 0 && w.cols % k_simd_unit == 0 &&
          w.row_bytes % align == 0 && part.view.offset % 16 == 0 && x.offset % 16 == 0 && x_stride % 4 == 0 && s > 0 &&
          div_ceil(w.cols / k_simd_unit, s) <= k_simd_max_upl;
 }
@@ -65,12 +66,13 @@ bool use_simd_matvec(const VulkanContext& ctx, const DeviceTensor& w, const Weig
 }  // namespace
 
 void record_matmul(CommandRecorder& rec, const DeviceTensor& w, const BufferView& x, uint32_t x_stride,
-                   uint32_t n_tokens, const BufferView& y, uint32_t y_stride) {
+                   uint32_t n_tokens, const BufferView& y, uint32_t y_stride, MatmulStore store, MatmulKernel kernel) {
   const std::string suffix = weight_kernel_suffix(w);
   const uint32_t max_groups = rec.context().limits().maxComputeWorkGroupCount[0];
   for (const WeightPart& part : w.parts) {
-    const MatmulParams params{uint32_t(w.cols), part.n_rows, uint32_t(w.row_bytes), n_tokens, x_stride, y_stride, part.row_begin};
-    if (use_simd_matvec(rec.context(), w, part, x, x_stride, n_tokens)) {
+    const MatmulParams params{uint32_t(w.cols), part.n_rows, uint32_t(w.row_bytes), n_tokens,
+                              x_stride,         y_stride,    part.row_begin,         store == MatmulStore::Accumulate};
+    if (kernel == MatmulKernel::Auto && use_simd_matvec(rec.context(), w, part, x, x_stride)) {
       // One subgroup per workgroup, k_simd_rows rows each; every lane keeps its x slice. One
       // dispatch per column: x from a view at the column, y through the row offset.
       const uint32_t sg = rec.context().subgroup_size();

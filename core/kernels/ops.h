@@ -19,10 +19,18 @@ bool weight_type_supported(gguf::TensorType t);
 void record_get_rows(CommandRecorder& rec, const DeviceTensor& w, const BufferView& ids, uint32_t n_tokens,
                      const BufferView& out, uint32_t out_stride);
 
-// y[t][r] = w[r] · x[t]    x [n_tokens][x_stride] f32 → y [n_tokens][y_stride] f32, r < w.rows.
-// One token uses the matvec kernel, more use the tiled matmul.
+// Which weight kernels record_matmul uses. Auto: on CPU drivers matvec_simd.comp, one dispatch per
+// token, wherever it applies (docs/shaders.md); elsewhere, and with Portable (which tests force to
+// cover it on lavapipe too), matvec.comp for one token and the tiled matmul.comp for more.
+enum class MatmulKernel { Auto, Portable };
+
+// Overwrite: y = w·x; Accumulate: y += w·x (a residual add folded into the projection).
+enum class MatmulStore { Overwrite, Accumulate };
+
+// y[t][r] (+)= w[r] · x[t]    x [n_tokens][x_stride] f32 → y [n_tokens][y_stride] f32, r < w.rows.
 void record_matmul(CommandRecorder& rec, const DeviceTensor& w, const BufferView& x, uint32_t x_stride,
-                   uint32_t n_tokens, const BufferView& y, uint32_t y_stride);
+                   uint32_t n_tokens, const BufferView& y, uint32_t y_stride, MatmulStore store = MatmulStore::Overwrite,
+                   MatmulKernel kernel = MatmulKernel::Auto);
 
 // The read ceiling of `bench --ops`: streams `data` (a multiple of 16 bytes) with uvec4 loads, one
 // 4 KiB run per invocation, XOR-folding each run into out [ceil(bytes / 4096)] u32.

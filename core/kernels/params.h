@@ -6,7 +6,7 @@ namespace vkllm {
 
 static_assert(sizeof(FillParams) == 8);
 static_assert(sizeof(GetRowsParams) == 24);
-static_assert(sizeof(MatmulParams) == 28);
+static_assert(sizeof(MatmulParams) == 32);
 static_assert(sizeof(ReadCeilingParams) == 8);
 static_assert(sizeof(BinaryParams) == 8);
 static_assert(sizeof(NormParams) == 20);

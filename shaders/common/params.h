@@ -29,7 +29,7 @@ struct GetRowsParams {
   u32 out_stride; // floats between output rows
 };
 
-// matvec / matmul: y[t][y_offset + r] = sum_c W[r][c] * x[t][c] for r < rows, t < n_tokens.
+// matvec / matmul: y[t][y_offset + r] (+)= sum_c W[r][c] * x[t][c] for r < rows, t < n_tokens.
 struct MatmulParams {
   u32 cols;       // elements per weight row (= x row length)
   u32 rows;       // weight rows in this binding
@@ -38,6 +38,7 @@ struct MatmulParams {
   u32 x_stride;   // floats between activation rows
   u32 y_stride;   // floats between output rows
   u32 y_offset;   // first output column written (row offset of this weight part)
+  u32 accumulate; // 1: y += W·x (a residual add folded into the projection), 0: y = W·x
 };
 
 // read_ceiling: each invocation XORs data[id * per_invocation …] (uvec4 words, < n_words).
