@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The two attention kernels on this device, in one run: a chat turn's prefill (PROMPT new tokens
 # over FILL cached ones) and decode at that depth, with attention.comp (shared-memory tiles, for
-# GPUs) and attention_simd.comp (for CPU drivers; head dim ≤ 32), and their ratios.
+# GPUs) and attention_simd.comp (for CPU drivers; head dim ≤ 64), and their ratios.
 #
 # usage: scripts/bench-attention.sh [MODEL] [FILL] [PROMPT] [GEN]
 set -euo pipefail

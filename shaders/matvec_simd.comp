@@ -1,18 +1,22 @@
-// matvec_simd: y[y_offset + r] = W[r] · x for one activation column (the host dispatches it once per
-// column for up to 8 columns, each reading the weights again), laid out for
-// CPU drivers (lavapipe), where every load whose address differs per lane is a scalar loop over
-// the lanes and costs per component, and the lanes of a subgroup are the SIMD width.
+// matvec_simd: y[y_offset + r] (+)= W[r] · x for one activation column, every weight type, laid out
+// for CPU drivers (lavapipe), where every load whose address differs per lane is a scalar loop
+// over the lanes and costs per component, and the lanes of a subgroup are the SIMD width. The host
+// dispatches it once per token (prefill reads the weights once per token: still far faster there
+// than the tiled matmul).
 //
 // A workgroup is one subgroup and owns ROWS consecutive rows. A row is cut into units of 256
-// elements (8 Q4_0/Q8_0 blocks, one K-quant super-block), and lane l owns units l, l + S, l + 2S, …
-// (UPL of them, S = subgroup size). So each lane:
+// elements (8 blocks of the 32-element types, one K-quant super-block, 256 plain values), and lane
+// l owns units l, l + S, l + 2S, … (UPL of them, S = subgroup size). So each lane:
 //   - loads its slice of x once (vec4 loads), with each block's sum of x, and keeps it in
 //     registers for all ROWS rows;
-//   - reads each weight byte once, as whole 16-byte words (uvec4; Q6_K: u32), its unit's bytes
-//     unpacked in registers with constant offsets (the unit loops are unrolled);
-//   - applies each block's scale once per block (Q4_0's −8 through the block's sum of x);
+//   - reads each weight byte once: units of a multiple of 16 bytes as 32-byte words of 64-bit
+//     components (scalar block layout), Q2_K/Q3_K/Q6_K as u32 words; the unit's bytes are then
+//     unpacked in registers at constant offsets (every loop but the row loop is unrolled);
+//   - applies each block's scale once per block (offsets and mins through the block's sum of x;
+//     Q4_0/Q4_1/Q4_K nibbles masked in place against an x pre-scaled by their bit position);
 // and one subgroupAdd per row reduces the lanes. No shared memory, no barriers.
-// The host uses it when cols % 256 == 0 and every row starts on a 16-byte (Q6_K: 4-byte) boundary.
+// The host uses it when cols % 256 == 0 and every row starts on a 16-byte (Q2_K, Q3_K, Q6_K:
+// 4-byte) boundary.
 // Bindings: 0 W [rows][row_bytes] (weight type), 1 x [cols] f32, 2 y f32.
 // Specialization: 0 workgroup size (= subgroup size), 1 ROWS, 2 UPL (units per lane).
 #version 450
@@ -34,30 +38,59 @@ layout(push_constant) uniform Push { MatmulParams p; };
 #define UNIT 256          // elements per unit
 #define XV (UNIT / 4)     // vec4 of x per unit
 
-#if defined(WTYPE_Q4_0)
+#if defined(WTYPE_F32)
+#define UNIT_BYTES 1024   // 256 × f32
+#define SUBS 1
+#elif defined(WTYPE_F16) || defined(WTYPE_BF16)
+#define UNIT_BYTES 512    // 256 × f16 / bf16
+#define SUBS 1
+#elif defined(WTYPE_Q4_0)
 #define UNIT_BYTES 144    // 8 × { f16 d; u8 qs[16] }
 #define SUBS 8            // blocks (x sums) per unit
+#elif defined(WTYPE_Q4_1)
+#define UNIT_BYTES 160    // 8 × { f16 d, m; u8 qs[16] }
+#define SUBS 8
+#elif defined(WTYPE_Q5_0)
+#define UNIT_BYTES 176    // 8 × { f16 d; u8 qh[4]; u8 qs[16] }
+#define SUBS 8
+#elif defined(WTYPE_Q5_1)
+#define UNIT_BYTES 192    // 8 × { f16 d, m; u8 qh[4]; u8 qs[16] }
+#define SUBS 8
 #elif defined(WTYPE_Q8_0)
 #define UNIT_BYTES 272    // 8 × { f16 d; i8 qs[32] }
 #define SUBS 8
+#elif defined(WTYPE_Q2_K)
+#define UNIT_BYTES 84     // u8 scales[16]; u8 qs[64]; f16 d, dmin
+#define SUBS 16
+#elif defined(WTYPE_Q3_K)
+#define UNIT_BYTES 110    // u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d
+#define SUBS 16
 #elif defined(WTYPE_Q4_K)
 #define UNIT_BYTES 144    // f16 d, dmin; u8 scales[12]; u8 qs[128]
+#define SUBS 8
+#elif defined(WTYPE_Q5_K)
+#define UNIT_BYTES 176    // f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]
 #define SUBS 8
 #elif defined(WTYPE_Q6_K)
 #define UNIT_BYTES 210    // u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d
 #define SUBS 16
 #else
-#error "matvec_simd: define WTYPE_Q4_0, WTYPE_Q8_0, WTYPE_Q4_K or WTYPE_Q6_K"
+#error "matvec_simd: define one WTYPE_*"
 #endif
+// Units of a multiple of 16 bytes are read as 64-bit words in the scalar layout; the others
+// (Q2_K: 84, Q3_K: 110, Q6_K: 210 bytes) as u32 words, realigned when a unit starts mid-word.
+#define WIDE_UNITS (UNIT_BYTES % 16 == 0)
 #define UNIT_WORDS ((UNIT_BYTES + 3) / 4)
 
-#if !defined(WTYPE_Q6_K)
-// One unit as 32-byte words plus a 16-byte tail (scalar layout: the array's stride is the unit's
-// size), so a lane reads its 144 or 272 bytes in 5 or 9 loads of 64-bit components, the
-// cheapest per byte on lavapipe.
+#if WIDE_UNITS
+// One unit as 32-byte words plus a 16-byte tail where needed (scalar layout: the array's stride is
+// the unit's size), so a lane reads e.g. 144 bytes in 5 loads of 64-bit components, the cheapest
+// per byte on lavapipe.
 struct Unit {
   u64vec4 q[UNIT_BYTES / 32];
+#if UNIT_BYTES % 32 == 16
   u64vec2 tail;
+#endif
 };
 layout(binding = 0, scalar) readonly buffer WU { Unit units[]; };
 #endif
@@ -87,6 +120,9 @@ float xs_scale(uint e) {
 #if defined(WTYPE_Q4_0)
   const uint b = e / 32, j = e % 16, at = 18 * b + 2 + j, sh = 8 * (at & 3u) + (e % 32 >= 16 ? 4 : 0);
   return sh == 28 ? 1.0 : exp2(-float(sh));
+#elif defined(WTYPE_Q4_1)
+  const uint b = e / 32, j = e % 16, at = 20 * b + 4 + j, sh = 8 * (at & 3u) + (e % 32 >= 16 ? 4 : 0);
+  return sh == 28 ? 1.0 : exp2(-float(sh));
 #elif defined(WTYPE_Q4_K)
   const uint j = e / 32, r = e % 32, at = 16 + 32 * (j / 2) + r, sh = 8 * (at & 3u) + 4 * (j & 1u);
   return sh == 28 ? 1.0 : exp2(-float(sh));
@@ -98,9 +134,9 @@ vec4 x4_at(uint u, uint e) { return vec4(xs[u][e], xs[u][e + 1], xs[u][e + 2], x
 
 // Loads the unit starting at byte `at` into wd.
 void load_unit(uint at) {
-#if defined(WTYPE_Q6_K)
-  // 210-byte super-blocks start on 2-byte boundaries: read the covering words, shift by 16 bits
-  // when the unit starts mid-word (never past the row's last word: rows are 4-byte aligned).
+#if !WIDE_UNITS
+  // 110- and 210-byte super-blocks start on 2-byte boundaries: read the covering words, shift by
+  // 16 bits when the unit starts mid-word (never past the row's last word: rows are 4-byte aligned).
   const uint first = at >> 2;
   const bool mid = (at & 3u) != 0;
   uint prev = w1[first];
@@ -119,11 +155,13 @@ void load_unit(uint at) {
       wd[8 * i + 2 * k + 1] = uint(v[k] >> 32);
     }
   }
+#if UNIT_BYTES % 32 == 16
   const u64vec2 t = units[index].tail;
   wd[UNIT_WORDS - 4] = uint(t.x);
   wd[UNIT_WORDS - 3] = uint(t.x >> 32);
   wd[UNIT_WORDS - 2] = uint(t.y);
   wd[UNIT_WORDS - 1] = uint(t.y >> 32);
+#endif
 #endif
 }
 
@@ -138,6 +176,106 @@ float dot_unit(uint u) {
       s += nib_at(q, sh) * xs[u][32 * b + j] + nib_at(q, sh + 4) * xs[u][32 * b + 16 + j];
     }
     acc += uh(18 * b) * (s - 8.0 * xsum[u][b]);
+  }
+#elif defined(WTYPE_F32)
+  vec4 s = vec4(0.0);
+  [[unroll]] for (uint k = 0; k < 64; ++k)
+    s += uintBitsToFloat(uvec4(wd[4 * k], wd[4 * k + 1], wd[4 * k + 2], wd[4 * k + 3])) * x4_at(u, 4 * k);
+  acc = s.x + s.y + s.z + s.w;
+#elif defined(WTYPE_F16)
+  vec4 s = vec4(0.0);
+  [[unroll]] for (uint k = 0; k < 64; ++k)
+    s += vec4(unpackHalf2x16(wd[2 * k]), unpackHalf2x16(wd[2 * k + 1])) * x4_at(u, 4 * k);
+  acc = s.x + s.y + s.z + s.w;
+#elif defined(WTYPE_BF16)
+  vec4 s = vec4(0.0);
+  [[unroll]] for (uint k = 0; k < 64; ++k) {
+    const uint a = wd[2 * k], b = wd[2 * k + 1];
+    s += uintBitsToFloat(uvec4(a << 16, a & 0xFFFF0000u, b << 16, b & 0xFFFF0000u)) * x4_at(u, 4 * k);
+  }
+  acc = s.x + s.y + s.z + s.w;
+#elif defined(WTYPE_Q4_1)
+  // (q·d + m): d·Σ q x + m·Σ x per block; nibbles masked in place (xs pre-scaled).
+  [[unroll]] for (uint b = 0; b < 8; ++b) {
+    float s = 0.0;
+    [[unroll]] for (uint j = 0; j < 16; ++j) {
+      const uint at = 20 * b + 4 + j, q = wd[at >> 2], sh = 8 * (at & 3u);
+      s += nib_at(q, sh) * xs[u][32 * b + j] + nib_at(q, sh + 4) * xs[u][32 * b + 16 + j];
+    }
+    acc += uh(20 * b) * s + uh(20 * b + 2) * xsum[u][b];
+  }
+#elif defined(WTYPE_Q5_0) || defined(WTYPE_Q5_1)
+  // q = nibble | (bit j of qh) << 4; Q5_0: (q − 16)·d, Q5_1: q·d + m.
+#if defined(WTYPE_Q5_0)
+  const uint bb = 22, qh_at = 2;
+#else
+  const uint bb = 24, qh_at = 4;
+#endif
+  [[unroll]] for (uint b = 0; b < 8; ++b) {
+    const uint qh = uw(bb * b + qh_at);
+    float s = 0.0;
+    [[unroll]] for (uint j = 0; j < 16; ++j) {
+      const uint at = bb * b + qh_at + 4 + j, q = wd[at >> 2], sh = 8 * (at & 3u);
+      const float lo = float(int((q >> sh) & 0xFu) | int(((qh >> j) & 1u) << 4));
+      const float hi = float(int((q >> (sh + 4)) & 0xFu) | int(((qh >> (j + 16)) & 1u) << 4));
+      s += lo * xs[u][32 * b + j] + hi * xs[u][32 * b + 16 + j];
+    }
+#if defined(WTYPE_Q5_0)
+    acc += uh(bb * b) * (s - 16.0 * xsum[u][b]);
+#else
+    acc += uh(bb * b) * s + uh(bb * b + 2) * xsum[u][b];
+#endif
+  }
+#elif defined(WTYPE_Q5_K)
+  // As Q4_K, with a 5th bit from qh[l] (byte 16 + l) at bit j for sub-block j.
+  const float d = uh(0), dmin = uh(2);
+  [[unroll]] for (uint j = 0; j < 8; ++j) {
+    float sc, mn;
+    if (j < 4) {
+      sc = float(int(ub(4 + j) & 63u));
+      mn = float(int(ub(8 + j) & 63u));
+    } else {
+      sc = float(int((ub(8 + j) & 0xFu) | ((ub(j) >> 6) << 4)));
+      mn = float(int((ub(8 + j) >> 4) | ((ub(4 + j) >> 6) << 4)));
+    }
+    float s = 0.0;
+    [[unroll]] for (uint l = 0; l < 32; ++l) {
+      const uint at = 48 + 32 * (j / 2) + l, q = wd[at >> 2], sh = 8 * (at & 3u) + 4 * (j & 1u);
+      const uint h = (ub(16 + l) >> j) & 1u;
+      s += float(int(((q >> sh) & 0xFu) | (h << 4))) * xs[u][32 * j + l];
+    }
+    acc += d * sc * s - dmin * mn * xsum[u][j];
+  }
+#elif defined(WTYPE_Q2_K)
+  // Element e: n = e/128, j = e%128/32, l = e%32: 2 bits at shift 2j of qs[32n + l] (byte 16 + …);
+  // group g = e/16 has scale byte g: d·(lo nibble), min dmin·(hi nibble).
+  const float d = uh(80), dmin = uh(82);
+  [[unroll]] for (uint g = 0; g < 16; ++g) {
+    const uint n = g / 8, j = (g % 8) / 2, l0 = (g % 2) * 16;
+    float s = 0.0;
+    [[unroll]] for (uint i = 0; i < 16; ++i) {
+      const uint at = 16 + 32 * n + l0 + i;
+      s += float(int((ub(at) >> (2 * j)) & 3u)) * xs[u][16 * g + i];
+    }
+    const uint sc = ub(g);
+    acc += d * float(int(sc & 0xFu)) * s - dmin * float(int(sc >> 4)) * xsum[u][g];
+  }
+#elif defined(WTYPE_Q3_K)
+  // Like Q2_K, plus a high bit from hmask[l] bit (4n + j) that, when clear, subtracts 4; 6-bit
+  // scales (low 4 bits from byte is or the high nibble of byte is − 8, top 2 bits from byte
+  // 8 + is%4 at shift 2·(is/4)), value − 32; d at byte 108.
+  const float d = uh(108);
+  [[unroll]] for (uint g = 0; g < 16; ++g) {
+    const uint n = g / 8, j = (g % 8) / 2, l0 = (g % 2) * 16;
+    float s = 0.0;
+    [[unroll]] for (uint i = 0; i < 16; ++i) {
+      const uint l = l0 + i;
+      const int q = int((ub(32 + 32 * n + l) >> (2 * j)) & 3u) - (((ub(l) >> (4 * n + j)) & 1u) != 0 ? 0 : 4);
+      s += float(q) * xs[u][16 * g + i];
+    }
+    const uint lo = g < 8 ? (ub(96 + g) & 0xFu) : (ub(96 + g - 8) >> 4);
+    const uint hi = (ub(104 + g % 4) >> (2 * (g / 4))) & 3u;
+    acc += d * (float(int(lo | (hi << 4))) - 32.0) * s;
   }
 #elif defined(WTYPE_Q8_0)
   [[unroll]] for (uint b = 0; b < 8; ++b) {

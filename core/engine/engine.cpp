@@ -79,9 +79,10 @@ void Engine::record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out, bool
   const BufferView x = x_.view(), xn = xn_.view(), q = q_.view(), k = k_.view(), v = v_.view();
   const BufferView attn = attn_.view(), gate = gate_.view(), up = up_.view();
 
-  // Embedding: x = tok_embd[ids]; the RoPE angles of every position in the cache
+  // Embedding: x = tok_embd[ids]; the first time, the RoPE angles of every position the cache can
+  // hold (positions stay below its capacity, so the table never changes)
   record_get_rows(rec, w.tok_embd, ids_.view(), n, x, c.n_embd);
-  record_rope_table(rec, rope_table_.view(), cache_.used(), rope);
+  if (!rope_table_filled_) record_rope_table(rec, rope_table_.view(), cache_.capacity(), rope);
   rec.barrier();
   for (uint32_t l = 0; l < c.n_layer; ++l) {
     const LayerWeights& L = w.layers[l];
@@ -155,6 +156,7 @@ void Engine::run_chunk(std::span<const int32_t> tokens, uint32_t n_out, bool log
 
   record_forward(n, n - n_out, n_out, log_probs);
   rec_.submit_and_wait();
+  rope_table_filled_ = true;
   for (const DispatchTiming& t : rec_.timings()) timings_.push_back(t);
   const float* src = static_cast<const float*>(logits_dev_.mapped());
   logits_.insert(logits_.end(), src, src + uint64_t{n_out} * c.n_vocab);

@@ -67,6 +67,7 @@ class Engine {
   KvCache cache_;
   CommandRecorder rec_;
   uint32_t n_kv_listed_ = 0;  // entries in kv_slots/kv_pos for this chunk
+  bool rope_table_filled_ = false;  // rope_table_ holds every position's angles (after the first step)
   uint32_t logits_rows_;      // rows the logits buffer holds
 
   // Activations, for up to n_ubatch tokens. [n_ubatch][width] f32 unless noted.

@@ -33,8 +33,9 @@ AttentionTiles attention_tiles(const VulkanContext& ctx, uint32_t head_dim) {
 
 // attention_simd.comp unrolls its loops over rows × head dims, and LLVM's compile time grows
 // steeply with that product on lavapipe (≈ 4 s at 32, ≈ 35 s at 128, paid once per variant before
-// the pipeline cache holds it): rows × head_dim ≤ 32, so only head dims ≤ 32 use it.
-constexpr uint32_t k_simd_unroll = 32;
+// the pipeline cache holds it): rows × head_dim ≤ 64, so head dims ≤ 64 use it (one row per
+// workgroup at 64, the head dim of most 1–3B models).
+constexpr uint32_t k_simd_unroll = 64;
 
 // attention_simd.comp's query rows per workgroup.
 uint32_t simd_rows(uint32_t head_dim, uint32_t rows) {
@@ -47,7 +48,7 @@ uint32_t simd_rows(uint32_t head_dim, uint32_t rows) {
 bool use_simd_kernel(const VulkanContext& ctx, const AttentionShape& shape) {
   const DeviceInfo& d = ctx.info();
   const bool fits = shape.head_dim <= k_simd_unroll && d.subgroup_shuffle && std::has_single_bit(d.subgroup_size);
-  if (shape.kernel == AttentionKernel::Simd) VKLLM_CHECK(fits, "attention_simd needs head dim ≤ 32 and subgroup shuffles");
+  if (shape.kernel == AttentionKernel::Simd) VKLLM_CHECK(fits, "attention_simd needs head dim ≤ 64 and subgroup shuffles");
   if (shape.kernel != AttentionKernel::Auto) return shape.kernel == AttentionKernel::Simd;
   return d.type == "cpu" && fits;
 }

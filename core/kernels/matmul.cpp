@@ -42,23 +42,21 @@ namespace {
 // than the tiled matmul (docs/performance.md).
 constexpr uint32_t k_simd_unit = 256, k_simd_max_upl = 8, k_simd_rows = 32;
 
+// Where each row of `t` must start for matvec_simd: 16 bytes for units read as 64-bit words, 4 for
+// the 84-, 110- and 210-byte K-quant super-blocks read as u32 words.
 uint32_t simd_row_alignment(gguf::TensorType t) {
   using T = gguf::TensorType;
-  switch (t) {
-    case T::Q4_0: case T::Q8_0: case T::Q4_K: return 16;
-    case T::Q6_K: return 4;
-    default: return 0;  // no simd variant
-  }
+  return t == T::Q2_K || t == T::Q3_K || t == T::Q6_K ? 4 : 16;
 }
 
-// Whether this part of `w` times `n_tokens` columns of x runs on matvec_simd (CPU devices only).
+// Whether this part of `w` runs on matvec_simd (CPU devices only; any number of tokens).
 bool use_simd_matvec(const VulkanContext& ctx, const DeviceTensor& w, const WeightPart& part, const BufferView& x,
                      uint32_t x_stride) {
   const uint32_t align = simd_row_alignment(w.type);
-  // Q6_K reads u32 words; the others read whole units with 64-bit loads in the scalar layout.
-  if (w.type != gguf::TensorType::Q6_K && !(ctx.info().int64 && ctx.info().scalar_layout)) return false;
+  // The 16-byte-aligned types read whole units with 64-bit loads in the scalar layout.
+  if (align == 16 && !(ctx.info().int64 && ctx.info().scalar_layout)) return false;
   const uint32_t s = ctx.subgroup_size();
-  return ctx.info().type == "cpu" && align != 0 && w.cols % k_simd_unit == 0 &&
+  return ctx.info().type == "cpu" && w.cols % k_simd_unit == 0 &&
          w.row_bytes % align == 0 && part.view.offset % 16 == 0 && x.offset % 16 == 0 && x_stride % 4 == 0 && s > 0 &&
          div_ceil(w.cols / k_simd_unit, s) <= k_simd_max_upl;
 }
