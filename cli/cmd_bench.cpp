@@ -149,11 +149,12 @@ void bench_ops(const BenchCommand& c) {
   const uint64_t ceiling_bytes = uint64_t{n} * n * 4;
   Buffer data(ctx, ceiling_bytes, MemoryUse::Device, "bench read ceiling");
   Buffer sink(ctx, read_ceiling_out_bytes(ceiling_bytes), MemoryUse::Device, "bench read sink");
-  double ceiling = 0;
+  double ceiling_s = 0;  // one binding at a time: all bytes over the time of all parts
   for (uint64_t off = 0; off < ceiling_bytes; off += ctx.max_storage_range()) {
     const BufferView part = data.view(off, std::min<uint64_t>(ctx.max_storage_range(), ceiling_bytes - off));
-    ceiling += part.range / time_it([&] { record_read_ceiling(rec, part, sink.view()); }, 5) / 1e9 * part.range / ceiling_bytes;
+    ceiling_s += time_it([&] { record_read_ceiling(rec, part, sink.view()); }, 5);
   }
+  const double ceiling = double(ceiling_bytes) / ceiling_s / 1e9;
   nlohmann::json out = {{"device", ctx.info().name}, {"size", n}, {"read_ceiling_gb_s", ceiling}, {"types", nlohmann::json::array()}};
   if (!c.json)
     std::printf("%s: %u×%u matrix, matmul with %u tokens\n%-13s %12s %11s %16s\n%-13s %12.2f %11s %16s\n", ctx.info().name.c_str(),
@@ -170,8 +171,9 @@ void bench_ops(const BenchCommand& c) {
     out["types"].push_back({{"type", gguf::type_name(t)}, {"matvec_gb_s", gbs}, {"matvec_of_ceiling", gbs / ceiling},
                             {"matmul_gflop_s", gflops}, {"bytes", bytes}});
     if (!c.json) {
-      const std::string mm_text = mm > 0 ? std::to_string(gflops).substr(0, std::to_string(gflops).find('.') + 3) : "-";
-      std::printf("%-13s %12.2f %10.0f%% %16s\n", gguf::type_name(t).c_str(), gbs, 100 * gbs / ceiling, mm_text.c_str());
+      char mm_text[32] = "-";
+      if (mm > 0) std::snprintf(mm_text, sizeof mm_text, "%.2f", gflops);
+      std::printf("%-13s %12.2f %10.0f%% %16s\n", gguf::type_name(t).c_str(), gbs, 100 * gbs / ceiling, mm_text);
       std::fflush(stdout);
     }
   }

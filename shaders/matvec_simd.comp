@@ -30,7 +30,6 @@
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint ROWS = 32;
 layout(constant_id = 2) const uint UPL = 1;
-layout(binding = 0) readonly buffer W1 { uint w1[]; };
 layout(binding = 1) readonly buffer X { vec4 x4[]; };
 layout(binding = 2) buffer Y { float y[]; };
 layout(push_constant) uniform Push { MatmulParams p; };
@@ -93,6 +92,8 @@ struct Unit {
 #endif
 };
 layout(binding = 0, scalar) readonly buffer WU { Unit units[]; };
+#else
+layout(binding = 0) readonly buffer W1 { uint w1[]; };
 #endif
 
 float xs[UPL][UNIT];          // this lane's x slice (scaled by xs_scale)
@@ -106,8 +107,6 @@ uint uw(uint o) { return (o & 3u) == 0 ? wd[o >> 2] : (wd[o >> 2] >> 16) | (wd[(
 // f16 at byte o (o even).
 float uh(uint o) { return unpackHalf2x16(wd[o >> 2] >> ((o & 2u) * 8u)).x; }
 // Conversions go through int: x86 has a vector int→float instruction, not an unsigned one.
-// The 4 nibbles of word q at `shift` (0: low, 4: high) as a vec4, bytes in order.
-vec4 nib4(uint q, uint shift) { return vec4(ivec4((uvec4(q) >> (uvec4(0, 8, 16, 24) + shift)) & 0xFu)); }
 // Nibble-packed types are read without shifts: the nibble at bit `sh` of word q is masked in place,
 // converted, and multiplied by an x that was scaled by 2^-sh when it was loaded (xs_scale). The
 // top nibble (sh = 28) is shifted down instead, as int conversion needs values below 2^31.

@@ -90,17 +90,16 @@ void Generator::generate(const GenerateOptions& o, const std::function<bool(cons
   std::string pending;  // decoded text not yet released (a possible stop-string prefix)
   const auto t_start = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point t_first;
-  stats_.stop_reason = "length";
+  // Reaching the limit is the stop reason unless another one (eos, stop string, interrupt) comes first.
   int64_t limit = o.n_predict;  // < 0: none
-  if (o.n_predict == GenerateOptions::kUntilFull)
+  stats_.stop_reason = "length";
+  if (o.n_predict == GenerateOptions::kUntilFull) {
     limit = generation_budget(engine_.cache(), stats_.prompt_tokens - stats_.cached_tokens);
-  else
+    stats_.stop_reason = "context full";  // one more token would evict this turn's
+  } else {
     VKLLM_CHECK(o.n_predict >= GenerateOptions::kEndless, "n_predict below -1 is refused by the front end");
-  for (int64_t i = 0; limit < 0 || i <= limit; ++i) {
-    if (i == limit) {  // the cache is full: one more token would evict this turn's
-      if (o.n_predict == GenerateOptions::kUntilFull) stats_.stop_reason = "context full";
-      break;
-    }
+  }
+  for (int64_t i = 0; limit < 0 || i < limit; ++i) {
     const int32_t tok = sampler_.sample(logits_);
     sampler_.accept(tok);
     if (i == 0) {

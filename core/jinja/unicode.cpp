@@ -41,6 +41,14 @@ const FullCase* full_case(uint32_t cp) {
 // mappings), which is what callers passing raw bytes through want.
 utf8proc_category_t category(uint32_t cp) { return utf8proc_category(static_cast<utf8proc_int32_t>(cp)); }
 
+// The full mapping `full` of cp when the table has one, else utf8proc's simple mapping.
+void append_case(std::string& out, uint32_t cp, const char* FullCase::*full,
+                 utf8proc_int32_t (*simple)(utf8proc_int32_t)) {
+  const FullCase* f = full_case(cp);
+  if (f && f->*full) out += f->*full;
+  else utf8::append(out, static_cast<uint32_t>(simple(static_cast<utf8proc_int32_t>(cp))));
+}
+
 }  // namespace
 
 bool is_space(uint32_t cp) {
@@ -78,22 +86,8 @@ bool is_case_ignorable(uint32_t cp) {
   }
 }
 
-void append_upper(std::string& out, uint32_t cp) {
-  const FullCase* f = full_case(cp);
-  if (f && f->upper) out += f->upper;
-  else utf8::append(out, static_cast<uint32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(cp))));
-}
-
-void append_lower(std::string& out, uint32_t cp) {
-  const FullCase* f = full_case(cp);
-  if (f && f->lower) out += f->lower;
-  else utf8::append(out, static_cast<uint32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp))));
-}
-
-void append_title(std::string& out, uint32_t cp) {
-  const FullCase* f = full_case(cp);
-  if (f && f->title) out += f->title;
-  else utf8::append(out, static_cast<uint32_t>(utf8proc_totitle(static_cast<utf8proc_int32_t>(cp))));
-}
+void append_upper(std::string& out, uint32_t cp) { append_case(out, cp, &FullCase::upper, utf8proc_toupper); }
+void append_lower(std::string& out, uint32_t cp) { append_case(out, cp, &FullCase::lower, utf8proc_tolower); }
+void append_title(std::string& out, uint32_t cp) { append_case(out, cp, &FullCase::title, utf8proc_totitle); }
 
 }  // namespace vkllm::jinja::unicode

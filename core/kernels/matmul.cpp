@@ -99,10 +99,6 @@ void record_matmul(CommandRecorder& rec, const DeviceTensor& w, const BufferView
   }
 }
 
-}  // namespace vkllm
-
-namespace vkllm {
-
 uint64_t read_ceiling_out_bytes(uint64_t data_bytes) { return div_ceil(data_bytes, 4096) * uint64_t{4}; }
 
 void record_read_ceiling(CommandRecorder& rec, const BufferView& data, const BufferView& out) {
