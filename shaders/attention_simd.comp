@@ -22,6 +22,7 @@
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #extension GL_EXT_control_flow_attributes : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
 #include "kv_cache.glsl"
 #include "params.h"
 
@@ -42,15 +43,22 @@ layout(binding = 5) readonly buffer QPos { int q_pos[]; };
 layout(binding = 6) writeonly buffer Out { float out_[]; };
 layout(binding = 7) writeonly buffer PartialMl { float partial_ml[]; };
 layout(binding = 8) readonly buffer RopeTable { vec2 rope_table[]; };
+layout(binding = 8) readonly buffer RopeTable64 { u64vec2 rope_table64[]; };  // two (cos, sin) pairs
+layout(binding = 1) readonly buffer KcU64x2 { u64vec2 kc_u64x2[]; };
+layout(binding = 2) readonly buffer VcU64x2 { u64vec2 vc_u64x2[]; };
+const uint ANCHOR_EVERY = 16;  // blocks between reloads of the angles from the table
 layout(push_constant) uniform Push { AttentionParams p; };
 
 // This head's HD elements of a cache row into dst; f16 reads two per load.
 #if defined(CACHE_F16)
 #define LOAD_HEAD(NAME, row_base, e0, dst)                                              \
-  [[unroll]] for (uint t = 0; t < HD / 2; ++t) {                                         \
-    const vec2 h = unpackHalf2x16(NAME##_u32[((row_base) + 2 * ((e0) + 2 * t)) >> 2]);  \
-    dst[2 * t] = h.x;                                                                    \
-    dst[2 * t + 1] = h.y;                                                                \
+  [[unroll]] for (uint t = 0; t < HD / 8; ++t) {                                         \
+    const u64vec2 w = NAME##_u64x2[((row_base) + 2 * (e0) + 16 * t) >> 4];               \
+    const uvec2 a = unpackUint2x32(w.x), b = unpackUint2x32(w.y);                        \
+    const vec2 h0 = unpackHalf2x16(a.x), h1 = unpackHalf2x16(a.y);                       \
+    const vec2 h2 = unpackHalf2x16(b.x), h3 = unpackHalf2x16(b.y);                       \
+    dst[8 * t] = h0.x; dst[8 * t + 1] = h0.y; dst[8 * t + 2] = h1.x; dst[8 * t + 3] = h1.y; \
+    dst[8 * t + 4] = h2.x; dst[8 * t + 5] = h2.y; dst[8 * t + 6] = h3.x; dst[8 * t + 7] = h3.y; \
   }
 #else
 #define LOAD_HEAD(NAME, row_base, e0, dst) \
@@ -85,18 +93,50 @@ void main() {
     l[i] = 0.0;
   }
 
-  for (uint kv0 = kv_begin; kv0 < kv_end; kv0 += W) {
-    if (kv_pos[kv0] > qmax) break;  // positions ascend: no later slot is visible to these rows
+  // This lane's RoPE angles (cos, sin per pair) at its slot's position, and those of position W:
+  // when a block's positions are the previous block's plus W (positions are logical indices, so
+  // that is the usual case), the angles advance by one complex product instead of a table load
+  // per pair, which would cost as much as the K row. They are reloaded every ANCHOR_EVERY blocks,
+  // which bounds the rounding the products accumulate (≈ 1e-6). The decision is the same for
+  // every lane, taken from two loads at uniform addresses, as positions ascend strictly.
+  vec2 ang[N_ROT / 2], step[N_ROT / 2];
+  const uint step_row = min(W, uint(max(kv_pos[p.n_kv - 1], 0)));  // used only when positions reach W
+  [[unroll]] for (uint i = 0; i < N_ROT / 4; ++i) {
+    const u64vec2 w = rope_table64[(step_row * (HD / 2) + 2 * i) >> 1];
+    step[2 * i] = uintBitsToFloat(unpackUint2x32(w.x));
+    step[2 * i + 1] = uintBitsToFloat(unpackUint2x32(w.y));
+  }
+  int prev_pos0 = -2147483647;
+  bool prev_steady = false;
+
+  for (uint kv0 = kv_begin, n = 0; kv0 < kv_end; kv0 += W, ++n) {
+    const int pos0 = kv_pos[kv0];
+    if (pos0 > qmax) break;  // positions ascend: no later slot is visible to these rows
+    const uint last = min(kv0 + W, kv_end) - 1;
+    const bool steady = kv_pos[last] - pos0 == int(last - kv0);  // the block's positions are consecutive
+    const bool advance = steady && prev_steady && pos0 == prev_pos0 + int(W) && n % ANCHOR_EVERY != 0;
+    prev_steady = steady && last == kv0 + W - 1;
+    prev_pos0 = pos0;
     const uint idx = min(kv0 + lane, kv_end - 1);
     const int pos = kv_pos[idx];
     const int kpos = kv0 + lane < kv_end ? pos : 2147483647;
     const uint row = uint(kv_slots[idx]) * row_bytes;
+    if (advance) {
+      [[unroll]] for (uint i = 0; i < N_ROT / 2; ++i)
+        ang[i] = vec2(ang[i].x * step[i].x - ang[i].y * step[i].y, ang[i].x * step[i].y + ang[i].y * step[i].x);
+    } else {
+      [[unroll]] for (uint i = 0; i < N_ROT / 4; ++i) {
+        const u64vec2 w = rope_table64[(uint(pos) * (HD / 2) + 2 * i) >> 1];
+        ang[2 * i] = uintBitsToFloat(unpackUint2x32(w.x));
+        ang[2 * i + 1] = uintBitsToFloat(unpackUint2x32(w.y));
+      }
+    }
     float kx[HD], vx[HD];
     LOAD_HEAD(kc, row, hk * HD, kx)
     LOAD_HEAD(vc, row, hk * HD, vx)
     // RoPE on K at the slot's position: pairs (2i, 2i+1), or (i, i + N_ROT/2) for NeoX.
     [[unroll]] for (uint i = 0; i < N_ROT / 2; ++i) {
-      const vec2 cs = rope_table[uint(pos) * (HD / 2) + i];
+      const vec2 cs = ang[i];
       const uint d0 = NEOX ? i : 2 * i, d1 = NEOX ? i + N_ROT / 2 : 2 * i + 1;
       const float a = kx[d0], b = kx[d1];
       kx[d0] = a * cs.x - b * cs.y;

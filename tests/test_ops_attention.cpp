@@ -82,6 +82,7 @@ TEST_F(AttentionOps, KvStoreMatchesGgmlQuantization) {
 struct AttnCase {
   uint32_t n_head, n_head_kv, head_dim, n_q, n_kv, n_slots;
   bool neox;
+  uint32_t gap = 0;  // positions of the second half of the slot list jump by this much
 };
 
 // Stores raw K/V with kv_store, runs attention (K rotated as read) and compares with the reference
@@ -93,14 +94,15 @@ void check_attention(CacheType ct, const AttnCase& c, bool split, AttentionKerne
   const uint32_t row_len = c.n_head_kv * c.head_dim;
   const uint64_t row_bytes = cache_row_bytes(ct, row_len);
   std::mt19937 rng(c.n_kv * 31 + c.n_q);
-  // Slot list in ring order: a random permutation of slots, positions 0..n_kv-1 (the queries are
-  // the last n_q positions).
+  // Slot list in ring order: a random permutation of slots, positions 0..n_kv-1 (plus the gap in
+  // the second half; the queries are the last n_q positions).
   std::vector<int32_t> slot_ids(c.n_slots);
   std::iota(slot_ids.begin(), slot_ids.end(), 0);
   std::shuffle(slot_ids.begin(), slot_ids.end(), rng);
   std::vector<int32_t> kv_slots(slot_ids.begin(), slot_ids.begin() + c.n_kv), kv_pos(c.n_kv), q_pos(c.n_q);
-  std::iota(kv_pos.begin(), kv_pos.end(), 0);
-  for (uint32_t i = 0; i < c.n_q; ++i) q_pos[i] = int32_t(c.n_kv - c.n_q + i);
+  for (uint32_t i = 0; i < c.n_kv; ++i) kv_pos[i] = int32_t(i + (i >= c.n_kv / 2 ? c.gap : 0));
+  for (uint32_t i = 0; i < c.n_q; ++i) q_pos[i] = kv_pos[c.n_kv - c.n_q + i];
+  const uint32_t n_pos = uint32_t(kv_pos.back()) + 1;
 
   const auto k_raw = test::random_floats(size_t(c.n_kv) * row_len, 1 + c.n_kv, -2, 2);
   const auto v_raw = test::random_floats(size_t(c.n_kv) * row_len, 2 + c.n_kv, -2, 2);
@@ -130,9 +132,9 @@ void check_attention(CacheType ct, const AttnCase& c, bool split, AttentionKerne
   const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, kernel};
   Buffer scratch(test::vk(), attention_scratch_floats(shape) * 4, MemoryUse::Device, "attention scratch");
   const RopeConfig rc{c.head_dim, c.head_dim, 10000.0f, 0.5f, c.neox, {}};
-  Buffer table(test::vk(), uint64_t{c.n_kv} * c.head_dim * 4, MemoryUse::Device, "rope table");
+  Buffer table(test::vk(), uint64_t{n_pos} * c.head_dim * 4, MemoryUse::Device, "rope table");
   CommandRecorder rec(test::vk(), &test::pipelines());
-  record_rope_table(rec, table.view(), c.n_kv, rc);
+  record_rope_table(rec, table.view(), n_pos, rc);
   record_kv_store(rec, ct, dk_raw.view(), row_len, dslots.view(), c.n_kv, row_len, dkc.view());
   record_kv_store(rec, ct, dv_raw.view(), row_len, dslots.view(), c.n_kv, row_len, dvc.view());
   rec.barrier();
@@ -154,6 +156,8 @@ TEST_F(AttentionOps, PrefillAndDecodeEveryCacheType) {
       {8, 4, 8, 15, 2366, 2560, false},  // a short prefill after a long restored prefix (splits)
       {8, 4, 8, 70, 300, 320, true},   // several row tiles over a cached prefix, NeoX
       {4, 2, 32, 9, 60, 64, true},     // several rows per attention_simd workgroup
+      {4, 2, 64, 2, 700, 720, false, 5},  // positions that jump mid-list (RoPE angles reloaded), long runs
+      {8, 4, 16, 3, 45, 64, true, 3},     // a jump inside a block of slots, NeoX
   };
   // Both kernels: the GPUs' shared-memory tiles and the CPU drivers' one-slot-per-lane layout (head
   // dims ≤ 64).

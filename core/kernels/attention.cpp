@@ -45,10 +45,12 @@ uint32_t simd_rows(uint32_t head_dim, uint32_t rows) {
 
 // CPU drivers get attention_simd.comp (see its header) for small heads; GPUs attention.comp's
 // shared-memory tiles.
-bool use_simd_kernel(const VulkanContext& ctx, const AttentionShape& shape) {
+bool use_simd_kernel(const VulkanContext& ctx, const AttentionShape& shape, uint32_t n_rot) {
   const DeviceInfo& d = ctx.info();
-  const bool fits = shape.head_dim <= k_simd_unroll && d.subgroup_shuffle && std::has_single_bit(d.subgroup_size);
-  if (shape.kernel == AttentionKernel::Simd) VKLLM_CHECK(fits, "attention_simd needs head dim ≤ 64 and subgroup shuffles");
+  const bool fits = shape.head_dim <= k_simd_unroll && shape.head_dim % 8 == 0 && n_rot % 4 == 0 && d.subgroup_shuffle &&
+                    d.int64 && std::has_single_bit(d.subgroup_size);
+  if (shape.kernel == AttentionKernel::Simd)
+    VKLLM_CHECK(fits, "attention_simd needs a head dim ≤ 64 and a multiple of 8, subgroup shuffles and 64-bit integers");
   if (shape.kernel != AttentionKernel::Auto) return shape.kernel == AttentionKernel::Simd;
   return d.type == "cpu" && fits;
 }
@@ -91,7 +93,7 @@ void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape
   VKLLM_CHECK(shape.n_head % shape.n_head_kv == 0 && shape.head_dim % 2 == 0, "bad attention shape");
   const uint32_t g = shape.n_head / shape.n_head_kv;
   const uint32_t rows = n_q * g;
-  const bool simd = use_simd_kernel(rec.context(), shape);
+  const bool simd = use_simd_kernel(rec.context(), shape, rope.n_rot);
   const AttentionTiles t = simd ? AttentionTiles{rec.context().subgroup_size(), simd_rows(shape.head_dim, rows), 0}
                                 : attention_tiles(rec.context(), shape.head_dim);
   const uint32_t row_tiles = div_ceil(rows, t.bq);
