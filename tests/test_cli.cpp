@@ -6,6 +6,8 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -198,6 +200,38 @@ TEST(Cli, RunGreedyMatchesReferences) {
     ASSERT_GE(got.size(), size_t(decided)) << id;
     for (int s = 0; s < decided; ++s) ASSERT_EQ(got[s], want[s]) << id << " step " << s;
   }
+}
+
+// Architectures added after the first round (tests/data/arch, made by scripts/make-arch-refs.sh
+// from upstream llama.cpp): the test rebuilds each synthetic model with the same make_model
+// arguments, and `vkllm run --temp 0` must tokenize the prompt as llama.cpp did and reproduce
+// its greedy tokens up to the case's decided prefix.
+TEST(Cli, NewArchitecturesMatchLlamaCpp) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");  // make_model's default vocabulary
+  const std::string dir = VKLLM_TEST_DATA "/arch";
+  int n_cases = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".json") continue;
+    std::ifstream in(entry.path());
+    const json ref = json::parse(in);
+    const std::string id = ref["case"], gguf = testing::TempDir() + "/" + id + ".gguf";
+    SCOPED_TRACE(id);
+    const std::string make = std::string(VKLLM_MAKE_MODEL) + " " + ref["make_model"].get<std::string>() + " -o " + gguf + " >/dev/null";
+    ASSERT_EQ(std::system(make.c_str()), 0) << make;
+    const std::string prompt = shared_path("reference/prompts/" + ref["prompt_id"].get<std::string>() + ".txt");
+    const int decided = ref["decided_prefix"].get<int>();
+    const int n = int(ref["greedy"].size());
+    const Result r = vkllm("run --json -q --temp 0 --ignore-eos -n " + std::to_string(n) + " -m " + gguf + " -f " + prompt);
+    ASSERT_EQ(r.status, 0) << r.err;
+    const json out = json::parse(r.out);
+    EXPECT_EQ(out["prompt_tokens"].get<size_t>(), ref["prompt_tokens"].size());
+    const std::vector<int> got = out["tokens"].get<std::vector<int>>(), want = ref["greedy"].get<std::vector<int>>();
+    ASSERT_GE(got.size(), size_t(decided));
+    for (int s = 0; s < decided; ++s) ASSERT_EQ(got[s], want[s]) << "step " << s << " of " << decided << " decided";
+    std::filesystem::remove(gguf);
+    ++n_cases;
+  }
+  EXPECT_GE(n_cases, 4) << "cases in " << dir;
 }
 
 TEST(Cli, StdoutCarriesOnlyTheText) {

@@ -100,6 +100,11 @@ void Engine::record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out, bool
       record_add(rec, v, L.bv.whole(), v, n * kvd, kvd);
       rec.barrier();
     }
+    if (c.qk_norm) {  // qwen3: every head of q and k RMS-normed on its own, before RoPE
+      record_rms_norm(rec, q, c.head_dim, L.q_norm.whole(), q, c.head_dim, n * c.n_head, c.head_dim, c.rms_eps);
+      record_rms_norm(rec, k, c.head_dim, L.k_norm.whole(), k, c.head_dim, n * c.n_head_kv, c.head_dim, c.rms_eps);
+      rec.barrier();
+    }
     // Rotate q at the new tokens' positions; store k (un-rotated) and v at their slots.
     record_rope(rec, q, qd, pos_.view(), n, c.n_head, rope);
     record_kv_store(rec, cache_.type_k(), k, kvd, slots_.view(), n, kvd, cache_.k(l).view());

@@ -5,7 +5,14 @@
 
 namespace vkllm {
 
-const char* arch_name(Arch a) { return a == Arch::Llama ? "llama" : "qwen2"; }
+const char* arch_name(Arch a) {
+  switch (a) {
+    case Arch::Llama: return "llama";
+    case Arch::Qwen2: return "qwen2";
+    case Arch::Qwen3: return "qwen3";
+  }
+  return "?";
+}
 
 ModelConfig read_model_config(const gguf::File& f) {
   ModelConfig c;
@@ -16,8 +23,12 @@ ModelConfig read_model_config(const gguf::File& f) {
     c.arch = Arch::Qwen2;
     c.rope_style = RopeStyle::NeoX;
     c.qkv_bias = true;
+  } else if (c.arch_name == "qwen3") {
+    c.arch = Arch::Qwen3;
+    c.rope_style = RopeStyle::NeoX;
+    c.qk_norm = true;
   } else {
-    throw Error(f.path() + ": architecture '" + c.arch_name + "' is not supported (vkllm runs llama and qwen2)");
+    throw Error(f.path() + ": architecture '" + c.arch_name + "' is not supported (vkllm runs llama, qwen2 and qwen3)");
   }
   const std::string a = c.arch_name + ".";
   c.name = f.get_string_or("general.name", "");
@@ -44,7 +55,10 @@ ModelConfig read_model_config(const gguf::File& f) {
   if (c.n_layer == 0 || c.n_layer > 1024) bad(a + "block_count", c.n_layer, "1..1024");
   if (c.n_embd == 0) bad(a + "embedding_length", c.n_embd, "> 0");
   if (c.n_ff == 0) bad(a + "feed_forward_length", c.n_ff, "> 0");
-  if (c.n_head == 0 || c.n_embd % c.n_head != 0) bad(a + "attention.head_count", c.n_head, "a divisor of embedding_length " + std::to_string(c.n_embd));
+  // The head width is key_length when the file gives it (qwen3's may differ from n_embd / n_head).
+  const bool has_key_length = f.find(a + "attention.key_length") != nullptr;
+  if (c.n_head == 0 || (!has_key_length && c.n_embd % c.n_head != 0))
+    bad(a + "attention.head_count", c.n_head, "a divisor of embedding_length " + std::to_string(c.n_embd));
   if (c.n_head_kv == 0 || c.n_head % c.n_head_kv != 0)
     bad(a + "attention.head_count_kv", c.n_head_kv, "a divisor of head_count " + std::to_string(c.n_head));
   c.head_dim = f.get_u32_or(a + "attention.key_length", c.n_embd / c.n_head);

@@ -7,7 +7,7 @@
 
 namespace vkllm {
 
-enum class Arch { Llama, Qwen2 };
+enum class Arch { Llama, Qwen2, Qwen3 };
 enum class RopeStyle { Normal, NeoX };  // Normal: pairs (2i, 2i+1); NeoX: pairs (i, i + rot/2)
 
 struct ModelConfig {
@@ -28,6 +28,7 @@ struct ModelConfig {
   RopeStyle rope_style = RopeStyle::Normal;
   float rms_eps = 1e-5f;
   bool qkv_bias = false;       // Q/K/V projections carry biases (qwen2)
+  bool qk_norm = false;        // per-head RMSNorm of q and k before RoPE (qwen3: attn_q_norm, attn_k_norm)
   std::string tokenizer_model; // tokenizer.ggml.model: "llama" (SentencePiece) or "gpt2" (byte BPE)
   bool has_chat_template = false;
 

@@ -1,4 +1,4 @@
-// The tensor table of llama/qwen2 GGUF files, its validation, and the weight upload.
+// The tensor table of llama/qwen2/qwen3 GGUF files, its validation, and the weight upload.
 #include "model/model.h"
 
 #include "kernels/ops.h"
@@ -62,6 +62,10 @@ Model::Model(const VulkanContext& ctx, const gguf::File& file, const ProgressFn&
       table.push_back({p + "attn_q.bias", {qd}, &l.bq, true});
       table.push_back({p + "attn_k.bias", {kvd}, &l.bk, true});
       table.push_back({p + "attn_v.bias", {kvd}, &l.bv, true});
+    }
+    if (c.qk_norm) {
+      table.push_back({p + "attn_q_norm.weight", {c.head_dim}, &l.q_norm, true});
+      table.push_back({p + "attn_k_norm.weight", {c.head_dim}, &l.k_norm, true});
     }
     table.push_back({p + "ffn_norm.weight", {c.n_embd}, &l.ffn_norm, true});
     table.push_back({p + "ffn_gate.weight", {c.n_embd, c.n_ff}, &l.w_gate, false});

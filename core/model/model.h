@@ -20,6 +20,7 @@ struct LayerWeights {
   DeviceTensor wv;         // [n_embd, n_head_kv * head_dim]
   DeviceTensor wo;         // [n_head * head_dim, n_embd]
   DeviceTensor bq, bk, bv; // [n_head * head_dim], [n_embd_kv], [n_embd_kv] f32 (qwen2 only)
+  DeviceTensor q_norm, k_norm;  // [head_dim] f32, applied to every head of q and k (qwen3 only)
   DeviceTensor ffn_norm;   // [n_embd] f32
   DeviceTensor w_gate;     // [n_embd, n_ff]
   DeviceTensor w_up;       // [n_embd, n_ff]

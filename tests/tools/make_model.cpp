@@ -1,8 +1,8 @@
-// make_model: writes a random-weight GGUF model of any llama/qwen2 shape and weight type.
+// make_model: writes a random-weight GGUF model of any llama/qwen2/qwen3 shape and weight type.
 //
 // Usage:
-//   make_model -o FILE [--preset 1b] [--arch llama|qwen2] [--layers N] [--embd N] [--ff N]
-//              [--heads N] [--kv-heads N] [--vocab N] [--ctx N] [--type TYPE] [--tied]
+//   make_model -o FILE [--preset 1b] [--arch llama|qwen2|qwen3] [--layers N] [--embd N] [--ff N]
+//              [--heads N] [--kv-heads N] [--head-dim N] [--vocab N] [--ctx N] [--type TYPE] [--tied]
 //              [--rope-base F] [--rms-eps F] [--seed S] [--vocab-from FILE.gguf | --byte-vocab]
 //
 //   --type      weight type of every matrix (token_embd and output included): f32 f16 bf16 q4_0
@@ -10,6 +10,9 @@
 //   --preset 1b a Llama-3.2-1B-like shape: 16 layers, embd 2048, ff 8192, 32 heads, 8 KV heads,
 //               vocab 32000, ctx 8192, rope base 500000, tied embeddings. Options given
 //               explicitly override the preset.
+//   --head-dim  per-head width (attention.key_length); default embd / heads
+//   --logit-scale S  output.weight drawn S times wider, so the logits have standard deviation ≈ S
+//               and the greedy choices clear margins (references need decided steps)
 //   --vocab-from copies every tokenizer.* key from that GGUF (default: ../shared's
 //               models/stories260K.gguf when it exists); --byte-vocab generates a SentencePiece
 //               byte-fallback vocabulary instead (<unk> <s> </s> <0x00>…<0xFF>). A --vocab larger
@@ -21,7 +24,8 @@
 //   make_model --arch qwen2 --layers 2 --embd 128 --ff 512 --heads 2 --kv-heads 1 --tied -o q.gguf
 //
 // Weights are N(0, 1/sqrt(row length)) so every matrix-vector product keeps unit-scale
-// activations; norm weights are 1, qwen2's Q/K/V biases N(0, 0.1). Each row's random stream is
+// activations; norm weights are 1, qwen2's Q/K/V biases N(0, 0.1), qwen3's per-head q/k norm
+// weights 1 + N(0, 0.2). Each row's random stream is
 // seeded from (seed, tensor name, row), so the output does not depend on the thread count.
 #include <CLI/CLI.hpp>
 
@@ -53,6 +57,8 @@ struct Options {
   uint32_t n_ff = 768;
   uint32_t n_head = 4;
   uint32_t n_head_kv = 2;
+  uint32_t head_dim = 0;  // 0: n_embd / n_head
+  float logit_scale = 1.0f;
   uint32_t n_vocab = 0;  // 0: the tokenizer's size
   uint32_t n_ctx = 4096;
   std::string type = "f32";
@@ -120,10 +126,19 @@ class ModelWriter {
   ModelWriter(const Options& o, TensorType type) : o_(o), type_(type) {}
 
   // A matrix [n_rows][n_cols] (GGUF ne = {n_cols, n_rows}) of N(0, 1/sqrt(n_cols)) in the weight type.
-  void matrix(const std::string& name, uint64_t n_cols, uint64_t n_rows) {
-    random_tensor(name, type_, n_cols, n_rows, 1.0f / std::sqrt(static_cast<float>(n_cols)));
+  void matrix(const std::string& name, uint64_t n_cols, uint64_t n_rows, float scale = 1.0f) {
+    random_tensor(name, type_, n_cols, n_rows, scale / std::sqrt(static_cast<float>(n_cols)));
   }
   void bias(const std::string& name, uint64_t n) { random_tensor(name, TensorType::F32, n, 1, 0.1f); }
+  // Norm weights near 1: 1 + N(0, 0.2).
+  void scales(const std::string& name, uint64_t n) {
+    std::vector<float> v(n);
+    uint64_t state = o_.seed ^ hash_name(name);
+    fill_gaussian(splitmix64(state), 0.2f, v.data(), static_cast<int64_t>(n));
+    for (float& x : v) x += 1.0f;
+    w_.add_tensor(name, TensorType::F32, {n}, {reinterpret_cast<const uint8_t*>(v.data()), n * sizeof(float)});
+    n_params_ += n;
+  }
   void ones(const std::string& name, uint64_t n) {
     const std::vector<float> v(n, 1.0f);
     w_.add_tensor(name, TensorType::F32, {n}, {reinterpret_cast<const uint8_t*>(v.data()), n * sizeof(float)});
@@ -243,12 +258,16 @@ uint32_t byte_tokenizer(uint32_t n_vocab, gguf::Writer& w) {
 
 void check_shape(const Options& o, TensorType type) {
   auto fail = [](const std::string& m) { throw gguf::Error(m); };
-  if (o.arch != "llama" && o.arch != "qwen2") fail("--arch " + o.arch + ": expected llama or qwen2");
+  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3") fail("--arch " + o.arch + ": expected llama, qwen2 or qwen3");
   if (o.n_layer == 0 || o.n_embd == 0 || o.n_ff == 0 || o.n_head == 0 || o.n_head_kv == 0 || o.n_ctx == 0)
     fail("--layers, --embd, --ff, --heads, --kv-heads and --ctx must be > 0");
-  if (o.n_embd % o.n_head != 0) fail("--embd " + std::to_string(o.n_embd) + " is not a multiple of --heads " + std::to_string(o.n_head));
+  if (o.head_dim == 0 && o.n_embd % o.n_head != 0)
+    fail("--embd " + std::to_string(o.n_embd) + " is not a multiple of --heads " + std::to_string(o.n_head));
   if (o.n_head % o.n_head_kv != 0) fail("--heads " + std::to_string(o.n_head) + " is not a multiple of --kv-heads " + std::to_string(o.n_head_kv));
-  if ((o.n_embd / o.n_head) % 2 != 0) fail("head dim " + std::to_string(o.n_embd / o.n_head) + " must be even for RoPE");
+  const uint32_t head_dim = o.head_dim ? o.head_dim : o.n_embd / o.n_head;
+  if (head_dim % 2 != 0) fail("head dim " + std::to_string(head_dim) + " must be even for RoPE");
+  if (o.n_head * head_dim % gguf::type_info(static_cast<uint32_t>(type))->block_size != 0)
+    fail("heads × head dim " + std::to_string(o.n_head * head_dim) + " is not a multiple of the " + gguf::type_name(type) + " block size");
   const uint32_t block = gguf::type_info(static_cast<uint32_t>(type))->block_size;
   // Every matrix's row length is n_embd or n_ff (ffn_down).
   for (const auto& [what, n] : {std::pair{"--embd", o.n_embd}, std::pair{"--ff", o.n_ff}})
@@ -278,11 +297,12 @@ void make_model(const Options& o) {
   if (!type || !vkllm::ref::is_supported(*type)) throw gguf::Error("--type " + o.type + ": not a supported weight type");
   check_shape(o, *type);
   if (o.byte_vocab && !o.vocab_from.empty()) throw gguf::Error("--byte-vocab and --vocab-from exclude each other");
+  if (o.tied && o.logit_scale != 1.0f) throw gguf::Error("--logit-scale needs an output.weight: not with --tied");
 
   ModelWriter m(o, *type);
   gguf::Writer& w = m.writer();
   const std::string a = o.arch + ".";
-  const uint32_t head_dim = o.n_embd / o.n_head;
+  const uint32_t head_dim = o.head_dim ? o.head_dim : o.n_embd / o.n_head, qd = o.n_head * head_dim;
   w.set("general.architecture", Value::str(o.arch));
   w.set("general.name", Value::str("make_model " + o.arch + " " + std::to_string(o.n_layer) + "x" + std::to_string(o.n_embd) +
                                    " " + gguf::type_name(*type)));
@@ -296,6 +316,10 @@ void make_model(const Options& o) {
   w.set(a + "attention.head_count_kv", Value::u32(o.n_head_kv));
   w.set(a + "rope.freq_base", Value::f32(o.rope_base));
   w.set(a + "rope.dimension_count", Value::u32(head_dim));
+  if (o.head_dim || o.arch == "qwen3") {
+    w.set(a + "attention.key_length", Value::u32(head_dim));
+    w.set(a + "attention.value_length", Value::u32(head_dim));
+  }
   w.set(a + "attention.layer_norm_rms_epsilon", Value::f32(o.rms_eps));
 
   std::string vocab_from = o.vocab_from;
@@ -310,22 +334,26 @@ void make_model(const Options& o) {
   for (uint32_t l = 0; l < o.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     m.ones(p + "attn_norm.weight", o.n_embd);
-    m.matrix(p + "attn_q.weight", o.n_embd, o.n_embd);
+    m.matrix(p + "attn_q.weight", o.n_embd, qd);
     m.matrix(p + "attn_k.weight", o.n_embd, n_embd_kv);
     m.matrix(p + "attn_v.weight", o.n_embd, n_embd_kv);
     if (o.arch == "qwen2") {
-      m.bias(p + "attn_q.bias", o.n_embd);
+      m.bias(p + "attn_q.bias", qd);
       m.bias(p + "attn_k.bias", n_embd_kv);
       m.bias(p + "attn_v.bias", n_embd_kv);
     }
-    m.matrix(p + "attn_output.weight", o.n_embd, o.n_embd);
+    if (o.arch == "qwen3") {
+      m.scales(p + "attn_q_norm.weight", head_dim);
+      m.scales(p + "attn_k_norm.weight", head_dim);
+    }
+    m.matrix(p + "attn_output.weight", qd, o.n_embd);
     m.ones(p + "ffn_norm.weight", o.n_embd);
     m.matrix(p + "ffn_gate.weight", o.n_embd, o.n_ff);
     m.matrix(p + "ffn_up.weight", o.n_embd, o.n_ff);
     m.matrix(p + "ffn_down.weight", o.n_ff, o.n_embd);
   }
   m.ones("output_norm.weight", o.n_embd);
-  if (!o.tied) m.matrix("output.weight", o.n_embd, n_vocab);
+  if (!o.tied) m.matrix("output.weight", o.n_embd, n_vocab, o.logit_scale);
 
   w.write(o.out);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -337,16 +365,18 @@ void make_model(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"make_model: write a random-weight llama/qwen2 GGUF model"};
+  CLI::App app{"make_model: write a random-weight llama/qwen2/qwen3 GGUF model"};
   Options o;
   app.add_option("-o,--output", o.out, "output GGUF file")->required();
   app.add_option("--preset", o.preset, "shape preset: 1b (Llama-3.2-1B-like)");
-  app.add_option("--arch", o.arch, "llama or qwen2");
+  app.add_option("--arch", o.arch, "llama, qwen2 or qwen3");
   app.add_option("--layers", o.n_layer, "transformer blocks");
   app.add_option("--embd", o.n_embd, "residual width");
   app.add_option("--ff", o.n_ff, "feed-forward width");
   app.add_option("--heads", o.n_head, "query heads");
   app.add_option("--kv-heads", o.n_head_kv, "key/value heads");
+  app.add_option("--head-dim", o.head_dim, "per-head width (default: embd / heads)");
+  app.add_option("--logit-scale", o.logit_scale, "output.weight drawn this many times wider (peaked logits)");
   app.add_option("--vocab", o.n_vocab, "vocabulary size (default: the tokenizer's)");
   app.add_option("--ctx", o.n_ctx, "context_length metadata");
   app.add_option("--type", o.type, "weight type of the matrices (f32, f16, bf16, q4_0 … q6_k)");

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Regenerates tests/data/arch/*.json: what upstream llama.cpp (../shared/anchor, CPU backend, one
+# thread) computes on small synthetic models of the architectures vkllm added after the first
+# round (qwen3, …). The tests rebuild each model with the same make_model arguments (make_model
+# is deterministic) and compare vkllm's greedy tokens and top-1 log-probabilities with these.
+#
+# usage: scripts/make-arch-refs.sh [CASE…]   (default: every case below; needs a build and the anchor)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+shared=$root/../shared
+make_model=${VKLLM_MAKE_MODEL:-$root/build/tests/tools/make_model}
+out_dir=$root/tests/data/arch
+n_gen=32
+[ -x "$make_model" ] || { echo "make-arch-refs: $make_model is missing: build first" >&2; exit 1; }
+anchor=$(bash "$shared/anchor/setup.sh" 2>/dev/null | tail -1)
+[ -f "$anchor/greedy.mjs" ] || { echo "make-arch-refs: the anchor did not install (../shared/anchor/setup.sh)" >&2; exit 1; }
+
+# name | make_model arguments | prompt id (../shared/reference/prompts) | decided threshold
+# Random weights give logits with small top-1/top-2 margins, after which a correct implementation
+# may legitimately pick another token; --logit-scale widens the logits and the seeds are the
+# first of 1–6 whose greedy run stays decided longest (a case decided for 0 steps tests nothing).
+qwen3_shape="--arch qwen3 --layers 2 --embd 256 --ff 512 --heads 8 --kv-heads 2 --head-dim 64"
+cases=(
+  "qwen3-f32--sy-1|$qwen3_shape --type f32 --logit-scale 12 --seed 2|sy-1|0.05"
+  "qwen3-f32--sy-2|$qwen3_shape --type f32 --logit-scale 12 --seed 1|sy-2|0.05"
+  "qwen3-q8_0--sy-2|$qwen3_shape --type q8_0 --logit-scale 40 --seed 3|sy-2|1.0"
+  "qwen3-q4_k--sy-1|$qwen3_shape --type q4_k --logit-scale 40 --seed 3|sy-1|1.0"
+)
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$out_dir"
+for c in "${cases[@]}"; do
+  IFS='|' read -r name args prompt threshold <<<"$c"
+  if [ $# -gt 0 ] && [[ " $* " != *" $name "* ]]; then continue; fi
+  model=$tmp/$name.gguf
+  # shellcheck disable=SC2086  # the arguments are words
+  "$make_model" $args -o "$model" >&2
+  node "$anchor/greedy.mjs" "$model" --prompt-file "$shared/reference/prompts/$prompt.txt" -n "$n_gen" \
+    --gpu cpu --threads 1 --top 5 >"$tmp/out.json"
+  NAME=$name ARGS=$args PROMPT=$prompt THRESHOLD=$threshold node -e '
+    const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+    const threshold = Number(process.env.THRESHOLD);
+    const margins = r.top.map(t => t[0][1] - t[1][1]);
+    let decided = margins.findIndex(m => m < threshold);
+    if (decided < 0) decided = margins.length;
+    const j = {
+      case: process.env.NAME,
+      source: "llama.cpp v0.4.0 (5b4ebc5) via ../shared/anchor greedy.mjs --gpu cpu --threads 1",
+      make_model: process.env.ARGS,
+      prompt_id: process.env.PROMPT,
+      prompt_tokens: r.prompt_tokens,
+      greedy: r.greedy,
+      top1_logprob: r.top.map(t => t[0][1]),
+      margins,
+      decided_threshold: threshold,
+      decided_prefix: decided,
+    };
+    process.stdout.write(JSON.stringify(j, null, 1) + "\n");
+  ' "$tmp/out.json" >"$out_dir/$name.json"
+  echo "make-arch-refs: $name: $(node -e 'const j=require(process.argv[1]); console.log(j.prompt_tokens.length + " prompt tokens, decided " + j.decided_prefix + "/" + j.greedy.length)' "$out_dir/$name.json")" >&2
+done
