@@ -234,6 +234,30 @@ TEST(Cli, NewArchitecturesMatchLlamaCpp) {
   EXPECT_GE(n_cases, 4) << "cases in " << dir;
 }
 
+// A saved session on a qwen3 model continues exactly where the uninterrupted run goes.
+TEST(Cli, Qwen3SessionContinuesExactly) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const std::string dir = testing::TempDir(), gguf = dir + "/qwen3-session.gguf", session = dir + "/qwen3.session";
+  const std::string make = std::string(VKLLM_MAKE_MODEL) +
+                           " --arch qwen3 --layers 2 --embd 256 --ff 512 --heads 8 --kv-heads 2 --head-dim 64 --type q8_0"
+                           " --logit-scale 12 --seed 2 -o " + gguf + " >/dev/null";
+  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+  std::filesystem::remove(session);
+  const std::string base = "run --json -q --temp 0 --ignore-eos -m " + gguf;
+  const Result whole = vkllm(base + " -n 16 -p 'Once upon a time'");
+  const Result first = vkllm(base + " -n 8 -p 'Once upon a time' --session " + session);
+  const Result second = vkllm(base + " -n 8 --session " + session);
+  ASSERT_EQ(whole.status, 0) << whole.err;
+  ASSERT_EQ(first.status, 0) << first.err;
+  ASSERT_EQ(second.status, 0) << second.err;
+  std::vector<int> split = json::parse(first.out)["tokens"].get<std::vector<int>>();
+  const std::vector<int> rest = json::parse(second.out)["tokens"].get<std::vector<int>>();
+  split.insert(split.end(), rest.begin(), rest.end());
+  EXPECT_EQ(split, json::parse(whole.out)["tokens"].get<std::vector<int>>());
+  std::filesystem::remove(gguf);
+  std::filesystem::remove(session);
+}
+
 TEST(Cli, StdoutCarriesOnlyTheText) {
   VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
   const Result r = vkllm("run --temp 0 -n 16 -m " + model("stories260K.gguf") + " -p 'Once upon a time'");
