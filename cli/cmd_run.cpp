@@ -25,7 +25,7 @@ namespace {
 struct RunCommand {
   RunOptions opts;
   std::string prompt, prompt_file, system, chat_template;
-  bool chat = false, json = false, ignore_eos = false;
+  bool chat = false, json = false, ignore_eos = false, logprobs = false;
   int32_t n_predict = GenerateOptions::kUntilFull;
   std::vector<std::string> stop;
   PersistenceOptions persist;
@@ -157,6 +157,7 @@ void run(const RunCommand& c) {
   go.n_predict = c.n_predict;
   go.stop = c.stop;
   go.ignore_eos = c.ignore_eos;
+  go.logprobs = c.logprobs;
   std::string out, out_text;
   gen.generate(go, [&](const std::string& piece) {
     out_text += piece;
@@ -190,7 +191,7 @@ void run(const RunCommand& c) {
                    human_bytes(bytes).c_str());
   }
   if (c.json) {
-    const nlohmann::json j = {
+    nlohmann::json j = {
         {"text", out},
         {"tokens", st.tokens},
         {"prompt_tokens", st.prompt_tokens},
@@ -208,6 +209,7 @@ void run(const RunCommand& c) {
         {"kv_evicted", cache.evicted()},
         {"seed", sampler.seed()},
     };
+    if (c.logprobs) j["logprobs"] = st.logprobs;
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else if (!out.empty() || st.generated > 0) {
     if (stdout_is_tty()) std::printf("\n");
@@ -231,6 +233,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--system", c->system, "System prompt (with --chat)");
   cmd->add_option("--chat-template", c->chat_template, "Chat template: a built-in name or a Jinja file");
   cmd->add_flag("--ignore-eos", c->ignore_eos, "Keep generating past end-of-generation tokens");
+  cmd->add_flag("--logprobs", c->logprobs, "--json: add each generated token's log-probability under the model (before penalties and temperature)");
   cmd->add_flag("--json", c->json, "Print one JSON object with the text and statistics instead");
   add_persistence_options(cmd, c->persist);
   cmd->callback([c] { run(*c); });

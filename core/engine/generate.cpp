@@ -2,6 +2,7 @@
 #include "engine/generate.h"
 
 #include <chrono>
+#include <cmath>
 
 namespace vkllm {
 namespace {
@@ -21,6 +22,15 @@ size_t held_back(const std::string& text, const std::vector<std::string>& stops)
         break;
       }
   return hold;
+}
+
+// log softmax(logits)[tok], in double (a vocabulary of 150k logits).
+float log_probability(const std::vector<float>& logits, int32_t tok) {
+  float mx = -INFINITY;
+  for (float l : logits) mx = std::max(mx, l);
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(double(l) - mx);
+  return static_cast<float>(double(logits[size_t(tok)]) - mx - std::log(sum));
 }
 
 }  // namespace
@@ -99,7 +109,9 @@ void Generator::generate(const GenerateOptions& o, const std::function<bool(cons
   } else {
     VKLLM_CHECK(o.n_predict >= GenerateOptions::kEndless, "n_predict below -1 is refused by the front end");
   }
+  std::vector<float> raw;  // the logits before the sampler's penalties (for logprobs)
   for (int64_t i = 0; limit < 0 || i < limit; ++i) {
+    if (o.logprobs) raw = logits_;
     const int32_t tok = sampler_.sample(logits_);
     sampler_.accept(tok);
     if (i == 0) {
@@ -112,6 +124,7 @@ void Generator::generate(const GenerateOptions& o, const std::function<bool(cons
     }
     ++stats_.generated;
     stats_.tokens.push_back(tok);
+    if (o.logprobs) stats_.logprobs.push_back(log_probability(raw, tok));
     // The token joins the cache at once, so the cache always holds the whole conversation and
     // the logits to continue from are ready (a saved session resumes here).
     logits_ = engine_.decode(std::span(&tok, 1), LogitsMode::Last);

@@ -19,6 +19,7 @@ struct GenerateOptions {
   int32_t n_predict = kUntilFull;
   std::vector<std::string> stop;      // stop strings (not included in the output)
   bool ignore_eos = false;
+  bool logprobs = false;              // record each generated token's log-probability (GenerationStats::logprobs)
 };
 
 struct GenerationStats {
@@ -30,6 +31,8 @@ struct GenerationStats {
   double decode_ms = 0;           // from the first token sampled to the last one run
   std::string stop_reason;        // "eos", "length", "context full", "stop string", "interrupted"
   std::vector<int32_t> tokens;    // generated token ids
+  std::vector<float> logprobs;    // with GenerateOptions::logprobs: each token's log-probability under the
+                                  // model's logits (before penalties and temperature)
   double prefill_tok_s() const { return prefill_ms > 0 ? (prompt_tokens - cached_tokens) * 1000.0 / prefill_ms : 0; }
   double decode_tok_s() const { return decode_ms > 0 ? generated * 1000.0 / decode_ms : 0; }
 };
