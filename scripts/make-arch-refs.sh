@@ -18,13 +18,15 @@ anchor=$(bash "$shared/anchor/setup.sh" 2>/dev/null | tail -1)
 # name | make_model arguments | prompt id (../shared/reference/prompts) | decided threshold
 # Random weights give logits with small top-1/top-2 margins, after which a correct implementation
 # may legitimately pick another token; --logit-scale widens the logits and the seeds are the
-# first of 1–6 whose greedy run stays decided longest (a case decided for 0 steps tests nothing).
+# first of 1–6 (1–4 for the IQ4 types) whose greedy run stays decided longest (a case decided for 0 steps tests nothing).
 qwen3_shape="--arch qwen3 --layers 2 --embd 256 --ff 512 --heads 8 --kv-heads 2 --head-dim 64"
 cases=(
   "qwen3-f32--sy-1|$qwen3_shape --type f32 --logit-scale 12 --seed 2|sy-1|0.05"
   "qwen3-f32--sy-2|$qwen3_shape --type f32 --logit-scale 12 --seed 1|sy-2|0.05"
   "qwen3-q8_0--sy-2|$qwen3_shape --type q8_0 --logit-scale 40 --seed 3|sy-2|1.0"
   "qwen3-q4_k--sy-1|$qwen3_shape --type q4_k --logit-scale 40 --seed 3|sy-1|1.0"
+  "qwen3-iq4_nl--sy-2|$qwen3_shape --type iq4_nl --logit-scale 40 --seed 4|sy-2|1.0"
+  "qwen3-iq4_xs--sy-2|$qwen3_shape --type iq4_xs --logit-scale 40 --seed 1|sy-2|1.0"
 )
 
 tmp=$(mktemp -d)

@@ -18,7 +18,7 @@ struct Shape {
 
 const TensorType k_types[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q4_0, TensorType::Q4_1,
                               TensorType::Q5_0, TensorType::Q5_1, TensorType::Q8_0, TensorType::Q2_K, TensorType::Q3_K,
-                              TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+                              TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::IQ4_NL, TensorType::IQ4_XS};
 
 // Odd sizes for every kernel; rows of whole 256-element units (512, 2304) also take matvec_simd on
 // CPU devices, 2304 with 9 units so that some lanes own two units and the others one.

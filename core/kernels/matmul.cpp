@@ -10,7 +10,7 @@ bool weight_type_supported(gguf::TensorType t) {
   using T = gguf::TensorType;
   switch (t) {
     case T::F32: case T::F16: case T::BF16: case T::Q4_0: case T::Q4_1: case T::Q5_0: case T::Q5_1: case T::Q8_0:
-    case T::Q2_K: case T::Q3_K: case T::Q4_K: case T::Q5_K: case T::Q6_K:
+    case T::Q2_K: case T::Q3_K: case T::Q4_K: case T::Q5_K: case T::Q6_K: case T::IQ4_NL: case T::IQ4_XS:
       return true;
     default:
       return false;
@@ -49,9 +49,11 @@ uint32_t simd_row_alignment(gguf::TensorType t) {
   return t == T::Q2_K || t == T::Q3_K || t == T::Q6_K ? 4 : 16;
 }
 
-// Whether this part of `w` runs on matvec_simd (CPU devices only; any number of tokens).
+// Whether this part of `w` runs on matvec_simd (CPU devices only; any number of tokens; not the
+// IQ4 codebook types yet, which take matvec.comp / matmul.comp).
 bool use_simd_matvec(const VulkanContext& ctx, const DeviceTensor& w, const WeightPart& part, const BufferView& x,
                      uint32_t x_stride) {
+  if (w.type == gguf::TensorType::IQ4_NL || w.type == gguf::TensorType::IQ4_XS) return false;
   const uint32_t align = simd_row_alignment(w.type);
   // The 16-byte-aligned types read whole units with 64-bit loads in the scalar layout.
   if (align == 16 && !(ctx.info().int64 && ctx.info().scalar_layout)) return false;

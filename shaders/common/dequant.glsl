@@ -60,8 +60,20 @@ float wf16(uint byte_index) { return unpackHalf2x16(uint(w16[byte_index >> 1])).
 #elif defined(WTYPE_Q6_K)
 #define QK 256
 #define BLOCK_BYTES 210  // u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d
+#elif defined(WTYPE_IQ4_NL)
+#define QK 32
+#define BLOCK_BYTES 18   // f16 d; u8 qs[16] laid out as Q4_0's, each nibble an index into KVALUES_IQ4
+#elif defined(WTYPE_IQ4_XS)
+#define QK 256
+#define BLOCK_BYTES 136  // f16 d; u16 scales_h (2 high bits of 8 6-bit scales); u8 scales_l[4] (4 low bits); u8 qs[128]
 #else
 #error "define one WTYPE_*"
+#endif
+
+#if defined(WTYPE_IQ4_NL) || defined(WTYPE_IQ4_XS)
+// The non-linear 4-bit codebook of ggml's IQ4_NL and IQ4_XS.
+const float KVALUES_IQ4[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,
+                                        1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
 #endif
 
 void dq_offsets(uint row_base, uint k, out uint base, out uint j8) {
@@ -169,5 +181,17 @@ void dq8(uint base, uint j8, uint n_valid, out float v[8]) {
     const uint hi = (wb(base + 128 + 32 * n + l + i) >> (2 * k)) & 3u;
     v[i] = d * float(int(lo | (hi << 4)) - 32);
   }
+#elif defined(WTYPE_IQ4_NL)
+  const float d = wf16(base);
+  const uint shift = j8 >= 16 ? 4 : 0;
+  for (uint i = 0; i < 8; ++i) v[i] = d * KVALUES_IQ4[(wb(base + 2 + (j8 & 15) + i) >> shift) & 0xFu];
+#elif defined(WTYPE_IQ4_XS)
+  // Sub-block ib = e/32: scale (4 low bits of scales_l[ib/2] at shift 4(ib%2), 2 high bits of
+  // scales_h at shift 2ib) − 32; its 16 bytes of qs laid out as IQ4_NL's.
+  const uint ib = j8 / 32, r = j8 % 32;
+  const uint ls = ((wb(base + 4 + ib / 2) >> (4 * (ib % 2))) & 0xFu) | (((uint(w16[(base + 2) >> 1]) >> (2 * ib)) & 3u) << 4);
+  const float dl = wf16(base) * (float(ls) - 32.0);
+  const uint shift = r >= 16 ? 4 : 0;
+  for (uint i = 0; i < 8; ++i) v[i] = dl * KVALUES_IQ4[(wb(base + 8 + 16 * ib + (r & 15) + i) >> shift) & 0xFu];
 #endif
 }

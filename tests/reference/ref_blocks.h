@@ -62,6 +62,20 @@ struct BlockQ6_K {
   uint16_t d;
 };
 
+// IQ4_NL / IQ4_XS: each nibble indexes this non-linear codebook, scaled by the block's scale.
+inline constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+struct BlockIQ4_NL {
+  uint16_t d;
+  uint8_t qs[kQK / 2];      // as Q4_0: element j low nibble of qs[j], j+16 high nibble
+};
+struct BlockIQ4_XS {
+  uint16_t d;
+  uint16_t scales_h;        // 2 high bits of each of the 8 sub-block scales
+  uint8_t scales_l[kQKK / 64];  // 4 low bits of each (two per byte)
+  uint8_t qs[kQKK / 2];     // per 32-element sub-block, 16 bytes laid out as IQ4_NL's
+};
+static_assert(sizeof(BlockIQ4_NL) == 18 && sizeof(BlockIQ4_XS) == 136);
+
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
               sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&

@@ -204,12 +204,38 @@ void dequant_q6_k(const uint8_t* src, float* y, int64_t nb) {
 
 }  // namespace
 
+void dequant_iq4_nl(const uint8_t* src, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += kQK) {
+    const auto b = load_block<BlockIQ4_NL>(src, i);
+    const float d = fp16_to_f32(b.d);
+    for (int j = 0; j < kQK / 2; ++j) {
+      y[j] = d * kIq4Values[b.qs[j] & 0x0f];
+      y[j + kQK / 2] = d * kIq4Values[b.qs[j] >> 4];
+    }
+  }
+}
+
+void dequant_iq4_xs(const uint8_t* src, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const auto b = load_block<BlockIQ4_XS>(src, i);
+    const float d = fp16_to_f32(b.d);
+    for (int ib = 0; ib < kQKK / 32; ++ib, y += 32) {
+      const int ls = ((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf) | (((b.scales_h >> (2 * ib)) & 3) << 4);
+      const float dl = d * static_cast<float>(ls - 32);
+      for (int j = 0; j < 16; ++j) {
+        y[j] = dl * kIq4Values[b.qs[16 * ib + j] & 0x0f];
+        y[j + 16] = dl * kIq4Values[b.qs[16 * ib + j] >> 4];
+      }
+    }
+  }
+}
+
 bool is_supported(TensorType t) {
   switch (t) {
     case TensorType::F32: case TensorType::F16: case TensorType::BF16: case TensorType::Q4_0:
     case TensorType::Q4_1: case TensorType::Q5_0: case TensorType::Q5_1: case TensorType::Q8_0:
     case TensorType::Q2_K: case TensorType::Q3_K: case TensorType::Q4_K: case TensorType::Q5_K:
-    case TensorType::Q6_K:
+    case TensorType::Q6_K: case TensorType::IQ4_NL: case TensorType::IQ4_XS:
       return true;
     default:
       return false;
@@ -238,6 +264,8 @@ void dequantize_row(TensorType t, const uint8_t* src, float* dst, int64_t n) {
     case TensorType::Q4_K: dequant_q4_k(src, dst, k_blocks); return;
     case TensorType::Q5_K: dequant_q5_k(src, dst, k_blocks); return;
     case TensorType::Q6_K: dequant_q6_k(src, dst, k_blocks); return;
+    case TensorType::IQ4_NL: dequant_iq4_nl(src, dst, legacy_blocks); return;
+    case TensorType::IQ4_XS: dequant_iq4_xs(src, dst, k_blocks); return;
     default: throw std::invalid_argument("ref::dequantize_row: unsupported type " + gguf::type_name(t));
   }
 }

@@ -25,7 +25,8 @@ uint16_t f32_to_bf16(float f);  // round to nearest even; NaN stays NaN
 // ---- rows of any weight type ------------------------------------------------------------------
 
 // Whether dequantize_row / quantize_row handle `t`: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K.
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS (whose quantizer is a simple nearest-codebook one,
+// not ggml's search).
 bool is_supported(gguf::TensorType t);
 
 // src: type_bytes(t, n) bytes → dst: [n] f32. n must be a multiple of the type's block size.

@@ -268,6 +268,67 @@ void quantize_row_q4_0(const float* x, uint8_t* dst, int64_t n) {
   }
 }
 
+namespace {
+
+// The codebook entry nearest to v.
+uint8_t nearest_iq4(float v) {
+  int best = 0;
+  for (int k = 1; k < 16; ++k)
+    if (std::fabs(v - kIq4Values[k]) < std::fabs(v - kIq4Values[best])) best = k;
+  return static_cast<uint8_t>(best);
+}
+
+// Scale of a run of 32 values for the IQ4 codebook: the largest-magnitude value maps to -127, then
+// one least-squares refit of the scale to the chosen entries.
+float iq4_scale(const float* x) {
+  const float d0 = signed_absmax(x, 32) / -127.0f;
+  if (d0 == 0.0f) return 0.0f;
+  double xv = 0.0, vv = 0.0;
+  for (int j = 0; j < 32; ++j) {
+    const float v = kIq4Values[nearest_iq4(x[j] / d0)];
+    xv += double(x[j]) * v;
+    vv += double(v) * v;
+  }
+  return vv > 0.0 ? static_cast<float>(xv / vv) : d0;
+}
+
+// 32 values at scale d as IQ4 nibbles, laid out as Q4_0's.
+void iq4_nibbles(const float* x, float d, uint8_t* qs) {
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  for (int j = 0; j < 16; ++j)
+    qs[j] = static_cast<uint8_t>(nearest_iq4(x[j] * id) | (nearest_iq4(x[j + 16] * id) << 4));
+}
+
+void quant_iq4_nl(const float* x, uint8_t* dst, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK) {
+    BlockIQ4_NL b{f32_to_fp16(iq4_scale(x)), {}};
+    iq4_nibbles(x, fp16_to_f32(b.d), b.qs);
+    store_block(b, dst, i);
+  }
+}
+
+// Each 32-value sub-block's scale, as a 6-bit signed multiple (−32 … 31) of the super-block's d.
+void quant_iq4_xs(const float* x, uint8_t* dst, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQKK) {
+    float scales[8], max_scale = 0.0f;
+    for (int ib = 0; ib < 8; ++ib) {
+      scales[ib] = iq4_scale(x + 32 * ib);
+      if (std::fabs(scales[ib]) > std::fabs(max_scale)) max_scale = scales[ib];
+    }
+    BlockIQ4_XS b{f32_to_fp16(max_scale / -32.0f), 0, {}, {}};
+    const float d = fp16_to_f32(b.d), id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int ib = 0; ib < 8; ++ib) {
+      const int ls = std::clamp(static_cast<int>(std::lround(scales[ib] * id)), -32, 31) + 32;
+      b.scales_l[ib / 2] = static_cast<uint8_t>(b.scales_l[ib / 2] | ((ls & 0xf) << (4 * (ib % 2))));
+      b.scales_h = static_cast<uint16_t>(b.scales_h | ((ls >> 4) << (2 * ib)));
+      iq4_nibbles(x + 32 * ib, d * static_cast<float>(ls - 32), b.qs + 16 * ib);
+    }
+    store_block(b, dst, i);
+  }
+}
+
+}  // namespace
+
 void quantize_row(TensorType t, const float* src, uint8_t* dst, int64_t n) {
   const int64_t legacy_blocks = n / kQK, k_blocks = n / kQKK;
   switch (t) {
@@ -289,6 +350,8 @@ void quantize_row(TensorType t, const float* src, uint8_t* dst, int64_t n) {
     case TensorType::Q4_K: quant_q4_k(src, dst, k_blocks); return;
     case TensorType::Q5_K: quant_q5_k(src, dst, k_blocks); return;
     case TensorType::Q6_K: quant_q6_k(src, dst, k_blocks); return;
+    case TensorType::IQ4_NL: quant_iq4_nl(src, dst, legacy_blocks); return;
+    case TensorType::IQ4_XS: quant_iq4_xs(src, dst, k_blocks); return;
     default: throw std::invalid_argument("ref::quantize_row: unsupported type " + gguf::type_name(t));
   }
 }

@@ -6,7 +6,7 @@
 //              [--rope-base F] [--rms-eps F] [--seed S] [--vocab-from FILE.gguf | --byte-vocab]
 //
 //   --type      weight type of every matrix (token_embd and output included): f32 f16 bf16 q4_0
-//               q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k. Norms and biases stay F32.
+//               q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs. Norms and biases stay F32.
 //   --preset 1b a Llama-3.2-1B-like shape: 16 layers, embd 2048, ff 8192, 32 heads, 8 KV heads,
 //               vocab 32000, ctx 8192, rope base 500000, tied embeddings. Options given
 //               explicitly override the preset.
@@ -190,6 +190,8 @@ uint32_t file_type(TensorType t) {
     case TensorType::Q4_K: return 14;  // Q4_K_S
     case TensorType::Q5_K: return 16;  // Q5_K_S
     case TensorType::Q6_K: return 18;
+    case TensorType::IQ4_NL: return 25;
+    case TensorType::IQ4_XS: return 30;
     default: return 32;               // BF16
   }
 }
