@@ -103,8 +103,9 @@ void main() {
   const uint step_row = min(W, uint(max(kv_pos[p.n_kv - 1], 0)));  // used only when positions reach W
   [[unroll]] for (uint i = 0; i < N_ROT / 4; ++i) {
     const u64vec2 w = rope_table64[(step_row * (HD / 2) + 2 * i) >> 1];
-    step[2 * i] = uintBitsToFloat(unpackUint2x32(w.x));
-    step[2 * i + 1] = uintBitsToFloat(unpackUint2x32(w.y));
+    // The table's rotated pairs are scaled by attn_factor; a step must be a pure rotation.
+    step[2 * i] = uintBitsToFloat(unpackUint2x32(w.x)) / p.attn_factor;
+    step[2 * i + 1] = uintBitsToFloat(unpackUint2x32(w.y)) / p.attn_factor;
   }
   int prev_pos0 = -2147483647;
   bool prev_steady = false;

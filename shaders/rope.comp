@@ -21,7 +21,7 @@ void main() {
   if (!rotated) return;
   const float factor = p.has_factors != 0 ? factors[i] : 1.0;
   const float theta = rope_theta(float(pos[t]), i, p.n_rot, p.freq_base, p.freq_scale, factor);
-  const float c = cos(theta), s = sin(theta);
+  const float c = cos(theta) * p.attn_factor, s = sin(theta) * p.attn_factor;
   const uint base = t * p.token_stride + h * p.head_dim;
   const float a = x[base + d0], b = x[base + d1];
   x[base + d0] = a * c - b * s;

@@ -1,5 +1,6 @@
 // rope_table: cos and sin of every (position, pair) angle for positions 0 … n_pos−1, so attention
 // can rotate cached K at read time with one table load per pair instead of a pow, sin and cos.
+// Rotated pairs are scaled by attn_factor (ggml's mscale), as rope.comp scales the queries.
 // Bindings: 0 table [n_pos][head_dim/2] vec2 (cos, sin), 1 factors [n_rot/2] f32 (when has_factors).
 // Pairs at or past n_rot/2 get (1, 0): no rotation. Grid: x = pair, y = position.
 #version 450
@@ -20,7 +21,7 @@ void main() {
   if (2 * i < p.n_rot) {
     const float factor = p.has_factors != 0 ? factors[i] : 1.0;
     const float theta = rope_theta(float(pos), i, p.n_rot, p.freq_base, p.freq_scale, factor);
-    cs = vec2(cos(theta), sin(theta));
+    cs = vec2(cos(theta), sin(theta)) * p.attn_factor;
   }
   table[pos * half_dim + i] = cs;
 }

@@ -74,8 +74,9 @@ void Engine::record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out, bool
   CommandRecorder& rec = rec_;
   const uint32_t qd = c.n_head * c.head_dim, kvd = c.n_embd_kv();
   const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, opts_.attention};
+  const DeviceTensor* factors = model_.rope_factors(cache_.capacity());
   const RopeConfig rope{c.head_dim, c.n_rot, c.rope_freq_base, c.rope_freq_scale, c.rope_style == RopeStyle::NeoX,
-                        w.rope_freqs ? w.rope_freqs->whole() : BufferView{}};
+                        factors ? factors->whole() : BufferView{}, c.rope_attn_factor};
   const BufferView x = x_.view(), xn = xn_.view(), q = q_.view(), k = k_.view(), v = v_.view();
   const BufferView attn = attn_.view(), gate = gate_.view(), up = up_.view();
 

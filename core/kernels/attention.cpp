@@ -61,14 +61,14 @@ void record_rope(CommandRecorder& rec, const BufferView& x, uint32_t token_strid
                  uint32_t n_tokens, uint32_t n_heads, const RopeConfig& rope) {
   const Pipeline& p = rec.pipelines().get("rope", 3, sizeof(RopeParams), {32});
   const RopeParams params{n_tokens, n_heads, rope.head_dim, rope.n_rot, token_stride, rope.freq_base, rope.freq_scale,
-                          rope.neox ? 1u : 0u, rope.factors.buffer ? 1u : 0u};
+                          rope.neox ? 1u : 0u, rope.factors.buffer ? 1u : 0u, rope.attn_factor};
   rec.dispatch(p, {x, pos, or_dummy(rope.factors, pos)}, params, div_ceil(rope.head_dim / 2, 32), n_heads, n_tokens);
 }
 
 void record_rope_table(CommandRecorder& rec, const BufferView& table, uint32_t n_pos, const RopeConfig& rope) {
   const Pipeline& p = rec.pipelines().get("rope_table", 2, sizeof(RopeParams), {32});
   const RopeParams params{n_pos, 1, rope.head_dim, rope.n_rot, 0, rope.freq_base, rope.freq_scale, rope.neox ? 1u : 0u,
-                          rope.factors.buffer ? 1u : 0u};
+                          rope.factors.buffer ? 1u : 0u, rope.attn_factor};
   rec.dispatch(p, {table, or_dummy(rope.factors, table)}, params, div_ceil(rope.head_dim / 2, 32), n_pos);
 }
 
@@ -112,7 +112,8 @@ void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape
   n_split = std::max<uint32_t>(div_ceil(std::max<uint32_t>(n_kv, 1), kv_per_split), 1);
 
   AttentionParams params{n_q, n_kv, shape.n_head, shape.n_head_kv, shape.head_dim, q_stride, out_stride, n_split,
-                         kv_per_split, 1.0f / std::sqrt(float(shape.head_dim)), rope.n_rot, rope.neox ? 1u : 0u};
+                         kv_per_split, 1.0f / std::sqrt(float(shape.head_dim)), rope.n_rot, rope.neox ? 1u : 0u,
+                         rope.attn_factor};
   const Pipeline& p =
       simd ? rec.pipelines().get(std::string("attention_simd_") + cache_type_name(type), 9, sizeof(AttentionParams),
                                  {t.wg, shape.head_dim, t.bq, rope.n_rot, rope.neox ? 1u : 0u})

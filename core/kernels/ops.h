@@ -68,6 +68,9 @@ struct RopeConfig {
   float freq_scale = 1.0f;
   bool neox = false;             // NeoX pairing (i, i + n_rot/2); else (2i, 2i+1)
   BufferView factors;            // [n_rot/2] f32 per-pair frequency divisors; buffer null for none
+  // ggml's attn_factor (mscale): the rotated pairs' cos and sin are scaled by it (the pairs past
+  // n_rot are not), in rope.comp and in the rope table.
+  float attn_factor = 1.0f;
 };
 
 // Rotates every head of x in place.  x [n_tokens][token_stride] f32 (n_heads × head_dim packed),

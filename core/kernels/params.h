@@ -12,8 +12,8 @@ static_assert(sizeof(BinaryParams) == 8);
 static_assert(sizeof(NormParams) == 20);
 static_assert(sizeof(ScaleParams) == 8);
 static_assert(sizeof(RowParams) == 8);
-static_assert(sizeof(RopeParams) == 36);
+static_assert(sizeof(RopeParams) == 40);
 static_assert(sizeof(KvStoreParams) == 12);
-static_assert(sizeof(AttentionParams) == 48);
+static_assert(sizeof(AttentionParams) == 52);
 
 }  // namespace vkllm

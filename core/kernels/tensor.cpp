@@ -61,6 +61,16 @@ DeviceTensor WeightArena::upload(const gguf::TensorInfo& info, const std::functi
   return upload_rows(info.name, info.type, info.ne[0], rows, info.data, on_bytes);
 }
 
+DeviceTensor WeightArena::upload_rows_of(const gguf::TensorInfo& info, uint64_t row_begin, uint64_t n_rows,
+                                         const std::function<void(uint64_t)>& on_bytes) {
+  uint64_t rows = 1;
+  for (uint32_t d = 1; d < info.n_dims; ++d) rows *= info.ne[d];
+  VKLLM_CHECK(row_begin + n_rows <= rows, "row range past the tensor");
+  const std::string name = info.name + "[" + std::to_string(row_begin) + ":" + std::to_string(row_begin + n_rows) + "]";
+  return upload_rows(name, info.type, info.ne[0], n_rows, info.data + row_begin * gguf::type_bytes(info.type, info.ne[0]),
+                     on_bytes);
+}
+
 DeviceTensor WeightArena::upload(const std::string& name, gguf::TensorType type, uint64_t cols, uint64_t rows,
                                  const void* data) {
   return upload_rows(name, type, cols, rows, static_cast<const uint8_t*>(data), {});

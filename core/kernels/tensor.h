@@ -40,6 +40,10 @@ class WeightArena {
   // Uploads `t` (its bytes from the mapped GGUF), splitting it into row parts that each fit a
   // binding. `on_bytes` is told how many bytes were uploaded (progress).
   DeviceTensor upload(const gguf::TensorInfo& t, const std::function<void(uint64_t)>& on_bytes = {});
+  // Uploads rows row_begin … row_begin + n_rows − 1 of a matrix as a tensor of its own (a part of
+  // a fused tensor), named "<name>[row_begin:row_end]".
+  DeviceTensor upload_rows_of(const gguf::TensorInfo& t, uint64_t row_begin, uint64_t n_rows,
+                              const std::function<void(uint64_t)>& on_bytes = {});
   // Uploads raw rows (tests and synthetic data).
   DeviceTensor upload(const std::string& name, gguf::TensorType type, uint64_t cols, uint64_t rows, const void* data);
   uint64_t bytes_allocated() const { return allocated_; }

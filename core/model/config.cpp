@@ -10,6 +10,7 @@ const char* arch_name(Arch a) {
     case Arch::Llama: return "llama";
     case Arch::Qwen2: return "qwen2";
     case Arch::Qwen3: return "qwen3";
+    case Arch::Phi3: return "phi3";
   }
   return "?";
 }
@@ -27,8 +28,12 @@ ModelConfig read_model_config(const gguf::File& f) {
     c.arch = Arch::Qwen3;
     c.rope_style = RopeStyle::NeoX;
     c.qk_norm = true;
+  } else if (c.arch_name == "phi3") {
+    // phi3.attention.sliding_window is ignored, as llama.cpp does (its Phi SWA is disabled).
+    c.arch = Arch::Phi3;
+    c.rope_style = RopeStyle::NeoX;
   } else {
-    throw Error(f.path() + ": architecture '" + c.arch_name + "' is not supported (vkllm runs llama, qwen2 and qwen3)");
+    throw Error(f.path() + ": architecture '" + c.arch_name + "' is not supported (vkllm runs llama, qwen2, qwen3 and phi3)");
   }
   const std::string a = c.arch_name + ".";
   c.name = f.get_string_or("general.name", "");
@@ -48,6 +53,8 @@ ModelConfig read_model_config(const gguf::File& f) {
   else if (f.find(a + "rope.scale_linear"))
     factor = f.get_f32(a + "rope.scale_linear");
   if (factor > 0.0f) c.rope_freq_scale = 1.0f / factor;
+  c.rope_attn_factor = f.get_f32_or(a + "rope.scaling.attn_factor", 1.0f);
+  c.n_ctx_orig = f.get_u32_or(a + "rope.scaling.original_context_length", c.n_ctx_train);
 
   auto bad = [&](const std::string& key, uint64_t value, const std::string& expected) {
     throw Error(f.path() + ": key '" + key + "' is " + std::to_string(value) + ", expected " + expected);

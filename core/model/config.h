@@ -7,7 +7,7 @@
 
 namespace vkllm {
 
-enum class Arch { Llama, Qwen2, Qwen3 };
+enum class Arch { Llama, Qwen2, Qwen3, Phi3 };
 enum class RopeStyle { Normal, NeoX };  // Normal: pairs (2i, 2i+1); NeoX: pairs (i, i + rot/2)
 
 struct ModelConfig {
@@ -29,6 +29,9 @@ struct ModelConfig {
   float rms_eps = 1e-5f;
   bool qkv_bias = false;       // Q/K/V projections carry biases (qwen2)
   bool qk_norm = false;        // per-head RMSNorm of q and k before RoPE (qwen3: attn_q_norm, attn_k_norm)
+  float rope_attn_factor = 1.0f;  // rope.scaling.attn_factor: RoPE's cos and sin are scaled by it (phi3 LongRoPE)
+  uint32_t n_ctx_orig = 0;     // rope.scaling.original_context_length (default n_ctx_train): phi3 uses its long
+                               // RoPE factors when the context is longer, the short ones otherwise
   std::string tokenizer_model; // tokenizer.ggml.model: "llama" (SentencePiece) or "gpt2" (byte BPE)
   bool has_chat_template = false;
 

@@ -1,4 +1,4 @@
-// The tensor table of llama/qwen2/qwen3 GGUF files, its validation, and the weight upload.
+// The tensor table of llama/qwen2/qwen3/phi3 GGUF files, its validation, and the weight upload.
 #include "model/model.h"
 
 #include "kernels/ops.h"
@@ -12,6 +12,8 @@ struct Binding {
   std::vector<uint64_t> ne;  // expected dimensions (GGUF order)
   DeviceTensor* dst;
   bool f32_only;             // norms, biases and rope factors are read as f32 vectors
+  // A fused tensor: consecutive row ranges of it go to these tensors instead of dst.
+  std::vector<std::pair<DeviceTensor*, uint64_t>> split = {};
 };
 
 std::string shape_str(const std::vector<uint64_t>& ne) {
@@ -49,14 +51,24 @@ Model::Model(const VulkanContext& ctx, const gguf::File& file, const ProgressFn&
     weights_.rope_freqs.emplace();
     table.push_back({"rope_freqs.weight", {c.n_rot / 2}, &*weights_.rope_freqs, true});
   }
+  if (c.arch == Arch::Phi3 && file.find_tensor("rope_factors_long.weight")) {
+    weights_.rope_long.emplace();
+    weights_.rope_short.emplace();
+    table.push_back({"rope_factors_long.weight", {c.n_rot / 2}, &*weights_.rope_long, true});
+    table.push_back({"rope_factors_short.weight", {c.n_rot / 2}, &*weights_.rope_short, true});
+  }
   weights_.layers.resize(c.n_layer);
   for (uint32_t i = 0; i < c.n_layer; ++i) {
     LayerWeights& l = weights_.layers[i];
     const std::string p = "blk." + std::to_string(i) + ".";
     table.push_back({p + "attn_norm.weight", {c.n_embd}, &l.attn_norm, true});
-    table.push_back({p + "attn_q.weight", {c.n_embd, qd}, &l.wq, false});
-    table.push_back({p + "attn_k.weight", {c.n_embd, kvd}, &l.wk, false});
-    table.push_back({p + "attn_v.weight", {c.n_embd, kvd}, &l.wv, false});
+    if (file.find_tensor(p + "attn_qkv.weight")) {  // phi3: q, k and v rows in one tensor
+      table.push_back({p + "attn_qkv.weight", {c.n_embd, qd + 2 * kvd}, nullptr, false, {{&l.wq, qd}, {&l.wk, kvd}, {&l.wv, kvd}}});
+    } else {
+      table.push_back({p + "attn_q.weight", {c.n_embd, qd}, &l.wq, false});
+      table.push_back({p + "attn_k.weight", {c.n_embd, kvd}, &l.wk, false});
+      table.push_back({p + "attn_v.weight", {c.n_embd, kvd}, &l.wv, false});
+    }
     table.push_back({p + "attn_output.weight", {qd, c.n_embd}, &l.wo, false});
     if (c.qkv_bias) {
       table.push_back({p + "attn_q.bias", {qd}, &l.bq, true});
@@ -68,8 +80,12 @@ Model::Model(const VulkanContext& ctx, const gguf::File& file, const ProgressFn&
       table.push_back({p + "attn_k_norm.weight", {c.head_dim}, &l.k_norm, true});
     }
     table.push_back({p + "ffn_norm.weight", {c.n_embd}, &l.ffn_norm, true});
-    table.push_back({p + "ffn_gate.weight", {c.n_embd, c.n_ff}, &l.w_gate, false});
-    table.push_back({p + "ffn_up.weight", {c.n_embd, c.n_ff}, &l.w_up, false});
+    if (c.arch == Arch::Phi3 && !file.find_tensor(p + "ffn_gate.weight")) {  // gate rows, then up rows
+      table.push_back({p + "ffn_up.weight", {c.n_embd, 2 * uint64_t{c.n_ff}}, nullptr, false, {{&l.w_gate, c.n_ff}, {&l.w_up, c.n_ff}}});
+    } else {
+      table.push_back({p + "ffn_gate.weight", {c.n_embd, c.n_ff}, &l.w_gate, false});
+      table.push_back({p + "ffn_up.weight", {c.n_embd, c.n_ff}, &l.w_up, false});
+    }
     table.push_back({p + "ffn_down.weight", {c.n_ff, c.n_embd}, &l.w_down, false});
   }
   table[1].f32_only = true;  // output_norm
@@ -85,13 +101,28 @@ Model::Model(const VulkanContext& ctx, const gguf::File& file, const ProgressFn&
     total += t->n_bytes;
   }
   uint64_t done = 0;
+  const auto on_bytes = [&](uint64_t n) {
+    done += n;
+    if (progress) progress(done, total);
+  };
   for (size_t i = 0; i < table.size(); ++i) {
-    *table[i].dst = arena_.upload(*infos[i], [&](uint64_t n) {
-      done += n;
-      if (progress) progress(done, total);
-    });
+    if (table[i].split.empty()) {
+      *table[i].dst = arena_.upload(*infos[i], on_bytes);
+      continue;
+    }
+    uint64_t row = 0;
+    for (const auto& [dst, rows] : table[i].split) {
+      *dst = arena_.upload_rows_of(*infos[i], row, rows, on_bytes);
+      row += rows;
+    }
   }
   if (weights_.tied_output) weights_.output = weights_.tok_embd;
+}
+
+const DeviceTensor* Model::rope_factors(uint32_t n_ctx) const {
+  if (weights_.rope_freqs) return &*weights_.rope_freqs;
+  if (weights_.rope_long) return n_ctx > config_.n_ctx_orig ? &*weights_.rope_long : &*weights_.rope_short;
+  return nullptr;
 }
 
 uint64_t model_weight_bytes(const gguf::File& file) {

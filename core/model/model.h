@@ -12,7 +12,8 @@
 
 namespace vkllm {
 
-// Shapes are written as GGUF's ne: [cols, rows] with cols = elements per row.
+// Shapes are written as GGUF's ne: [cols, rows] with cols = elements per row. Fused tensors of
+// the file (phi3's attn_qkv and gate|up ffn_up) are split by rows into these at upload.
 struct LayerWeights {
   DeviceTensor attn_norm;  // [n_embd] f32
   DeviceTensor wq;         // [n_embd, n_head * head_dim]
@@ -32,6 +33,7 @@ struct Weights {
   DeviceTensor output_norm;  // [n_embd] f32
   DeviceTensor output;       // [n_embd, n_vocab]; the token embedding when the model ties them
   std::optional<DeviceTensor> rope_freqs;  // [n_rot / 2] f32 per-pair frequency divisors (Llama 3.1+)
+  std::optional<DeviceTensor> rope_long, rope_short;  // phi3 LongRoPE divisors for long / short contexts
   std::vector<LayerWeights> layers;
   bool tied_output = false;
 };
@@ -49,6 +51,10 @@ class Model {
   const Weights& weights() const { return weights_; }
   const gguf::File& file() const { return file_; }
   uint64_t weight_bytes() const { return arena_.bytes_allocated(); }
+  // The per-pair RoPE frequency divisors for a cache of `n_ctx` tokens, as llama.cpp chooses them
+  // (rope_freqs; else phi3's long factors when n_ctx exceeds the original context, its short ones
+  // otherwise), or nullptr.
+  const DeviceTensor* rope_factors(uint32_t n_ctx) const;
 
  private:
   const gguf::File& file_;

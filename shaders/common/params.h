@@ -87,6 +87,7 @@ struct RopeParams {
   float freq_scale;
   u32 neox;          // 1: NeoX pairing
   u32 has_factors;   // 1: divide each pair's angle by factors[i]
+  float attn_factor; // ggml's mscale: rotated pairs' cos and sin are scaled by it
 };
 
 // kv_store: cache[slots[t]] = convert(src[t][0..row_len)) in the cache type.
@@ -112,6 +113,7 @@ struct AttentionParams {
   // angles from the rope table
   u32 n_rot;
   u32 neox;
+  float attn_factor; // the rope table's scale of rotated pairs (attention_simd's angle steps divide it out)
 };
 
 #ifdef __cplusplus

@@ -1,7 +1,7 @@
-// make_model: writes a random-weight GGUF model of any llama/qwen2/qwen3 shape and weight type.
+// make_model: writes a random-weight GGUF model of any llama/qwen2/qwen3/phi3 shape and weight type.
 //
 // Usage:
-//   make_model -o FILE [--preset 1b] [--arch llama|qwen2|qwen3] [--layers N] [--embd N] [--ff N]
+//   make_model -o FILE [--preset 1b] [--arch llama|qwen2|qwen3|phi3] [--layers N] [--embd N] [--ff N]
 //              [--heads N] [--kv-heads N] [--head-dim N] [--vocab N] [--ctx N] [--type TYPE] [--tied]
 //              [--rope-base F] [--rms-eps F] [--seed S] [--vocab-from FILE.gguf | --byte-vocab]
 //
@@ -11,6 +11,10 @@
 //               vocab 32000, ctx 8192, rope base 500000, tied embeddings. Options given
 //               explicitly override the preset.
 //   --head-dim  per-head width (attention.key_length); default embd / heads
+//   --rot N     rope.dimension_count (partial rotary; default the head dim)
+//   phi3: fused attn_qkv and gate|up ffn_up; LongRoPE divisors rope_factors_long / _short (1 up to
+//               4 and 1 up to 1.5 across the pairs); --orig-ctx N writes rope.scaling.original_context_length (the
+//               long factors apply past it) and --attn-factor F rope.scaling.attn_factor
 //   --logit-scale S  output.weight drawn S times wider, so the logits have standard deviation ≈ S
 //               and the greedy choices clear margins (references need decided steps)
 //   --vocab-from copies every tokenizer.* key from that GGUF (default: ../shared's
@@ -59,6 +63,9 @@ struct Options {
   uint32_t n_head_kv = 2;
   uint32_t head_dim = 0;  // 0: n_embd / n_head
   float logit_scale = 1.0f;
+  uint32_t n_rot = 0;      // 0: the head dim
+  uint32_t orig_ctx = 0;   // phi3: rope.scaling.original_context_length (0: not written)
+  float attn_factor = 0.0f;  // phi3: rope.scaling.attn_factor (0: not written)
   uint32_t n_vocab = 0;  // 0: the tokenizer's size
   uint32_t n_ctx = 4096;
   std::string type = "f32";
@@ -130,6 +137,13 @@ class ModelWriter {
     random_tensor(name, type_, n_cols, n_rows, scale / std::sqrt(static_cast<float>(n_cols)));
   }
   void bias(const std::string& name, uint64_t n) { random_tensor(name, TensorType::F32, n, 1, 0.1f); }
+  // RoPE frequency divisors from 1 up to 1 + spread across the pairs, growing as LongRoPE's do.
+  void divisors(const std::string& name, uint64_t n, float spread) {
+    std::vector<float> v(n);
+    for (uint64_t i = 0; i < n; ++i) v[i] = 1.0f + spread * static_cast<float>(i) / static_cast<float>(n);
+    w_.add_tensor(name, TensorType::F32, {n}, {reinterpret_cast<const uint8_t*>(v.data()), n * sizeof(float)});
+    n_params_ += n;
+  }
   // Norm weights near 1: 1 + N(0, 0.2).
   void scales(const std::string& name, uint64_t n) {
     std::vector<float> v(n);
@@ -260,7 +274,8 @@ uint32_t byte_tokenizer(uint32_t n_vocab, gguf::Writer& w) {
 
 void check_shape(const Options& o, TensorType type) {
   auto fail = [](const std::string& m) { throw gguf::Error(m); };
-  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3") fail("--arch " + o.arch + ": expected llama, qwen2 or qwen3");
+  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" && o.arch != "phi3")
+    fail("--arch " + o.arch + ": expected llama, qwen2, qwen3 or phi3");
   if (o.n_layer == 0 || o.n_embd == 0 || o.n_ff == 0 || o.n_head == 0 || o.n_head_kv == 0 || o.n_ctx == 0)
     fail("--layers, --embd, --ff, --heads, --kv-heads and --ctx must be > 0");
   if (o.head_dim == 0 && o.n_embd % o.n_head != 0)
@@ -268,6 +283,7 @@ void check_shape(const Options& o, TensorType type) {
   if (o.n_head % o.n_head_kv != 0) fail("--heads " + std::to_string(o.n_head) + " is not a multiple of --kv-heads " + std::to_string(o.n_head_kv));
   const uint32_t head_dim = o.head_dim ? o.head_dim : o.n_embd / o.n_head;
   if (head_dim % 2 != 0) fail("head dim " + std::to_string(head_dim) + " must be even for RoPE");
+  if (o.n_rot % 2 != 0 || o.n_rot > head_dim) fail("--rot " + std::to_string(o.n_rot) + " must be even and ≤ the head dim");
   if (o.n_head * head_dim % gguf::type_info(static_cast<uint32_t>(type))->block_size != 0)
     fail("heads × head dim " + std::to_string(o.n_head * head_dim) + " is not a multiple of the " + gguf::type_name(type) + " block size");
   const uint32_t block = gguf::type_info(static_cast<uint32_t>(type))->block_size;
@@ -317,7 +333,10 @@ void make_model(const Options& o) {
   w.set(a + "attention.head_count", Value::u32(o.n_head));
   w.set(a + "attention.head_count_kv", Value::u32(o.n_head_kv));
   w.set(a + "rope.freq_base", Value::f32(o.rope_base));
-  w.set(a + "rope.dimension_count", Value::u32(head_dim));
+  const uint32_t n_rot = o.n_rot ? o.n_rot : head_dim;
+  w.set(a + "rope.dimension_count", Value::u32(n_rot));
+  if (o.orig_ctx) w.set(a + "rope.scaling.original_context_length", Value::u32(o.orig_ctx));
+  if (o.attn_factor > 0.0f) w.set(a + "rope.scaling.attn_factor", Value::f32(o.attn_factor));
   if (o.head_dim || o.arch == "qwen3") {
     w.set(a + "attention.key_length", Value::u32(head_dim));
     w.set(a + "attention.value_length", Value::u32(head_dim));
@@ -333,12 +352,20 @@ void make_model(const Options& o) {
   // Tensors in llama.cpp's order; shapes as [row length, rows].
   const uint32_t n_embd_kv = o.n_head_kv * head_dim;
   m.matrix("token_embd.weight", o.n_embd, n_vocab);
+  if (o.arch == "phi3") {
+    m.divisors("rope_factors_long.weight", n_rot / 2, 3.0f);
+    m.divisors("rope_factors_short.weight", n_rot / 2, 0.5f);
+  }
   for (uint32_t l = 0; l < o.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     m.ones(p + "attn_norm.weight", o.n_embd);
-    m.matrix(p + "attn_q.weight", o.n_embd, qd);
-    m.matrix(p + "attn_k.weight", o.n_embd, n_embd_kv);
-    m.matrix(p + "attn_v.weight", o.n_embd, n_embd_kv);
+    if (o.arch == "phi3") {
+      m.matrix(p + "attn_qkv.weight", o.n_embd, qd + 2 * n_embd_kv);
+    } else {
+      m.matrix(p + "attn_q.weight", o.n_embd, qd);
+      m.matrix(p + "attn_k.weight", o.n_embd, n_embd_kv);
+      m.matrix(p + "attn_v.weight", o.n_embd, n_embd_kv);
+    }
     if (o.arch == "qwen2") {
       m.bias(p + "attn_q.bias", qd);
       m.bias(p + "attn_k.bias", n_embd_kv);
@@ -350,8 +377,12 @@ void make_model(const Options& o) {
     }
     m.matrix(p + "attn_output.weight", qd, o.n_embd);
     m.ones(p + "ffn_norm.weight", o.n_embd);
-    m.matrix(p + "ffn_gate.weight", o.n_embd, o.n_ff);
-    m.matrix(p + "ffn_up.weight", o.n_embd, o.n_ff);
+    if (o.arch == "phi3") {
+      m.matrix(p + "ffn_up.weight", o.n_embd, 2 * uint64_t{o.n_ff});  // gate rows, then up rows
+    } else {
+      m.matrix(p + "ffn_gate.weight", o.n_embd, o.n_ff);
+      m.matrix(p + "ffn_up.weight", o.n_embd, o.n_ff);
+    }
     m.matrix(p + "ffn_down.weight", o.n_ff, o.n_embd);
   }
   m.ones("output_norm.weight", o.n_embd);
@@ -367,17 +398,20 @@ void make_model(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"make_model: write a random-weight llama/qwen2/qwen3 GGUF model"};
+  CLI::App app{"make_model: write a random-weight llama/qwen2/qwen3/phi3 GGUF model"};
   Options o;
   app.add_option("-o,--output", o.out, "output GGUF file")->required();
   app.add_option("--preset", o.preset, "shape preset: 1b (Llama-3.2-1B-like)");
-  app.add_option("--arch", o.arch, "llama, qwen2 or qwen3");
+  app.add_option("--arch", o.arch, "llama, qwen2, qwen3 or phi3");
   app.add_option("--layers", o.n_layer, "transformer blocks");
   app.add_option("--embd", o.n_embd, "residual width");
   app.add_option("--ff", o.n_ff, "feed-forward width");
   app.add_option("--heads", o.n_head, "query heads");
   app.add_option("--kv-heads", o.n_head_kv, "key/value heads");
   app.add_option("--head-dim", o.head_dim, "per-head width (default: embd / heads)");
+  app.add_option("--rot", o.n_rot, "rope.dimension_count (default: the head dim)");
+  app.add_option("--orig-ctx", o.orig_ctx, "phi3: rope.scaling.original_context_length");
+  app.add_option("--attn-factor", o.attn_factor, "phi3: rope.scaling.attn_factor");
   app.add_option("--logit-scale", o.logit_scale, "output.weight drawn this many times wider (peaked logits)");
   app.add_option("--vocab", o.n_vocab, "vocabulary size (default: the tokenizer's)");
   app.add_option("--ctx", o.n_ctx, "context_length metadata");
