@@ -42,14 +42,20 @@ layout(binding = 4) readonly buffer KvPos { int kv_pos[]; };
 layout(binding = 5) readonly buffer QPos { int q_pos[]; };
 layout(binding = 6) writeonly buffer Out { float out_[]; };
 layout(binding = 7) writeonly buffer PartialMl { float partial_ml[]; };
-layout(binding = 8) readonly buffer RopeTable { vec2 rope_table[]; };
-layout(binding = 8) readonly buffer RopeTable64 { u64vec2 rope_table64[]; };  // two (cos, sin) pairs
+layout(binding = 8) readonly buffer RopeTable { u64vec2 rope_table[]; };  // [pos][HD/2] (cos, sin), two pairs per element
 layout(binding = 1) readonly buffer KcU64x2 { u64vec2 kc_u64x2[]; };
 layout(binding = 2) readonly buffer VcU64x2 { u64vec2 vc_u64x2[]; };
 const uint ANCHOR_EVERY = 16;  // blocks between reloads of the angles from the table
 layout(push_constant) uniform Push { AttentionParams p; };
 
-// This head's HD elements of a cache row into dst; f16 reads two per load.
+// The rope table's (cos, sin) of pairs 2j and 2j + 1 at position pos.
+void table_pairs(uint pos, uint j, out vec2 a, out vec2 b) {
+  const u64vec2 w = rope_table[(pos * (HD / 2) + 2 * j) >> 1];
+  a = uintBitsToFloat(unpackUint2x32(w.x));
+  b = uintBitsToFloat(unpackUint2x32(w.y));
+}
+
+// This head's HD elements of a cache row into dst; f16 reads eight per load (two 64-bit components).
 #if defined(CACHE_F16)
 #define LOAD_HEAD(NAME, row_base, e0, dst)                                              \
   [[unroll]] for (uint t = 0; t < HD / 8; ++t) {                                         \
@@ -101,12 +107,9 @@ void main() {
   // every lane, taken from two loads at uniform addresses, as positions ascend strictly.
   vec2 ang[N_ROT / 2], step[N_ROT / 2];
   const uint step_row = min(W, uint(max(kv_pos[p.n_kv - 1], 0)));  // used only when positions reach W
-  [[unroll]] for (uint i = 0; i < N_ROT / 4; ++i) {
-    const u64vec2 w = rope_table64[(step_row * (HD / 2) + 2 * i) >> 1];
-    // The table's rotated pairs are scaled by attn_factor; a step must be a pure rotation.
-    step[2 * i] = uintBitsToFloat(unpackUint2x32(w.x)) / p.attn_factor;
-    step[2 * i + 1] = uintBitsToFloat(unpackUint2x32(w.y)) / p.attn_factor;
-  }
+  [[unroll]] for (uint j = 0; j < N_ROT / 4; ++j) table_pairs(step_row, j, step[2 * j], step[2 * j + 1]);
+  // The table's rotated pairs are scaled by attn_factor; a step must be a pure rotation.
+  [[unroll]] for (uint i = 0; i < N_ROT / 2; ++i) step[i] /= p.attn_factor;
   int prev_pos0 = -2147483647;
   bool prev_steady = false;
 
@@ -126,11 +129,7 @@ void main() {
       [[unroll]] for (uint i = 0; i < N_ROT / 2; ++i)
         ang[i] = vec2(ang[i].x * step[i].x - ang[i].y * step[i].y, ang[i].x * step[i].y + ang[i].y * step[i].x);
     } else {
-      [[unroll]] for (uint i = 0; i < N_ROT / 4; ++i) {
-        const u64vec2 w = rope_table64[(uint(pos) * (HD / 2) + 2 * i) >> 1];
-        ang[2 * i] = uintBitsToFloat(unpackUint2x32(w.x));
-        ang[2 * i + 1] = uintBitsToFloat(unpackUint2x32(w.y));
-      }
+      [[unroll]] for (uint j = 0; j < N_ROT / 4; ++j) table_pairs(uint(pos), j, ang[2 * j], ang[2 * j + 1]);
     }
     float kx[HD], vx[HD];
     LOAD_HEAD(kc, row, hk * HD, kx)

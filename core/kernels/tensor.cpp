@@ -7,6 +7,16 @@
 #include "vk/commands.h"
 
 namespace vkllm {
+namespace {
+
+// Rows of a GGUF tensor: the product of its dimensions past the first.
+uint64_t tensor_rows(const gguf::TensorInfo& info) {
+  uint64_t rows = 1;
+  for (uint32_t d = 1; d < info.n_dims; ++d) rows *= info.ne[d];
+  return rows;
+}
+
+}  // namespace
 
 const BufferView& DeviceTensor::whole() const {
   VKLLM_CHECK(parts.size() == 1, "tensor '" + name + "' is split into " + std::to_string(parts.size()) +
@@ -56,16 +66,12 @@ void WeightArena::copy_in(Buffer& dst, uint64_t offset, const uint8_t* src, uint
 }
 
 DeviceTensor WeightArena::upload(const gguf::TensorInfo& info, const std::function<void(uint64_t)>& on_bytes) {
-  uint64_t rows = 1;
-  for (uint32_t d = 1; d < info.n_dims; ++d) rows *= info.ne[d];
-  return upload_rows(info.name, info.type, info.ne[0], rows, info.data, on_bytes);
+  return upload_rows(info.name, info.type, info.ne[0], tensor_rows(info), info.data, on_bytes);
 }
 
 DeviceTensor WeightArena::upload_rows_of(const gguf::TensorInfo& info, uint64_t row_begin, uint64_t n_rows,
                                          const std::function<void(uint64_t)>& on_bytes) {
-  uint64_t rows = 1;
-  for (uint32_t d = 1; d < info.n_dims; ++d) rows *= info.ne[d];
-  VKLLM_CHECK(row_begin + n_rows <= rows, "row range past the tensor");
+  VKLLM_CHECK(row_begin + n_rows <= tensor_rows(info), "row range past the tensor");
   const std::string name = info.name + "[" + std::to_string(row_begin) + ":" + std::to_string(row_begin + n_rows) + "]";
   return upload_rows(name, info.type, info.ne[0], n_rows, info.data + row_begin * gguf::type_bytes(info.type, info.ne[0]),
                      on_bytes);

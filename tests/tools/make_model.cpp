@@ -141,8 +141,7 @@ class ModelWriter {
   void divisors(const std::string& name, uint64_t n, float spread) {
     std::vector<float> v(n);
     for (uint64_t i = 0; i < n; ++i) v[i] = 1.0f + spread * static_cast<float>(i) / static_cast<float>(n);
-    w_.add_tensor(name, TensorType::F32, {n}, {reinterpret_cast<const uint8_t*>(v.data()), n * sizeof(float)});
-    n_params_ += n;
+    f32_vector(name, v);
   }
   // Norm weights near 1: 1 + N(0, 0.2).
   void scales(const std::string& name, uint64_t n) {
@@ -150,18 +149,18 @@ class ModelWriter {
     uint64_t state = o_.seed ^ hash_name(name);
     fill_gaussian(splitmix64(state), 0.2f, v.data(), static_cast<int64_t>(n));
     for (float& x : v) x += 1.0f;
-    w_.add_tensor(name, TensorType::F32, {n}, {reinterpret_cast<const uint8_t*>(v.data()), n * sizeof(float)});
-    n_params_ += n;
+    f32_vector(name, v);
   }
-  void ones(const std::string& name, uint64_t n) {
-    const std::vector<float> v(n, 1.0f);
-    w_.add_tensor(name, TensorType::F32, {n}, {reinterpret_cast<const uint8_t*>(v.data()), n * sizeof(float)});
-    n_params_ += n;
-  }
+  void ones(const std::string& name, uint64_t n) { f32_vector(name, std::vector<float>(n, 1.0f)); }
   gguf::Writer& writer() { return w_; }
   uint64_t n_params() const { return n_params_; }
 
  private:
+  void f32_vector(const std::string& name, const std::vector<float>& v) {
+    w_.add_tensor(name, TensorType::F32, {v.size()}, {reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float)});
+    n_params_ += v.size();
+  }
+
   void random_tensor(const std::string& name, TensorType t, uint64_t n_cols, uint64_t n_rows, float sigma) {
     const uint64_t row_bytes = gguf::type_bytes(t, n_cols);
     std::vector<uint8_t> data(row_bytes * n_rows);
