@@ -22,6 +22,14 @@ anchor=$(bash "$shared/anchor/setup.sh" 2>/dev/null | tail -1)
 qwen3_shape="--arch qwen3 --layers 2 --embd 256 --ff 512 --heads 8 --kv-heads 2 --head-dim 64"
 # "@shared" stands for ../shared (the tests substitute their own path).
 phi3_shape="--arch phi3 --layers 2 --embd 256 --ff 512 --heads 4 --kv-heads 2 --rot 48 --attn-factor 1.19 --vocab-from @shared/vocab/ggml-vocab-phi-3.gguf"
+# gemma2: a 32-token window on layer 0 (prompts plus 32 generated tokens pass it), attention
+# soft-capped at 10 and the logits at 30 (F32) or 120 (quantized: at 30 their margins fall under the
+# threshold at every step); post-norms centred at 8 so the layers outweigh the √n_embd-scaled input
+# embedding. gemma3: six layers (five window layers, then a global one with base 1e6 and linear
+# scaling 8; the window layers keep base 10000). gemma3-q4_k uses seed 2: with seed 1 llama.cpp's
+# CPU and Vulkan backends differ by 0.48 in step 17's log-probability (vkllm is 0.15 from Vulkan's).
+gemma2_shape="--arch gemma2 --layers 2 --embd 256 --ff 512 --heads 4 --kv-heads 2 --head-dim 64 --window 32 --post-norm 8 --attn-softcap 10"
+gemma3_shape="--arch gemma3 --layers 6 --embd 256 --ff 512 --heads 4 --kv-heads 2 --head-dim 64 --window 32 --post-norm 8 --rope-base 1000000 --rope-scale 8"
 cases=(
   "qwen3-f32--sy-1|$qwen3_shape --type f32 --logit-scale 12 --seed 2|sy-1|0.05"
   "qwen3-f32--sy-2|$qwen3_shape --type f32 --logit-scale 12 --seed 1|sy-2|0.05"
@@ -38,6 +46,14 @@ cases=(
   "phi3-f32-short--sy-2|$phi3_shape --orig-ctx 1000000 --type f32 --logit-scale 12 --seed 2|sy-2|0.05"
   "phi3-q8_0-long--sy-1|$phi3_shape --orig-ctx 16 --type q8_0 --logit-scale 40 --seed 4|sy-1|1.0"
   "phi3-q4_k-short--sy-2|$phi3_shape --orig-ctx 1000000 --type q4_k --logit-scale 40 --seed 6|sy-2|1.0"
+  "gemma2-f32--sy-1|$gemma2_shape --final-softcap 30 --type f32 --logit-scale 12 --seed 4|sy-1|0.05"
+  "gemma2-f32--sy-2|$gemma2_shape --final-softcap 30 --type f32 --logit-scale 12 --seed 2|sy-2|0.05"
+  "gemma2-q8_0--sy-1|$gemma2_shape --final-softcap 120 --type q8_0 --logit-scale 40 --seed 4|sy-1|1.0"
+  "gemma2-q4_k--sy-1|$gemma2_shape --final-softcap 120 --type q4_k --logit-scale 40 --seed 2|sy-1|1.0"
+  "gemma3-f32--sy-1|$gemma3_shape --type f32 --logit-scale 12 --seed 3|sy-1|0.05"
+  "gemma3-f32--sy-2|$gemma3_shape --type f32 --logit-scale 12 --seed 1|sy-2|0.05"
+  "gemma3-q8_0--sy-2|$gemma3_shape --type q8_0 --logit-scale 40 --seed 1|sy-2|1.0"
+  "gemma3-q4_k--sy-1|$gemma3_shape --type q4_k --logit-scale 40 --seed 2|sy-1|1.0"
 )
 
 tmp=$(mktemp -d)

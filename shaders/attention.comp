@@ -7,7 +7,8 @@
 // slot's position as it is read, from the cos/sin table of rope_table.comp: the cache holds K
 // un-rotated) and V into shared memory, scores
 // them, and folds them into running max / sum / output accumulators. Slots whose position is
-// greater than the query's are masked (causal), so a ring buffer in any order works.
+// greater than the query's are masked (causal), and with a window those at or below the query's
+// position − window, so a ring buffer in any order works. Scores may be soft-capped (Gemma 2).
 //
 // With n_split > 1 (long contexts, few queries: decode) each split writes its unnormalised output
 // and (max, sum) to scratch and attention_combine.comp merges them.
@@ -22,6 +23,7 @@
 #include "kv_cache.glsl"
 #include "params.h"
 #include "rope.glsl"  // rope_pair
+#include "softcap.glsl"
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint HD = 64;
@@ -108,9 +110,10 @@ void main() {
     for (uint e = tid; e < BQ * BKV; e += wg) {
       const uint i = e / BKV, j = e % BKV;
       float s = NEG;
-      if (s_kpos[j] <= s_qpos[i]) {
+      if (s_kpos[j] <= s_qpos[i] && (p.window == 0 || s_qpos[i] - s_kpos[j] < int(p.window))) {
         s = 0.0;
         for (uint d = 0; d < HD; ++d) s += qs[i * HD + d] * ks[j * HD + d];
+        if (p.softcap > 0.0) s = p.softcap * safe_tanh(s / p.softcap);
       }
       ss[e] = s;
     }

@@ -13,8 +13,10 @@
 // max), so most slots cost one exp per row. At the end the lanes' partial results are merged
 // with subgroup shuffles.
 //
-// Slots whose position is greater than the query's are masked; positions ascend along the slot
-// list (the cache lists them so), so a workgroup stops at the first slot past its last query.
+// Slots whose position is greater than the query's are masked, and with a window those at or
+// below its position − window; positions ascend along the slot list (the cache lists them so), so
+// a workgroup stops at the first slot past its last query and skips blocks behind its windows.
+// Scores may be soft-capped (Gemma 2).
 //
 // Bindings and push constants: those of attention.comp.
 // Specialization: 0 W (the subgroup size), 1 HD (head_dim, even), 2 R, 3 N_ROT, 4 NEOX.
@@ -25,6 +27,7 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
 #include "kv_cache.glsl"
 #include "params.h"
+#include "softcap.glsl"
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint HD = 64;
@@ -84,7 +87,7 @@ void main() {
 
   float qv[R * HD], ov[R * HD], m[R], l[R];
   int qpos[R];
-  int qmax = -2147483647;
+  int qmax = -2147483647, qmin = 2147483647;
   [[unroll]] for (uint i = 0; i < R; ++i) {
     const uint r = min(r0 + i, n_rows - 1);
     const bool live = r0 + i < n_rows;
@@ -95,6 +98,7 @@ void main() {
     }
     qpos[i] = live ? q_pos[r / G] : -2147483647;
     qmax = max(qmax, qpos[i]);
+    if (live) qmin = min(qmin, qpos[i]);
     m[i] = NEG;
     l[i] = 0.0;
   }
@@ -117,6 +121,9 @@ void main() {
     const int pos0 = kv_pos[kv0];
     if (pos0 > qmax) break;  // positions ascend: no later slot is visible to these rows
     const uint last = min(kv0 + W, kv_end) - 1;
+    // Blocks wholly behind every row's window are skipped; they all come before the first block
+    // read, so the angle bookkeeping below starts from the table there.
+    if (p.window != 0 && kv_pos[last] + int(p.window) <= qmin) continue;
     const bool steady = kv_pos[last] - pos0 == int(last - kv0);  // the block's positions are consecutive
     const bool advance = steady && prev_steady && pos0 == prev_pos0 + int(W) && n % ANCHOR_EVERY != 0;
     prev_steady = steady && last == kv0 + W - 1;
@@ -146,7 +153,8 @@ void main() {
     [[unroll]] for (uint i = 0; i < R; ++i) {
       float s = 0.0;
       [[unroll]] for (uint d = 0; d < HD; ++d) s += qv[i * HD + d] * kx[d];
-      const bool visible = kpos <= qpos[i];
+      if (p.softcap > 0.0) s = p.softcap * safe_tanh(s / p.softcap);
+      const bool visible = kpos <= qpos[i] && (p.window == 0 || qpos[i] - kpos < int(p.window));
       if (visible && s > m[i] + RESCALE_AT) {
         const float corr = exp(m[i] - s);
         l[i] *= corr;

@@ -1,6 +1,6 @@
 // rope, kv_store and attention shaders against the scalar references: both RoPE layouts with
-// frequency factors, every cache type, grouped-query shapes, ring-ordered slot lists, and the
-// split-KV decode path.
+// frequency factors, every cache type, grouped-query shapes, ring-ordered slot lists, the
+// split-KV decode path, sliding windows and soft-capped scores.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -83,6 +83,8 @@ struct AttnCase {
   uint32_t n_head, n_head_kv, head_dim, n_q, n_kv, n_slots;
   bool neox;
   uint32_t gap = 0;  // positions of the second half of the slot list jump by this much
+  uint32_t window = 0;   // sliding window (Gemma): positions > query − window only
+  float softcap = 0.0f;  // Gemma 2's score soft-capping
 };
 
 // Stores raw K/V with kv_store, runs attention (K rotated as read) and compares with the reference
@@ -90,7 +92,8 @@ struct AttnCase {
 void check_attention(CacheType ct, const AttnCase& c, bool split, AttentionKernel kernel) {
   SCOPED_TRACE(std::string(cache_type_name(ct)) + " heads " + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) +
                " hd " + std::to_string(c.head_dim) + " q " + std::to_string(c.n_q) + " kv " + std::to_string(c.n_kv) +
-               (split ? " split" : "") + (kernel == AttentionKernel::Simd ? " simd" : " tiled"));
+               (split ? " split" : "") + (kernel == AttentionKernel::Simd ? " simd" : " tiled") + " window " +
+               std::to_string(c.window) + " softcap " + std::to_string(c.softcap));
   const uint32_t row_len = c.n_head_kv * c.head_dim;
   const uint64_t row_bytes = cache_row_bytes(ct, row_len);
   std::mt19937 rng(c.n_kv * 31 + c.n_q);
@@ -108,6 +111,8 @@ void check_attention(CacheType ct, const AttnCase& c, bool split, AttentionKerne
   const auto v_raw = test::random_floats(size_t(c.n_kv) * row_len, 2 + c.n_kv, -2, 2);
   const auto q = test::random_floats(size_t(c.n_q) * c.n_head * c.head_dim, 3 + c.n_q, -2, 2);
 
+  // A model's own query scale (Gemma's) when soft-capping, so both settings are covered.
+  const float scale = c.softcap > 0.0f ? 0.3f : 0.0f;
   // Reference: cache-round K and V, rotate K at its position, attend over an f32 cache.
   std::vector<uint8_t> kq(row_bytes * c.n_slots), vq(row_bytes * c.n_slots);
   ref::kv_store(ref_type(ct), k_raw.data(), c.n_kv, row_len, kv_slots.data(), kq.data());
@@ -123,13 +128,13 @@ void check_attention(CacheType ct, const AttnCase& c, bool split, AttentionKerne
   std::vector<float> want(size_t(c.n_q) * c.n_head * c.head_dim);
   ref::attention(q.data(), q_pos.data(), c.n_q, TensorType::F32, reinterpret_cast<const uint8_t*>(krot.data()),
                  reinterpret_cast<const uint8_t*>(vf.data()), kv_slots.data(), kv_pos.data(), c.n_kv,
-                 {c.n_head, c.n_head_kv, c.head_dim}, want.data());
+                 {c.n_head, c.n_head_kv, c.head_dim, scale, c.softcap, c.window}, want.data());
 
   Buffer dk_raw = test::to_device(k_raw), dv_raw = test::to_device(v_raw), dq = test::to_device(q);
   Buffer dslots = test::to_device(kv_slots), dpos = test::to_device(kv_pos), dqpos = test::to_device(q_pos);
   Buffer dkc = test::to_device(std::vector<uint8_t>(kq.size(), 0)), dvc = test::to_device(std::vector<uint8_t>(vq.size(), 0));
   Buffer dout = test::to_device(std::vector<float>(want.size(), 0.0f));
-  const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, kernel};
+  const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, kernel, scale, c.softcap, c.window};
   Buffer scratch(test::vk(), attention_scratch_floats(shape) * 4, MemoryUse::Device, "attention scratch");
   const RopeConfig rc{c.head_dim, c.head_dim, 10000.0f, 0.5f, c.neox, {}};
   Buffer table(test::vk(), uint64_t{n_pos} * c.head_dim * 4, MemoryUse::Device, "rope table");
@@ -158,6 +163,10 @@ TEST_F(AttentionOps, PrefillAndDecodeEveryCacheType) {
       {4, 2, 32, 9, 60, 64, true},     // several rows per attention_simd workgroup
       {4, 2, 64, 2, 700, 720, false, 5},  // positions that jump mid-list (RoPE angles reloaded), long runs
       {8, 4, 16, 3, 45, 64, true, 3},     // a jump inside a block of slots, NeoX
+      {4, 2, 64, 1, 300, 512, false, 0, 32},        // decode with a sliding window (Gemma)
+      {4, 2, 64, 40, 200, 256, true, 0, 16},        // prefill with a window shorter than the chunk
+      {8, 4, 16, 3, 500, 512, true, 0, 100, 2.0f},  // a window and soft-capped scores (Gemma 2)
+      {4, 2, 32, 9, 60, 64, false, 0, 0, 1.0f},     // soft-capping alone, caps well inside the scores' range
   };
   // Both kernels: the GPUs' shared-memory tiles and the CPU drivers' one-slot-per-lane layout (head
   // dims ≤ 64).

@@ -1,4 +1,4 @@
-// Element-wise and row shaders (add, mul, scale, swiglu, rms_norm, softmax, argmax) against the
+// Element-wise and row shaders (add, mul, scale, softcap, swiglu, geglu, rms_norm, softmax, argmax) against the
 // scalar references, over sizes that are not multiples of the workgroup size.
 #include <gtest/gtest.h>
 
@@ -30,6 +30,22 @@ TEST_F(ElementwiseOps, AddMulBroadcast) {
       EXPECT_LE(test::nmse(test::from_device<float>(o1, n), want_add), 1e-7) << n;
       EXPECT_LE(test::nmse(test::from_device<float>(o2, n), want_mul), 1e-7) << n;
     }
+  }
+}
+
+TEST_F(ElementwiseOps, GegluAndSoftcap) {
+  for (uint32_t n : k_sizes) {
+    const auto x = test::random_floats(n, n + 5, -12, 12), up = test::random_floats(n, n + 6);
+    std::vector<float> want_geglu(n), want_cap(n);
+    ref::geglu(x.data(), up.data(), n, want_geglu.data());
+    ref::softcap(x.data(), 5.0f, n, want_cap.data());
+    Buffer dx = test::to_device(x), dup = test::to_device(up), dx2 = test::to_device(x);
+    CommandRecorder rec(test::vk(), &test::pipelines());
+    record_geglu(rec, dx.view(), dup.view(), dx.view(), n);  // in place
+    record_softcap(rec, dx2.view(), dx2.view(), n, 5.0f);
+    rec.submit_and_wait();
+    EXPECT_LE(test::nmse(test::from_device<float>(dx, n), want_geglu), 1e-7) << n;
+    EXPECT_LE(test::nmse(test::from_device<float>(dx2, n), want_cap), 1e-7) << n;
   }
 }
 

@@ -17,6 +17,11 @@ uint32_t logits_rows_for(const VulkanContext& ctx, const ModelConfig& c, uint32_
   return static_cast<uint32_t>(std::clamp<uint64_t>(ctx.max_storage_range() / per_row, 1, n_ubatch));
 }
 
+// The window layers rotate with their own base or scale (gemma3), so they need their own table.
+bool has_swa_rope(const ModelConfig& c) {
+  return c.has_swa() && (c.rope_freq_base_swa != c.rope_freq_base || c.rope_freq_scale_swa != c.rope_freq_scale);
+}
+
 }  // namespace
 
 MemoryPlan plan_memory(const VulkanContext& ctx, const ModelConfig& c, uint64_t weight_bytes, const EngineOptions& o) {
@@ -27,7 +32,7 @@ MemoryPlan plan_memory(const VulkanContext& ctx, const ModelConfig& c, uint64_t 
   const uint64_t ub = std::max<uint32_t>(o.n_ubatch, 1), qd = uint64_t{c.n_head} * c.head_dim;
   const uint64_t rows = logits_rows_for(ctx, c, static_cast<uint32_t>(ub));
   m.activations = F * (ub * c.n_embd + ub * std::max<uint64_t>(c.n_embd, qd) + 2 * ub * qd + 2 * ub * c.n_embd_kv() +
-                       2 * ub * c.n_ff + rows * c.n_embd + uint64_t{o.cache.capacity} * c.head_dim +
+                       2 * ub * c.n_ff + rows * c.n_embd + uint64_t{o.cache.capacity} * c.head_dim * (has_swa_rope(c) ? 2 : 1) +
                        attention_scratch_floats({c.n_head, c.n_head_kv, c.head_dim}) + rows * c.n_vocab) +
                   3 * ub * 4 + 2 * uint64_t{o.cache.capacity} * 4;
   return m;
@@ -58,6 +63,7 @@ Engine::Engine(const VulkanContext& ctx, Pipelines& pipelines, const Model& mode
   up_ = dev(ub * c.n_ff * F, "up");
   out_rows_ = dev(uint64_t{logits_rows_} * c.n_embd * F, "out rows");
   rope_table_ = dev(uint64_t{cache_.capacity()} * c.head_dim / 2 * 2 * F, "rope table");
+  if (has_swa_rope(c)) rope_table_swa_ = dev(uint64_t{cache_.capacity()} * c.head_dim / 2 * 2 * F, "rope table (window layers)");
   scratch_ = dev(attention_scratch_floats({c.n_head, c.n_head_kv, c.head_dim}) * F, "attention scratch");
   ids_ = host(ub * 4, "ids");
   pos_ = host(ub * 4, "pos");
@@ -73,20 +79,29 @@ void Engine::record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out, bool
   const Weights& w = model_.weights();
   CommandRecorder& rec = rec_;
   const uint32_t qd = c.n_head * c.head_dim, kvd = c.n_embd_kv();
-  const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, opts_.attention};
-  const DeviceTensor* factors = model_.rope_factors(cache_.capacity());
-  const RopeConfig rope{c.head_dim, c.n_rot, c.rope_freq_base, c.rope_freq_scale, c.rope_style == RopeStyle::NeoX,
-                        factors ? factors->whole() : BufferView{}, c.rope_attn_factor};
+  const RopeConfig rope_global = rope_config(false), rope_swa = rope_config(true);
   const BufferView x = x_.view(), xn = xn_.view(), q = q_.view(), k = k_.view(), v = v_.view();
   const BufferView attn = attn_.view(), gate = gate_.view(), up = up_.view();
 
-  // Embedding: x = tok_embd[ids]; the first time, the RoPE angles of every position the cache can
-  // hold (positions stay below its capacity, so the table never changes)
+  // Embedding: x = tok_embd[ids] (· √n_embd for Gemma); the first time, the RoPE angles of every
+  // position the cache can hold (positions stay below its capacity, so the tables never change)
   record_get_rows(rec, w.tok_embd, ids_.view(), n, x, c.n_embd);
-  if (!rope_table_filled_) record_rope_table(rec, rope_table_.view(), cache_.capacity(), rope);
+  if (!rope_table_filled_) {
+    record_rope_table(rec, rope_table_.view(), cache_.capacity(), rope_global);
+    if (rope_table_swa_.size()) record_rope_table(rec, rope_table_swa_.view(), cache_.capacity(), rope_swa);
+  }
   rec.barrier();
+  if (c.embd_scale != 1.0f) {
+    record_scale(rec, x, x, n * c.n_embd, c.embd_scale);
+    rec.barrier();
+  }
   for (uint32_t l = 0; l < c.n_layer; ++l) {
     const LayerWeights& L = w.layers[l];
+    const bool swa = c.is_swa(l);
+    const RopeConfig& rope = swa ? rope_swa : rope_global;
+    const BufferView rope_table = swa && rope_table_swa_.size() ? rope_table_swa_.view() : rope_table_.view();
+    const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, opts_.attention, c.attn_scale, c.attn_softcap,
+                               swa ? c.n_swa : 0};
     // Attention block: xn = rms_norm(x) · attn_norm
     record_rms_norm(rec, x, c.n_embd, L.attn_norm.whole(), xn, c.n_embd, n, c.n_embd, c.rms_eps);
     rec.barrier();
@@ -112,22 +127,22 @@ void Engine::record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out, bool
     record_kv_store(rec, cache_.type_v(), v, kvd, slots_.view(), n, kvd, cache_.v(l).view());
     rec.barrier();
     // attn = softmax(q kᵀ / √d) v over every live slot (k rotated as read), causal by position
-    record_attention(rec, cache_.type_k(), shape, rope, rope_table_.view(), q, qd, pos_.view(), n, cache_.k(l).view(), cache_.v(l).view(),
+    record_attention(rec, cache_.type_k(), shape, rope, rope_table, q, qd, pos_.view(), n, cache_.k(l).view(), cache_.v(l).view(),
                      kv_slots_.view(), kv_pos_.view(), n_kv_listed_, attn, qd, scratch_.view());
     rec.barrier();
-    // Output projection and residual: x += wo · attn
-    record_matmul(rec, L.wo, attn, qd, n, x, c.n_embd, MatmulStore::Accumulate);
-    rec.barrier();
-    // Feed-forward block: xn = rms_norm(x) · ffn_norm; x += w_down · (silu(w_gate · xn) ⊙ (w_up · xn))
+    // Output projection and residual: x += wo · attn (Gemma: x += rms_norm(wo · attn) · attn_post_norm)
+    record_residual(L.wo, attn, qd, n, L.attn_post_norm);
+    // Feed-forward block: xn = rms_norm(x) · ffn_norm; x += w_down · (act(w_gate · xn) ⊙ (w_up · xn)),
+    // act SiLU (or tanh GELU for Gemma, whose output is normed like the attention's)
     record_rms_norm(rec, x, c.n_embd, L.ffn_norm.whole(), xn, c.n_embd, n, c.n_embd, c.rms_eps);
     rec.barrier();
     record_matmul(rec, L.w_gate, xn, c.n_embd, n, gate, c.n_ff);
     record_matmul(rec, L.w_up, xn, c.n_embd, n, up, c.n_ff);
     rec.barrier();
-    record_swiglu(rec, gate, up, gate, n * c.n_ff);
+    if (c.gelu_ffn) record_geglu(rec, gate, up, gate, n * c.n_ff);
+    else record_swiglu(rec, gate, up, gate, n * c.n_ff);
     rec.barrier();
-    record_matmul(rec, L.w_down, gate, c.n_ff, n, x, c.n_embd, MatmulStore::Accumulate);
-    rec.barrier();
+    record_residual(L.w_down, gate, c.n_ff, n, L.ffn_post_norm);
   }
   if (n_out == 0) return;
   // Logits for the rows that need them: copy those rows out, final norm, output projection.
@@ -138,10 +153,39 @@ void Engine::record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out, bool
                   c.rms_eps);
   rec.barrier();
   record_matmul(rec, w.output, out_rows_.view(), c.n_embd, n_out, logits_dev_.view(), c.n_vocab);
+  if (c.final_softcap > 0.0f) {
+    rec.barrier();
+    record_softcap(rec, logits_dev_.view(), logits_dev_.view(), n_out * c.n_vocab, c.final_softcap);
+  }
   if (log_probs) {
     rec.barrier();
     record_log_softmax(rec, logits_dev_.view(), logits_dev_.view(), n_out, c.n_vocab);
   }
+}
+
+RopeConfig Engine::rope_config(bool swa) const {
+  const ModelConfig& c = model_.config();
+  const DeviceTensor* factors = model_.rope_factors(cache_.capacity());
+  return RopeConfig{c.head_dim, c.n_rot, swa ? c.rope_freq_base_swa : c.rope_freq_base,
+                    swa ? c.rope_freq_scale_swa : c.rope_freq_scale, c.rope_style == RopeStyle::NeoX,
+                    factors ? factors->whole() : BufferView{}, c.rope_attn_factor};
+}
+
+void Engine::record_residual(const DeviceTensor& w, const BufferView& in, uint32_t in_stride, uint32_t n,
+                             const DeviceTensor& post_norm) {
+  const ModelConfig& c = model_.config();
+  const BufferView x = x_.view(), xn = xn_.view();
+  if (!c.post_norms) {
+    record_matmul(rec_, w, in, in_stride, n, x, c.n_embd, MatmulStore::Accumulate);
+    rec_.barrier();
+    return;
+  }
+  record_matmul(rec_, w, in, in_stride, n, xn, c.n_embd);
+  rec_.barrier();
+  record_rms_norm(rec_, xn, c.n_embd, post_norm.whole(), xn, c.n_embd, n, c.n_embd, c.rms_eps);
+  rec_.barrier();
+  record_add(rec_, x, xn, x, n * c.n_embd, n * c.n_embd);
+  rec_.barrier();
 }
 
 void Engine::run_chunk(std::span<const int32_t> tokens, uint32_t n_out, bool log_probs) {

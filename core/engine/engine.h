@@ -58,6 +58,11 @@ class Engine {
   // Records the forward pass of n tokens whose ids/positions/slots are in the upload buffers;
   // logits for rows [out_begin, out_begin + n_out) land in the logits buffer.
   void record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out, bool log_probs);
+  // The RoPE of the global layers, or of the sliding-window layers (their own base and scale).
+  RopeConfig rope_config(bool swa) const;
+  // x += w · in, or for models with post-norms x += rms_norm(w · in) · post_norm (through xn).
+  void record_residual(const DeviceTensor& w, const BufferView& in, uint32_t in_stride, uint32_t n,
+                       const DeviceTensor& post_norm);
   // Runs one chunk; appends the logits of its last n_out tokens (0: none).
   void run_chunk(std::span<const int32_t> tokens, uint32_t n_out, bool log_probs);
 
@@ -79,6 +84,7 @@ class Engine {
   Buffer gate_, up_; // feed-forward [n_ff]
   Buffer out_rows_;  // rows that produce logits [logits_rows][n_embd]
   Buffer rope_table_;  // [capacity][head_dim/2] (cos, sin) of each position's angles
+  Buffer rope_table_swa_;  // the same for window layers with their own RoPE base (gemma3), else empty
   Buffer scratch_;   // attention split-KV partials
   // Host-written inputs (upload memory)
   Buffer ids_;       // [n_ubatch] i32 token ids

@@ -111,9 +111,10 @@ void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape
   const uint32_t kv_per_split = std::max<uint32_t>(div_ceil(std::max<uint32_t>(n_kv, 1), n_split), 1);
   n_split = std::max<uint32_t>(div_ceil(std::max<uint32_t>(n_kv, 1), kv_per_split), 1);
 
+  const float scale = shape.scale > 0.0f ? shape.scale : 1.0f / std::sqrt(float(shape.head_dim));
   AttentionParams params{n_q, n_kv, shape.n_head, shape.n_head_kv, shape.head_dim, q_stride, out_stride, n_split,
-                         kv_per_split, 1.0f / std::sqrt(float(shape.head_dim)), rope.n_rot, rope.neox ? 1u : 0u,
-                         rope.attn_factor};
+                         kv_per_split, scale, rope.n_rot, rope.neox ? 1u : 0u, rope.attn_factor, shape.softcap,
+                         shape.window};
   const Pipeline& p =
       simd ? rec.pipelines().get(std::string("attention_simd_") + cache_type_name(type), 9, sizeof(AttentionParams),
                                  {t.wg, shape.head_dim, t.bq, rope.n_rot, rope.neox ? 1u : 0u})

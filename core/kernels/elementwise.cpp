@@ -1,4 +1,4 @@
-// Recording of the element-wise and row kernels: add, mul, scale, swiglu, rms_norm, softmax, argmax.
+// Recording of the element-wise and row kernels: add, mul, scale, softcap, swiglu, geglu, rms_norm, softmax, argmax.
 #include "kernels/params.h"
 #include "kernels/ops.h"
 
@@ -41,6 +41,14 @@ void record_scale(CommandRecorder& rec, const BufferView& x, const BufferView& o
 
 void record_swiglu(CommandRecorder& rec, const BufferView& gate, const BufferView& up, const BufferView& out, uint32_t n) {
   dispatch_1d(rec, rec.pipelines().get("swiglu", 3, sizeof(ScaleParams), {k_wg}), {gate, up, out}, ScaleParams{n, 0.0f}, n);
+}
+
+void record_geglu(CommandRecorder& rec, const BufferView& gate, const BufferView& up, const BufferView& out, uint32_t n) {
+  dispatch_1d(rec, rec.pipelines().get("geglu", 3, sizeof(ScaleParams), {k_wg}), {gate, up, out}, ScaleParams{n, 0.0f}, n);
+}
+
+void record_softcap(CommandRecorder& rec, const BufferView& x, const BufferView& out, uint32_t n, float cap) {
+  dispatch_1d(rec, rec.pipelines().get("softcap", 2, sizeof(ScaleParams), {k_wg}), {x, out}, ScaleParams{n, cap}, n);
 }
 
 void record_rms_norm(CommandRecorder& rec, const BufferView& x, uint32_t x_stride, const BufferView& w, const BufferView& out,

@@ -49,6 +49,10 @@ void record_mul(CommandRecorder& rec, const BufferView& a, const BufferView& b, 
 void record_scale(CommandRecorder& rec, const BufferView& x, const BufferView& out, uint32_t n, float s);
 // out[i] = silu(gate[i]) * up[i]
 void record_swiglu(CommandRecorder& rec, const BufferView& gate, const BufferView& up, const BufferView& out, uint32_t n);
+// out[i] = gelu(gate[i]) * up[i], GELU's tanh approximation
+void record_geglu(CommandRecorder& rec, const BufferView& gate, const BufferView& up, const BufferView& out, uint32_t n);
+// out[i] = cap * tanh(x[i] / cap)   (Gemma 2's logit soft-capping)
+void record_softcap(CommandRecorder& rec, const BufferView& x, const BufferView& out, uint32_t n, float cap);
 // out[r] = x[r] / sqrt(mean(x[r]²) + eps) * w.   x [n_rows][x_stride], w [n_cols], out [n_rows][out_stride] f32
 void record_rms_norm(CommandRecorder& rec, const BufferView& x, uint32_t x_stride, const BufferView& w, const BufferView& out,
                      uint32_t out_stride, uint32_t n_rows, uint32_t n_cols, float eps);
@@ -95,14 +99,18 @@ struct AttentionShape {
   uint32_t n_head_kv = 0;
   uint32_t head_dim = 0;
   AttentionKernel kernel = AttentionKernel::Auto;
+  float scale = 0.0f;    // score scale; 0: 1/√head_dim
+  float softcap = 0.0f;  // scores become softcap·tanh(s/softcap) before the softmax; 0: none
+  uint32_t window = 0;   // sliding window: a query at p sees positions > p − window only; 0: none
 };
 
 // Scratch floats record_attention needs for a decode step (split KV) with these settings.
 uint64_t attention_scratch_floats(const AttentionShape& shape);
 
 // Causal grouped-query attention of n_q query tokens over the n_kv cache slots listed in
-// kv_slots (with their positions kv_pos); K is rotated at kv_pos as it is read, with the angles
-// of `rope_table` (record_rope_table, covering every position in kv_pos).
+// kv_slots (with their positions kv_pos), soft-capped and windowed as `shape` says; K is rotated
+// at kv_pos as it is read, with the angles of `rope_table` (record_rope_table, covering every
+// position in kv_pos).
 //   q [n_q][q_stride] f32 rotated, q_pos [n_q] i32, k/v cache [n_slots][row bytes] in `type`,
 //   out [n_q][out_stride] f32, scratch ≥ attention_scratch_floats() f32 (used when splitting).
 void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape& shape, const RopeConfig& rope,

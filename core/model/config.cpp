@@ -1,9 +1,37 @@
 // Hyperparameters from GGUF metadata, with the checks that keep later code simple.
 #include "model/config.h"
 
+#include <cmath>
+
 #include "base/error.h"
 
 namespace vkllm {
+namespace {
+
+// Gemma 2 and 3, as llama.cpp reads them: the window pattern is fixed per architecture (every
+// second layer; five of every six), the query scale is 1/√head_dim except for the 27B shapes
+// (recognised by their layer count), whose scale is 1/√(n_embd / n_head).
+void read_gemma_config(const gguf::File& f, ModelConfig& c) {
+  const std::string a = c.arch_name + ".";
+  c.embd_scale = std::sqrt(float(c.n_embd));
+  const bool is_27b = c.n_layer == (c.arch == Arch::Gemma2 ? 46u : 62u);
+  c.attn_scale = 1.0f / std::sqrt(float(is_27b ? c.n_embd / c.n_head : c.head_dim));
+  if (c.arch == Arch::Gemma2) {
+    c.swa_pattern = 2;
+    c.n_swa = f.get_u32_or(a + "attention.sliding_window", 4096);
+    c.attn_softcap = f.get_f32_or(a + "attn_logit_softcapping", 50.0f);
+    c.final_softcap = f.get_f32_or(a + "final_logit_softcapping", 30.0f);
+    c.rope_freq_base_swa = c.rope_freq_base;
+    c.rope_freq_scale_swa = c.rope_freq_scale;
+  } else {
+    c.swa_pattern = 6;
+    c.n_swa = f.get_u32(a + "attention.sliding_window");
+    c.rope_freq_base_swa = 10000.0f;
+    c.rope_freq_scale_swa = 1.0f;
+  }
+}
+
+}  // namespace
 
 const char* arch_name(Arch a) {
   switch (a) {
@@ -11,6 +39,8 @@ const char* arch_name(Arch a) {
     case Arch::Qwen2: return "qwen2";
     case Arch::Qwen3: return "qwen3";
     case Arch::Phi3: return "phi3";
+    case Arch::Gemma2: return "gemma2";
+    case Arch::Gemma3: return "gemma3";
   }
   return "?";
 }
@@ -32,8 +62,15 @@ ModelConfig read_model_config(const gguf::File& f) {
     // phi3.attention.sliding_window is ignored, as llama.cpp does (its Phi SWA is disabled).
     c.arch = Arch::Phi3;
     c.rope_style = RopeStyle::NeoX;
+  } else if (c.arch_name == "gemma2" || c.arch_name == "gemma3") {
+    c.arch = c.arch_name == "gemma2" ? Arch::Gemma2 : Arch::Gemma3;
+    c.rope_style = RopeStyle::NeoX;
+    c.post_norms = true;
+    c.gelu_ffn = true;
+    c.qk_norm = c.arch == Arch::Gemma3;
   } else {
-    throw Error(f.path() + ": architecture '" + c.arch_name + "' is not supported (vkllm runs llama, qwen2, qwen3 and phi3)");
+    throw Error(f.path() + ": architecture '" + c.arch_name +
+                "' is not supported (vkllm runs llama, qwen2, qwen3, phi3, gemma2 and gemma3)");
   }
   const std::string a = c.arch_name + ".";
   c.name = f.get_string_or("general.name", "");
@@ -74,6 +111,8 @@ ModelConfig read_model_config(const gguf::File& f) {
   if (c.head_dim == 0 || c.head_dim % 2 != 0) bad(a + "attention.key_length", c.head_dim, "an even number");
   c.n_rot = f.get_u32_or(a + "rope.dimension_count", c.head_dim);
   if (c.n_rot > c.head_dim || c.n_rot % 2 != 0) bad(a + "rope.dimension_count", c.n_rot, "even and ≤ head dim " + std::to_string(c.head_dim));
+
+  if (c.arch == Arch::Gemma2 || c.arch == Arch::Gemma3) read_gemma_config(f, c);
 
   c.tokenizer_model = f.get_string_or("tokenizer.ggml.model", "");
   if (f.find("tokenizer.ggml.tokens")) c.n_vocab = static_cast<uint32_t>(f.get_array("tokenizer.ggml.tokens").count);

@@ -7,7 +7,7 @@
 
 namespace vkllm {
 
-enum class Arch { Llama, Qwen2, Qwen3, Phi3 };
+enum class Arch { Llama, Qwen2, Qwen3, Phi3, Gemma2, Gemma3 };
 enum class RopeStyle { Normal, NeoX };  // Normal: pairs (2i, 2i+1); NeoX: pairs (i, i + rot/2)
 
 struct ModelConfig {
@@ -32,10 +32,23 @@ struct ModelConfig {
   float rope_attn_factor = 1.0f;  // rope.scaling.attn_factor: RoPE's cos and sin are scaled by it (phi3 LongRoPE)
   uint32_t n_ctx_orig = 0;     // rope.scaling.original_context_length (default n_ctx_train): phi3 uses its long
                                // RoPE factors when the context is longer, the short ones otherwise
+  // Gemma 2 / 3 (see docs/models.md)
+  float embd_scale = 1.0f;     // token embeddings are multiplied by it (√n_embd)
+  float attn_scale = 0.0f;     // query scale; 0: 1/√head_dim
+  float attn_softcap = 0.0f;   // scores become c·tanh(s/c) before the softmax; 0: none
+  float final_softcap = 0.0f;  // logits likewise
+  bool post_norms = false;     // RMSNorm of the attention and FFN outputs before the residual add
+  bool gelu_ffn = false;       // GeGLU (tanh GELU of the gate) instead of SwiGLU
+  uint32_t n_swa = 0;          // sliding window: a window layer's query sees the n_swa latest positions; 0: none
+  uint32_t swa_pattern = 0;    // layer l is a window layer when l % swa_pattern < swa_pattern − 1
+  float rope_freq_base_swa = 10000.0f;  // window layers' RoPE (gemma3: 10000 and no scaling)
+  float rope_freq_scale_swa = 1.0f;
   std::string tokenizer_model; // tokenizer.ggml.model: "llama" (SentencePiece) or "gpt2" (byte BPE)
   bool has_chat_template = false;
 
   uint32_t n_embd_kv() const { return n_head_kv * head_dim; }  // width of one token's K (or V) row
+  bool is_swa(uint32_t layer) const { return n_swa > 0 && swa_pattern > 0 && layer % swa_pattern < swa_pattern - 1; }
+  bool has_swa() const { return n_swa > 0 && swa_pattern > 1; }
 };
 
 // Reads the hyperparameters of `f`; throws Error naming the missing or inconsistent key.

@@ -1,4 +1,4 @@
-// The tensor table of llama/qwen2/qwen3/phi3 GGUF files, its validation, and the weight upload.
+// The tensor table of llama/qwen2/qwen3/phi3/gemma2/gemma3 GGUF files, its validation, and the weight upload.
 #include "model/model.h"
 
 #include "kernels/ops.h"
@@ -80,6 +80,10 @@ Model::Model(const VulkanContext& ctx, const gguf::File& file, const ProgressFn&
       table.push_back({p + "attn_k_norm.weight", {c.head_dim}, &l.k_norm, true});
     }
     table.push_back({p + "ffn_norm.weight", {c.n_embd}, &l.ffn_norm, true});
+    if (c.post_norms) {
+      table.push_back({p + "post_attention_norm.weight", {c.n_embd}, &l.attn_post_norm, true});
+      table.push_back({p + "post_ffw_norm.weight", {c.n_embd}, &l.ffn_post_norm, true});
+    }
     if (c.arch == Arch::Phi3 && !file.find_tensor(p + "ffn_gate.weight")) {  // gate rows, then up rows
       table.push_back({p + "ffn_up.weight", {c.n_embd, 2 * uint64_t{c.n_ff}}, nullptr, false, {{&l.w_gate, c.n_ff}, {&l.w_up, c.n_ff}}});
     } else {

@@ -22,7 +22,9 @@ struct LayerWeights {
   DeviceTensor wo;         // [n_head * head_dim, n_embd]
   DeviceTensor bq, bk, bv; // [n_head * head_dim], [n_embd_kv], [n_embd_kv] f32 (qwen2 only)
   DeviceTensor q_norm, k_norm;  // [head_dim] f32, applied to every head of q and k (qwen3 only)
+  DeviceTensor attn_post_norm;  // [n_embd] f32, the attention output's norm (gemma2/3 only)
   DeviceTensor ffn_norm;   // [n_embd] f32
+  DeviceTensor ffn_post_norm;   // [n_embd] f32, the FFN output's norm (gemma2/3 only)
   DeviceTensor w_gate;     // [n_embd, n_ff]
   DeviceTensor w_up;       // [n_embd, n_ff]
   DeviceTensor w_down;     // [n_ff, n_embd]

@@ -108,12 +108,14 @@ struct AttentionParams {
   u32 out_stride;   // floats between output tokens
   u32 n_split;      // KV ranges processed by separate workgroups (1: write the output directly)
   u32 kv_per_split; // slot-list entries per split
-  float scale;      // 1 / sqrt(head_dim)
+  float scale;      // score scale (1 / sqrt(head_dim) unless the model says otherwise)
   // RoPE applied to K as it is read (K is cached un-rotated; see docs/kv-cache.md), with the
   // angles from the rope table
   u32 n_rot;
   u32 neox;
   float attn_factor; // the rope table's scale of rotated pairs (attention_simd's angle steps divide it out)
+  float softcap;     // scores s become softcap·tanh(s/softcap) before the softmax; 0: none
+  u32 window;        // sliding window: a query at position p sees key positions > p − window; 0: all
 };
 
 #ifdef __cplusplus

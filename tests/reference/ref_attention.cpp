@@ -33,7 +33,7 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, TensorType kv_
   const int64_t hd = shape.head_dim, row_len = shape.n_head_kv * hd;
   const int64_t row_bytes = static_cast<int64_t>(gguf::type_bytes(kv_type, static_cast<uint64_t>(row_len)));
   const int64_t group = shape.n_head / shape.n_head_kv;
-  const float kq_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float kq_scale = shape.scale > 0.0f ? shape.scale : 1.0f / std::sqrt(static_cast<float>(hd));
 
   // The listed cache rows, dequantized once: [n_kv][n_head_kv * head_dim] f32 each.
   std::vector<float> k(static_cast<size_t>(n_kv * row_len)), v(k.size());
@@ -43,11 +43,11 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, TensorType kv_
   }
 
   std::vector<float> scores(static_cast<size_t>(n_kv));  // [n_kv] f32, one query head's logits
-  std::vector<int64_t> visible;                           // indices j with slot_pos[j] ≤ q_pos[i]
+  std::vector<int64_t> visible;                           // indices j the query sees
   for (int64_t i = 0; i < n_q; ++i) {
     visible.clear();
     for (int64_t j = 0; j < n_kv; ++j)
-      if (slot_pos[j] <= q_pos[i]) visible.push_back(j);
+      if (slot_pos[j] <= q_pos[i] && (shape.window == 0 || q_pos[i] - slot_pos[j] < shape.window)) visible.push_back(j);
     for (int64_t h = 0; h < shape.n_head; ++h) {
       const float* qh = q + (i * shape.n_head + h) * hd;
       float* oh = out + (i * shape.n_head + h) * hd;
@@ -59,7 +59,9 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, TensorType kv_
         const float* kh = k.data() + visible[static_cast<size_t>(s)] * row_len + kv_off;
         float dot = 0.0f;
         for (int64_t d = 0; d < hd; ++d) dot += qh[d] * kh[d];
-        scores[static_cast<size_t>(s)] = dot * kq_scale;
+        float score = dot * kq_scale;
+        if (shape.softcap > 0.0f) score = shape.softcap * std::tanh(score / shape.softcap);
+        scores[static_cast<size_t>(s)] = score;
       }
       softmax(scores.data(), n_vis, scores.data());
       for (int64_t s = 0; s < n_vis; ++s) {

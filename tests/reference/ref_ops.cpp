@@ -66,6 +66,18 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+void geglu(const float* gate, const float* up, int64_t n, float* out) {
+  constexpr double k = 0.7978845608028654;  // sqrt(2 / pi)
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = gate[i];
+    out[i] = static_cast<float>(0.5 * g * (1.0 + std::tanh(k * (g + 0.044715 * g * g * g))) * up[i]);
+  }
+}
+
+void softcap(const float* x, float cap, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = cap * std::tanh(x[i] / cap);
+}
+
 void softmax(const float* x, int64_t n, float* out) {
   float mx = x[0];
   for (int64_t i = 1; i < n; ++i) mx = std::fmax(mx, x[i]);

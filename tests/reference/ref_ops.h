@@ -61,6 +61,10 @@ void mul(const float* a, const float* b, int64_t n, float* out);    // out = a *
 void scale(const float* x, float s, int64_t n, float* out);         // out = s * x, all [n]
 // out = silu(gate) * up, silu(g) = g / (1 + exp(-g)). All [n].
 void swiglu(const float* gate, const float* up, int64_t n, float* out);
+// out = gelu(gate) * up with ggml's tanh approximation of GELU, all [n]
+void geglu(const float* gate, const float* up, int64_t n, float* out);
+// out = cap * tanh(x / cap), all [n]
+void softcap(const float* x, float cap, int64_t n, float* out);
 // Numerically stable softmax of one row. x, out: [n].
 void softmax(const float* x, int64_t n, float* out);
 // Index of the largest element (the first one on ties). x: [n], n ≥ 1.
@@ -92,15 +96,19 @@ struct AttentionShape {
   int64_t n_head = 0;     // query heads
   int64_t n_head_kv = 0;  // key/value heads; query head h reads kv head h / (n_head / n_head_kv)
   int64_t head_dim = 0;
+  float scale = 0.0f;    // score scale; 0: 1/sqrt(head_dim)
+  float softcap = 0.0f;  // scores s become softcap·tanh(s/softcap) (after the scale); 0: none
+  int64_t window = 0;    // a query at p sees positions > p − window only; 0: all
 };
 
-// Causal grouped-query attention over a KV cache, softmax(q kᵀ / sqrt(head_dim)) v per head, f32.
+// Causal grouped-query attention over a KV cache, softmax(q kᵀ · scale) v per head, f32.
 //   q:        [n_q][n_head * head_dim] f32, already rotated
 //   q_pos:    [n_q] position of each query token
 //   k_cache, v_cache: [n_slots][n_head_kv * head_dim] in kv_type (F32, F16, Q8_0 or Q4_0)
 //   slots:    [n_kv] cache rows to consider; slot_pos: [n_kv] the position stored in each
 //   out:      [n_q][n_head * head_dim] f32
-// Query i attends to the listed slots whose position ≤ q_pos[i]; a query with none gets zeros.
+// Query i attends to the listed slots whose position ≤ q_pos[i] (and > q_pos[i] − window); a query
+// with none gets zeros.
 void attention(const float* q, const int32_t* q_pos, int64_t n_q, gguf::TensorType kv_type, const uint8_t* k_cache,
                const uint8_t* v_cache, const int32_t* slots, const int32_t* slot_pos, int64_t n_kv,
                const AttentionShape& shape, float* out);

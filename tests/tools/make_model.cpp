@@ -1,7 +1,7 @@
-// make_model: writes a random-weight GGUF model of any llama/qwen2/qwen3/phi3 shape and weight type.
+// make_model: writes a random-weight GGUF model of any llama/qwen2/qwen3/phi3/gemma2/gemma3 shape and weight type.
 //
 // Usage:
-//   make_model -o FILE [--preset 1b] [--arch llama|qwen2|qwen3|phi3] [--layers N] [--embd N] [--ff N]
+//   make_model -o FILE [--preset 1b] [--arch llama|qwen2|qwen3|phi3|gemma2|gemma3] [--layers N] [--embd N] [--ff N]
 //              [--heads N] [--kv-heads N] [--head-dim N] [--vocab N] [--ctx N] [--type TYPE] [--tied]
 //              [--rope-base F] [--rms-eps F] [--seed S] [--vocab-from FILE.gguf | --byte-vocab]
 //
@@ -15,8 +15,16 @@
 //   phi3: fused attn_qkv and gate|up ffn_up; LongRoPE divisors rope_factors_long / _short (1 up to
 //               4 and 1 up to 1.5 across the pairs); --orig-ctx N writes rope.scaling.original_context_length (the
 //               long factors apply past it) and --attn-factor F rope.scaling.attn_factor
-//   --logit-scale S  output.weight drawn S times wider, so the logits have standard deviation ≈ S
-//               and the greedy choices clear margins (references need decided steps)
+//   gemma2/gemma3: tied embeddings (llama.cpp reads no output.weight for them), post-attention and
+//               post-FFN norms, attention.key_length written; --window N attention.sliding_window;
+//               gemma2 --attn-softcap F / --final-softcap F write the soft-capping keys (llama.cpp's
+//               defaults 50 and 30 otherwise); gemma3 q/k norms, --rope-scale F writes linear
+//               rope.scaling.factor (its global layers' scaling); --post-norm F centres the
+//               post-norm weights at F, so the layers outweigh the √n_embd-scaled input embedding
+//               (which, tied to the output, otherwise makes the last token the likeliest next one)
+//   --logit-scale S  output.weight drawn S times wider (when tied, the output norm's weights are S
+//               instead of 1), so the logits have standard deviation ≈ S and the greedy choices
+//               clear margins (references need decided steps)
 //   --vocab-from copies every tokenizer.* key from that GGUF (default: ../shared's
 //               models/stories260K.gguf when it exists); --byte-vocab generates a SentencePiece
 //               byte-fallback vocabulary instead (<unk> <s> </s> <0x00>…<0xFF>). A --vocab larger
@@ -66,6 +74,11 @@ struct Options {
   uint32_t n_rot = 0;      // 0: the head dim
   uint32_t orig_ctx = 0;   // phi3: rope.scaling.original_context_length (0: not written)
   float attn_factor = 0.0f;  // phi3: rope.scaling.attn_factor (0: not written)
+  uint32_t window = 0;       // gemma2/3: attention.sliding_window (0: not written)
+  float attn_softcap = 0.0f;   // gemma2: attn_logit_softcapping (0: not written)
+  float final_softcap = 0.0f;  // gemma2: final_logit_softcapping (0: not written)
+  float rope_scale = 0.0f;     // linear rope.scaling.factor (0: not written)
+  float post_norm = 1.0f;      // gemma2/3: centre of the post-norm weights
   uint32_t n_vocab = 0;  // 0: the tokenizer's size
   uint32_t n_ctx = 4096;
   std::string type = "f32";
@@ -143,15 +156,15 @@ class ModelWriter {
     for (uint64_t i = 0; i < n; ++i) v[i] = 1.0f + spread * static_cast<float>(i) / static_cast<float>(n);
     f32_vector(name, v);
   }
-  // Norm weights near 1: 1 + N(0, 0.2).
-  void scales(const std::string& name, uint64_t n) {
+  // Norm weights near `centre`: centre · (1 + N(0, 0.2)).
+  void scales(const std::string& name, uint64_t n, float centre = 1.0f) {
     std::vector<float> v(n);
     uint64_t state = o_.seed ^ hash_name(name);
     fill_gaussian(splitmix64(state), 0.2f, v.data(), static_cast<int64_t>(n));
-    for (float& x : v) x += 1.0f;
+    for (float& x : v) x = centre * (x + 1.0f);
     f32_vector(name, v);
   }
-  void ones(const std::string& name, uint64_t n) { f32_vector(name, std::vector<float>(n, 1.0f)); }
+  void ones(const std::string& name, uint64_t n, float value = 1.0f) { f32_vector(name, std::vector<float>(n, value)); }
   gguf::Writer& writer() { return w_; }
   uint64_t n_params() const { return n_params_; }
 
@@ -271,10 +284,13 @@ uint32_t byte_tokenizer(uint32_t n_vocab, gguf::Writer& w) {
   return n_vocab;
 }
 
+bool is_gemma(const Options& o) { return o.arch == "gemma2" || o.arch == "gemma3"; }
+
 void check_shape(const Options& o, TensorType type) {
   auto fail = [](const std::string& m) { throw gguf::Error(m); };
-  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" && o.arch != "phi3")
-    fail("--arch " + o.arch + ": expected llama, qwen2, qwen3 or phi3");
+  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" && o.arch != "phi3" && !is_gemma(o))
+    fail("--arch " + o.arch + ": expected llama, qwen2, qwen3, phi3, gemma2 or gemma3");
+  if (o.arch == "gemma3" && o.window == 0) fail("--arch gemma3 needs --window (llama.cpp requires attention.sliding_window)");
   if (o.n_layer == 0 || o.n_embd == 0 || o.n_ff == 0 || o.n_head == 0 || o.n_head_kv == 0 || o.n_ctx == 0)
     fail("--layers, --embd, --ff, --heads, --kv-heads and --ctx must be > 0");
   if (o.head_dim == 0 && o.n_embd % o.n_head != 0)
@@ -314,9 +330,8 @@ void make_model(const Options& o) {
   if (!type || !vkllm::ref::is_supported(*type)) throw gguf::Error("--type " + o.type + ": not a supported weight type");
   check_shape(o, *type);
   if (o.byte_vocab && !o.vocab_from.empty()) throw gguf::Error("--byte-vocab and --vocab-from exclude each other");
-  if (o.tied && o.logit_scale != 1.0f) throw gguf::Error("--logit-scale needs an output.weight: not with --tied");
-
   ModelWriter m(o, *type);
+  const bool tied = o.tied || is_gemma(o);
   gguf::Writer& w = m.writer();
   const std::string a = o.arch + ".";
   const uint32_t head_dim = o.head_dim ? o.head_dim : o.n_embd / o.n_head, qd = o.n_head * head_dim;
@@ -336,7 +351,14 @@ void make_model(const Options& o) {
   w.set(a + "rope.dimension_count", Value::u32(n_rot));
   if (o.orig_ctx) w.set(a + "rope.scaling.original_context_length", Value::u32(o.orig_ctx));
   if (o.attn_factor > 0.0f) w.set(a + "rope.scaling.attn_factor", Value::f32(o.attn_factor));
-  if (o.head_dim || o.arch == "qwen3") {
+  if (o.rope_scale > 0.0f) {
+    w.set(a + "rope.scaling.type", Value::str("linear"));
+    w.set(a + "rope.scaling.factor", Value::f32(o.rope_scale));
+  }
+  if (o.window) w.set(a + "attention.sliding_window", Value::u32(o.window));
+  if (o.attn_softcap > 0.0f) w.set(a + "attn_logit_softcapping", Value::f32(o.attn_softcap));
+  if (o.final_softcap > 0.0f) w.set(a + "final_logit_softcapping", Value::f32(o.final_softcap));
+  if (o.head_dim || o.arch == "qwen3" || is_gemma(o)) {
     w.set(a + "attention.key_length", Value::u32(head_dim));
     w.set(a + "attention.value_length", Value::u32(head_dim));
   }
@@ -370,11 +392,12 @@ void make_model(const Options& o) {
       m.bias(p + "attn_k.bias", n_embd_kv);
       m.bias(p + "attn_v.bias", n_embd_kv);
     }
-    if (o.arch == "qwen3") {
+    if (o.arch == "qwen3" || o.arch == "gemma3") {
       m.scales(p + "attn_q_norm.weight", head_dim);
       m.scales(p + "attn_k_norm.weight", head_dim);
     }
     m.matrix(p + "attn_output.weight", qd, o.n_embd);
+    if (is_gemma(o)) m.scales(p + "post_attention_norm.weight", o.n_embd, o.post_norm);
     m.ones(p + "ffn_norm.weight", o.n_embd);
     if (o.arch == "phi3") {
       m.matrix(p + "ffn_up.weight", o.n_embd, 2 * uint64_t{o.n_ff});  // gate rows, then up rows
@@ -383,25 +406,26 @@ void make_model(const Options& o) {
       m.matrix(p + "ffn_up.weight", o.n_embd, o.n_ff);
     }
     m.matrix(p + "ffn_down.weight", o.n_ff, o.n_embd);
+    if (is_gemma(o)) m.scales(p + "post_ffw_norm.weight", o.n_embd, o.post_norm);
   }
-  m.ones("output_norm.weight", o.n_embd);
-  if (!o.tied) m.matrix("output.weight", o.n_embd, n_vocab, o.logit_scale);
+  m.ones("output_norm.weight", o.n_embd, tied ? o.logit_scale : 1.0f);
+  if (!tied) m.matrix("output.weight", o.n_embd, n_vocab, o.logit_scale);
 
   w.write(o.out);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("%s: %s, %u layers, embd %u, ff %u, heads %u/%u, vocab %u%s, %.3fB params, %s, %.1f s\n", o.out.c_str(),
-              o.arch.c_str(), o.n_layer, o.n_embd, o.n_ff, o.n_head, o.n_head_kv, n_vocab, o.tied ? " (tied)" : "",
+              o.arch.c_str(), o.n_layer, o.n_embd, o.n_ff, o.n_head, o.n_head_kv, n_vocab, tied ? " (tied)" : "",
               static_cast<double>(m.n_params()) * 1e-9, gguf::type_name(*type).c_str(), secs);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"make_model: write a random-weight llama/qwen2/qwen3/phi3 GGUF model"};
+  CLI::App app{"make_model: write a random-weight llama/qwen2/qwen3/phi3/gemma2/gemma3 GGUF model"};
   Options o;
   app.add_option("-o,--output", o.out, "output GGUF file")->required();
   app.add_option("--preset", o.preset, "shape preset: 1b (Llama-3.2-1B-like)");
-  app.add_option("--arch", o.arch, "llama, qwen2, qwen3 or phi3");
+  app.add_option("--arch", o.arch, "llama, qwen2, qwen3, phi3, gemma2 or gemma3");
   app.add_option("--layers", o.n_layer, "transformer blocks");
   app.add_option("--embd", o.n_embd, "residual width");
   app.add_option("--ff", o.n_ff, "feed-forward width");
@@ -411,6 +435,11 @@ int main(int argc, char** argv) {
   app.add_option("--rot", o.n_rot, "rope.dimension_count (default: the head dim)");
   app.add_option("--orig-ctx", o.orig_ctx, "phi3: rope.scaling.original_context_length");
   app.add_option("--attn-factor", o.attn_factor, "phi3: rope.scaling.attn_factor");
+  app.add_option("--window", o.window, "gemma2/gemma3: attention.sliding_window");
+  app.add_option("--attn-softcap", o.attn_softcap, "gemma2: attn_logit_softcapping");
+  app.add_option("--final-softcap", o.final_softcap, "gemma2: final_logit_softcapping");
+  app.add_option("--rope-scale", o.rope_scale, "linear rope.scaling.factor");
+  app.add_option("--post-norm", o.post_norm, "gemma2/gemma3: post-norm weights near this (default 1)");
   app.add_option("--logit-scale", o.logit_scale, "output.weight drawn this many times wider (peaked logits)");
   app.add_option("--vocab", o.n_vocab, "vocabulary size (default: the tokenizer's)");
   app.add_option("--ctx", o.n_ctx, "context_length metadata");
