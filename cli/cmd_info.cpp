@@ -21,6 +21,12 @@ struct InfoOptions {
 
 constexpr CacheType k_cache_types[] = {CacheType::F16, CacheType::Q8_0, CacheType::Q4_0};
 
+uint32_t window_layers(const ModelConfig& c) {
+  uint32_t n = 0;
+  for (uint32_t l = 0; l < c.n_layer; ++l) n += c.is_swa(l) ? 1 : 0;
+  return n;
+}
+
 nlohmann::json to_json(const ModelSummary& s, const InfoOptions& o, uint32_t ctx, CacheType chosen) {
   const ModelConfig& c = s.config;
   nlohmann::json types = nlohmann::json::object();
@@ -58,6 +64,7 @@ nlohmann::json to_json(const ModelSummary& s, const InfoOptions& o, uint32_t ctx
                 {"n_rot", c.n_rot},
                 {"freq_base", c.rope_freq_base},
                 {"freq_scale", c.rope_freq_scale}}},
+      {"sliding_window", {{"window", c.has_swa() ? c.n_swa : 0}, {"window_layers", window_layers(c)}}},
       {"kv_cache", {{"ctx", ctx}, {"seqs", o.seqs}, {"cache_type", cache_type_name(chosen)}, {"types", kv}}},
   };
 }
@@ -77,6 +84,9 @@ void print_human(const ModelSummary& s, const InfoOptions& o, uint32_t ctx, Cach
   std::printf("embedding       %u (feed-forward %u)\n", c.n_embd, c.n_ff);
   std::printf("rope            %s, %u dims, base %g, scale %g\n", c.rope_style == RopeStyle::NeoX ? "neox" : "normal",
               c.n_rot, c.rope_freq_base, c.rope_freq_scale);
+  if (c.has_swa())
+    std::printf("attention       sliding window of %s tokens on %u of %u layers (the others see the whole context)\n",
+                with_commas(c.n_swa).c_str(), window_layers(c), c.n_layer);
   std::printf("vocabulary      %s tokens (%s)\n", with_commas(c.n_vocab).c_str(),
               c.tokenizer_model.empty() ? "no tokenizer" : c.tokenizer_model.c_str());
   std::printf("chat template   %s\n", c.has_chat_template ? "yes" : "no");

@@ -266,6 +266,52 @@ TEST(Cli, Qwen3SessionContinuesExactly) {
   std::filesystem::remove(session);
 }
 
+// gemma3 with a 16-token window: perplexity streams through a ring of 64 slots past its capacity;
+// a long prompt gives the same tokens and log-probabilities whatever the prefill chunk (each
+// chunk's window layers read only the slots their window can see); a saved session continues
+// exactly past the window.
+TEST(Cli, Gemma3WindowStreamsAndResumes) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const std::string dir = testing::TempDir(), gguf = dir + "/gemma3-window.gguf", session = dir + "/gemma3.session";
+  const std::string make = std::string(VKLLM_MAKE_MODEL) +
+                           " --arch gemma3 --layers 6 --embd 256 --ff 512 --heads 4 --kv-heads 2 --head-dim 64 --window 16"
+                           " --post-norm 8 --rope-base 1000000 --rope-scale 8 --type q8_0 --seed 5 -o " + gguf + " >/dev/null";
+  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+  const std::string text = shared_path("reference/prompts/sy-2.txt");
+  const Result ppl = vkllm("perplexity --json -q --stream --ctx 64 -m " + gguf + " -f " + text);
+  ASSERT_EQ(ppl.status, 0) << ppl.err;
+  EXPECT_EQ(json::parse(ppl.out)["kv_evicted"].get<int>(), 612);
+  EXPECT_TRUE(std::isfinite(json::parse(ppl.out)["perplexity"].get<double>()));
+
+  json chunked[2];
+  for (int i = 0; i < 2; ++i) {
+    const Result r = vkllm("run --json -q --temp 0 --ignore-eos --logprobs -n 8 --ubatch " + std::string(i ? "7" : "512") + " -m " +
+                           gguf + " -f " + text);
+    ASSERT_EQ(r.status, 0) << r.err;
+    chunked[i] = json::parse(r.out);
+  }
+  EXPECT_EQ(chunked[1]["tokens"], chunked[0]["tokens"]);
+  const std::vector<float> lp0 = chunked[0]["logprobs"].get<std::vector<float>>(), lp1 = chunked[1]["logprobs"].get<std::vector<float>>();
+  ASSERT_EQ(lp0.size(), lp1.size());
+  for (size_t s = 0; s < lp0.size(); ++s) EXPECT_NEAR(lp1[s], lp0[s], 1e-3) << "step " << s;
+
+  std::filesystem::remove(session);
+  const std::string base = "run --json -q --temp 0 --ignore-eos -m " + gguf;
+  const std::string prompt = " -p 'Once upon a time, in a small village by the sea, there lived a girl who loved boats'";
+  const Result whole = vkllm(base + " -n 24" + prompt);
+  const Result first = vkllm(base + " -n 12 --session " + session + prompt);
+  const Result second = vkllm(base + " -n 12 --session " + session);
+  ASSERT_EQ(whole.status, 0) << whole.err;
+  ASSERT_EQ(first.status, 0) << first.err;
+  ASSERT_EQ(second.status, 0) << second.err;
+  std::vector<int> split = json::parse(first.out)["tokens"].get<std::vector<int>>();
+  const std::vector<int> rest = json::parse(second.out)["tokens"].get<std::vector<int>>();
+  split.insert(split.end(), rest.begin(), rest.end());
+  EXPECT_EQ(split, json::parse(whole.out)["tokens"].get<std::vector<int>>());
+  std::filesystem::remove(gguf);
+  std::filesystem::remove(session);
+}
+
 TEST(Cli, StdoutCarriesOnlyTheText) {
   VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
   const Result r = vkllm("run --temp 0 -n 16 -m " + model("stories260K.gguf") + " -p 'Once upon a time'");

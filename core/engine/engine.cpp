@@ -127,8 +127,13 @@ void Engine::record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out, bool
     record_kv_store(rec, cache_.type_v(), v, kvd, slots_.view(), n, kvd, cache_.v(l).view());
     rec.barrier();
     // attn = softmax(q kᵀ / √d) v over every live slot (k rotated as read), causal by position
+    // A window layer reads only the suffix of the slot list its queries can see (the list is in
+    // logical order and a token's position is its logical index).
+    const uint32_t first = swa ? window_list_start(n) : 0;
     record_attention(rec, cache_.type_k(), shape, rope, rope_table, q, qd, pos_.view(), n, cache_.k(l).view(), cache_.v(l).view(),
-                     kv_slots_.view(), kv_pos_.view(), n_kv_listed_, attn, qd, scratch_.view());
+                     kv_slots_.view(uint64_t{first} * 4, uint64_t{n_kv_listed_ - first} * 4),
+                     kv_pos_.view(uint64_t{first} * 4, uint64_t{n_kv_listed_ - first} * 4), n_kv_listed_ - first, attn, qd,
+                     scratch_.view());
     rec.barrier();
     // Output projection and residual: x += wo · attn (Gemma: x += rms_norm(wo · attn) · attn_post_norm)
     record_residual(L.wo, attn, qd, n, L.attn_post_norm);
@@ -161,6 +166,15 @@ void Engine::record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out, bool
     rec.barrier();
     record_log_softmax(rec, logits_dev_.view(), logits_dev_.view(), n_out, c.n_vocab);
   }
+}
+
+uint32_t Engine::window_list_start(uint32_t n) const {
+  const ModelConfig& c = model_.config();
+  const uint32_t first_query = n_kv_listed_ - n;  // the chunk's first position
+  if (first_query < c.n_swa) return 0;
+  // Rounded down so the bound views start at an offset the device accepts.
+  const uint32_t align = static_cast<uint32_t>(std::max<uint64_t>(ctx_.limits().minStorageBufferOffsetAlignment / 4, 1));
+  return (first_query - c.n_swa + 1) / align * align;
 }
 
 RopeConfig Engine::rope_config(bool swa) const {

@@ -58,6 +58,8 @@ class Engine {
   // Records the forward pass of n tokens whose ids/positions/slots are in the upload buffers;
   // logits for rows [out_begin, out_begin + n_out) land in the logits buffer.
   void record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out, bool log_probs);
+  // The first entry of the slot list a window layer's attention reads for a chunk of n tokens.
+  uint32_t window_list_start(uint32_t n) const;
   // The RoPE of the global layers, or of the sliding-window layers (their own base and scale).
   RopeConfig rope_config(bool swa) const;
   // x += w · in, or for models with post-norms x += rms_norm(w · in) · post_norm (through xn).
