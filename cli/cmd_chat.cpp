@@ -364,14 +364,17 @@ void ChatSession::print_kv() const {
     if (!cache_type_fits(t, c.n_embd_kv())) continue;
     const uint64_t per = kv_bytes_per_token(c, t, t);
     const bool chosen = t == kv.type_k() && t == kv.type_v();
+    const uint32_t ring = kv.window_ring();
     std::printf("%s %-10s %14s %14s %14s\n", chosen ? "*" : " ", cache_type_name(t), human_bytes(per).c_str(),
-                human_bytes(per * ctx).c_str(), human_bytes(per * kv.used()).c_str());
+                human_bytes(kv_cache_bytes(c, t, t, ctx, ring)).c_str(), human_bytes(kv_cache_bytes(c, t, t, ctx, ring, kv.used())).c_str());
   }
   if (kv.type_k() != kv.type_v()) {
     const std::string name = std::string(cache_type_name(kv.type_k())) + "/" + cache_type_name(kv.type_v());
     std::printf("* %-10s %14s %14s %14s\n", name.c_str(), human_bytes(kv.bytes_per_token()).c_str(),
-                human_bytes(kv.bytes_per_token() * ctx).c_str(), human_bytes(kv.bytes_used()).c_str());
+                human_bytes(kv.device_bytes()).c_str(), human_bytes(kv.bytes_used()).c_str());
   }
+  if (kv.window_ring())
+    std::printf("  (per token: every layer; the %u-token window layers keep a ring of %u slots each)\n", c.n_swa, kv.window_ring());
 }
 
 const ModelFingerprint& ChatSession::fingerprint() {

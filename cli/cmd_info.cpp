@@ -20,6 +20,7 @@ struct InfoOptions {
 };
 
 constexpr CacheType k_cache_types[] = {CacheType::F16, CacheType::Q8_0, CacheType::Q4_0};
+constexpr uint32_t k_ubatch = 512;  // the default prefill chunk, which sizes the window layers' rings
 
 uint32_t window_layers(const ModelConfig& c) {
   uint32_t n = 0;
@@ -34,10 +35,10 @@ nlohmann::json to_json(const ModelSummary& s, const InfoOptions& o, uint32_t ctx
   nlohmann::json kv = nlohmann::json::object();
   for (CacheType t : k_cache_types) {
     if (!cache_type_fits(t, c.n_embd_kv())) continue;
-    const uint64_t per_token = kv_bytes_per_token(c, t, t);
+    const uint64_t per_token = kv_bytes_per_token(c, t, t), per_seq = kv_cache_bytes(c, t, t, ctx, window_ring_slots(c, ctx, k_ubatch));
     kv[cache_type_name(t)] = {{"bytes_per_token", per_token},
-                              {"bytes_per_seq", per_token * ctx},
-                              {"bytes_total", per_token * ctx * o.seqs}};
+                              {"bytes_per_seq", per_seq},
+                              {"bytes_total", per_seq * o.seqs}};
   }
   return {
       {"file", o.model},
@@ -65,7 +66,7 @@ nlohmann::json to_json(const ModelSummary& s, const InfoOptions& o, uint32_t ctx
                 {"freq_base", c.rope_freq_base},
                 {"freq_scale", c.rope_freq_scale}}},
       {"sliding_window", {{"window", c.has_swa() ? c.n_swa : 0}, {"window_layers", window_layers(c)}}},
-      {"kv_cache", {{"ctx", ctx}, {"seqs", o.seqs}, {"cache_type", cache_type_name(chosen)}, {"types", kv}}},
+      {"kv_cache", {{"ctx", ctx}, {"window_ring_slots", window_ring_slots(c, ctx, k_ubatch)}, {"seqs", o.seqs}, {"cache_type", cache_type_name(chosen)}, {"types", kv}}},
   };
 }
 
@@ -95,10 +96,15 @@ void print_human(const ModelSummary& s, const InfoOptions& o, uint32_t ctx, Cach
               ("× " + std::to_string(o.seqs) + " seq").c_str());
   for (CacheType t : k_cache_types) {
     if (!cache_type_fits(t, c.n_embd_kv())) continue;
-    const uint64_t per_token = kv_bytes_per_token(c, t, t);
+    const uint64_t per_token = kv_bytes_per_token(c, t, t), per_seq = kv_cache_bytes(c, t, t, ctx, window_ring_slots(c, ctx, k_ubatch));
     std::printf("%s %-6s %14s %14s %14s\n", t == chosen ? "*" : " ", cache_type_name(t), human_bytes(per_token).c_str(),
-                human_bytes(per_token * ctx).c_str(), human_bytes(per_token * ctx * o.seqs).c_str());
+                human_bytes(per_seq).c_str(), human_bytes(per_seq * o.seqs).c_str());
   }
+  if (const uint32_t ring = window_ring_slots(c, ctx, k_ubatch))
+    std::printf("  per token: every layer; × tokens: the %u window layers keep only a ring of %s slots each (window %s\n"
+                "  + one %u-token prefill chunk), the %u global layers all %s\n",
+                window_layers(c), with_commas(ring).c_str(), with_commas(c.n_swa).c_str(), k_ubatch, c.n_layer - window_layers(c),
+                with_commas(ctx).c_str());
 }
 
 }  // namespace

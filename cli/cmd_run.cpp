@@ -153,6 +153,13 @@ void run(const RunCommand& c) {
       gen.prefill(p.tokens, progress);
     }
   }
+  // With window rings the prompt's window rows are stored before generating overwrites them.
+  const uint32_t n_prompt = uint32_t(p.tokens.size());
+  bool stored = false;
+  if (pc && s.engine->cache().window_ring() && gen.stats().cached_tokens + 1 < n_prompt) {
+    pc->store(*s.engine, n_prompt);
+    stored = true;
+  }
   GenerateOptions go;
   go.n_predict = c.n_predict;
   go.stop = c.stop;
@@ -172,8 +179,7 @@ void run(const RunCommand& c) {
   GenerationStats& st = gen.stats();
   st.ttft_ms += cache_load_ms + restore_ms;  // restoring is part of the time to the first token
   if (pc) {
-    const uint32_t n_prompt = uint32_t(p.tokens.size());
-    if (st.cached_tokens < n_prompt - 1) pc->store(*s.engine, n_prompt);
+    if (!stored && st.cached_tokens + 1 < n_prompt) pc->store(*s.engine, n_prompt);
     print_cache_warnings(*pc);
     if (!c.opts.quiet)
       std::fprintf(stderr, "vkllm: prompt %s tok · cached %s · TTFT %s\n", with_commas(st.prompt_tokens).c_str(),

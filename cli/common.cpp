@@ -33,6 +33,8 @@ void add_model_options(CLI::App* cmd, RunOptions& o) {
   cmd->add_option("--cache-type-v", o.cache_type_v, "KV cache type for V")->check(types);
   cmd->add_option("--keep", o.keep, "Tokens pinned at the start of the cache (default: BOS + system prompt)");
   cmd->add_option("--ubatch", o.ubatch, "Prompt tokens per prefill chunk")->check(CLI::Range(1u, 8192u));
+  cmd->add_flag("--swa-full", o.swa_full,
+                "Sliding-window layers keep the whole context instead of their window (more memory; every prompt-cache prefix reusable)");
   cmd->add_flag("-q,--quiet", o.quiet, "No statistics on stderr");
   cmd->add_flag("--profile", o.profile, "Print GPU time per op at the end");
 }
@@ -123,6 +125,7 @@ Session open_session(const RunOptions& o) {
   eo.cache.type_k = *cache_type_from_name(tk);
   eo.cache.type_v = *cache_type_from_name(tv);
   eo.n_ubatch = o.ubatch;
+  eo.cache.swa_full = o.swa_full;
   eo.profile = o.profile;
   eo.attention = o.attention;
 

@@ -24,13 +24,14 @@ struct RunOptions {
   std::string cache_type, cache_type_k = "f16", cache_type_v = "f16";
   int32_t keep = -1;  // -1: BOS plus the system prompt
   uint32_t ubatch = 512;
+  bool swa_full = false;
   bool quiet = false;
   bool profile = false;
   AttentionKernel attention = AttentionKernel::Auto;  // set by `bench --attention`
   SamplerParams sampling;
 };
 
-// -m, --device, --ctx, --cache-type[-k|-v], --keep, --ubatch, --quiet, --profile
+// -m, --device, --ctx, --cache-type[-k|-v], --keep, --ubatch, --swa-full, --quiet, --profile
 void add_model_options(CLI::App* cmd, RunOptions& o);
 // --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n, --frequency-penalty,
 // --presence-penalty, --seed

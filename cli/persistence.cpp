@@ -86,8 +86,8 @@ std::string sampler_note(const std::string& session, const Sampler& restored, co
   return line;
 }
 
-void print_cache_warnings(const PromptCache& pc) {
-  for (const std::string& w : pc.warnings()) std::fprintf(stderr, "vkllm: warning: %s\n", w.c_str());
+void print_cache_warnings(PromptCache& pc) {
+  for (const std::string& w : pc.take_warnings()) std::fprintf(stderr, "vkllm: warning: %s\n", w.c_str());
 }
 
 }  // namespace vkllm::cli

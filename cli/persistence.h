@@ -34,7 +34,7 @@ std::string divergence_message(const Tokenizer& tok, std::span<const int32_t> pr
 // A restored session samples with its saved sampler (parameters and RNG): the line that says so
 // when the flags asked for another one, or "" when they agree.
 std::string sampler_note(const std::string& session, const Sampler& restored, const SamplerParams& flags);
-// "vkllm: warning: …" for each line.
-void print_cache_warnings(const PromptCache& pc);
+// "vkllm: warning: …" for each warning not printed yet.
+void print_cache_warnings(PromptCache& pc);
 
 }  // namespace vkllm::cli

@@ -267,9 +267,9 @@ TEST(Cli, Qwen3SessionContinuesExactly) {
 }
 
 // gemma3 with a 16-token window: perplexity streams through a ring of 64 slots past its capacity;
-// a long prompt gives the same tokens and log-probabilities whatever the prefill chunk (each
-// chunk's window layers read only the slots their window can see); a saved session continues
-// exactly past the window.
+// a long prompt gives the same tokens and log-probabilities whatever the prefill chunk, with the
+// window layers in the global slots or in rings of their own; a saved session continues exactly
+// past the window, with rings the prompt wraps.
 TEST(Cli, Gemma3WindowStreamsAndResumes) {
   VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
   const std::string dir = testing::TempDir(), gguf = dir + "/gemma3-window.gguf", session = dir + "/gemma3.session";
@@ -278,25 +278,41 @@ TEST(Cli, Gemma3WindowStreamsAndResumes) {
                            " --post-norm 8 --rope-base 1000000 --rope-scale 8 --type q8_0 --seed 5 -o " + gguf + " >/dev/null";
   ASSERT_EQ(std::system(make.c_str()), 0) << make;
   const std::string text = shared_path("reference/prompts/sy-2.txt");
-  const Result ppl = vkllm("perplexity --json -q --stream --ctx 64 -m " + gguf + " -f " + text);
-  ASSERT_EQ(ppl.status, 0) << ppl.err;
-  EXPECT_EQ(json::parse(ppl.out)["kv_evicted"].get<int>(), 612);
-  EXPECT_TRUE(std::isfinite(json::parse(ppl.out)["perplexity"].get<double>()));
-
-  json chunked[2];
+  // Streamed past a ring of 64 slots, with the window layers in the global slots (--ubatch 512)
+  // and in rings of 24 slots (--ubatch 8): the same text, the same perplexity.
+  double ppl[2];
   for (int i = 0; i < 2; ++i) {
-    const Result r = vkllm("run --json -q --temp 0 --ignore-eos --logprobs -n 8 --ubatch " + std::string(i ? "7" : "512") + " -m " +
-                           gguf + " -f " + text);
+    const Result r = vkllm("perplexity --json -q --stream --ctx 64 --ubatch " + std::string(i ? "8" : "512") + " -m " + gguf + " -f " + text);
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(json::parse(r.out)["kv_evicted"].get<int>(), 612);
+    ppl[i] = json::parse(r.out)["perplexity"].get<double>();
+    EXPECT_TRUE(std::isfinite(ppl[i]));
+  }
+  EXPECT_NEAR(ppl[1], ppl[0], 1e-4 * ppl[0]);
+
+  // --ctx 1024: --ubatch 1024 keeps every layer's rows in the global slots (the window layers
+  // read a suffix of the list); 512 and 7 give the window layers rings of 528 and 23 slots.
+  json chunked[3];
+  const char* ubatch[3] = {"1024", "512", "7"};
+  for (int i = 0; i < 3; ++i) {
+    const Result r = vkllm("run --json -q --temp 0 --ignore-eos --logprobs -n 8 --ctx 1024 --ubatch " + std::string(ubatch[i]) +
+                           " -m " + gguf + " -f " + text);
     ASSERT_EQ(r.status, 0) << r.err;
     chunked[i] = json::parse(r.out);
   }
-  EXPECT_EQ(chunked[1]["tokens"], chunked[0]["tokens"]);
-  const std::vector<float> lp0 = chunked[0]["logprobs"].get<std::vector<float>>(), lp1 = chunked[1]["logprobs"].get<std::vector<float>>();
-  ASSERT_EQ(lp0.size(), lp1.size());
-  for (size_t s = 0; s < lp0.size(); ++s) EXPECT_NEAR(lp1[s], lp0[s], 1e-3) << "step " << s;
+  const std::vector<float> lp0 = chunked[0]["logprobs"].get<std::vector<float>>();
+  for (int i = 1; i < 3; ++i) {
+    SCOPED_TRACE(std::string("--ubatch ") + ubatch[i]);
+    EXPECT_EQ(chunked[i]["tokens"], chunked[0]["tokens"]);
+    const std::vector<float> lp = chunked[i]["logprobs"].get<std::vector<float>>();
+    ASSERT_EQ(lp.size(), lp0.size());
+    for (size_t s = 0; s < lp0.size(); ++s) EXPECT_NEAR(lp[s], lp0[s], 1e-3) << "step " << s;
+  }
 
   std::filesystem::remove(session);
-  const std::string base = "run --json -q --temp 0 --ignore-eos -m " + gguf;
+  // --ubatch 4: rings of 20 slots, which the prompt and the replies wrap; the session file has
+  // zeros for the window rows the rings had dropped.
+  const std::string base = "run --json -q --temp 0 --ignore-eos --ubatch 4 -m " + gguf;
   const std::string prompt = " -p 'Once upon a time, in a small village by the sea, there lived a girl who loved boats'";
   const Result whole = vkllm(base + " -n 24" + prompt);
   const Result first = vkllm(base + " -n 12 --session " + session + prompt);
@@ -310,6 +326,46 @@ TEST(Cli, Gemma3WindowStreamsAndResumes) {
   EXPECT_EQ(split, json::parse(whole.out)["tokens"].get<std::vector<int>>());
   std::filesystem::remove(gguf);
   std::filesystem::remove(session);
+}
+
+// The prompt cache on a gemma3 whose window layers keep rings of 20 slots (--ubatch 4): a whole
+// stored prompt is reused and gives the same tokens; a prompt sharing only part of a stored one
+// is prefilled afresh, with a warning naming --swa-full; with --swa-full that part is reused.
+TEST(Cli, Gemma3PromptCacheWithWindowRings) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const std::string dir = testing::TempDir(), gguf = dir + "/gemma3-pc.gguf", pc = dir + "/gemma3-pc";
+  const std::string make = std::string(VKLLM_MAKE_MODEL) +
+                           " --arch gemma3 --layers 6 --embd 256 --ff 512 --heads 4 --kv-heads 2 --head-dim 64 --window 16"
+                           " --post-norm 8 --rope-base 1000000 --rope-scale 8 --type q8_0 --seed 5 -o " + gguf + " >/dev/null";
+  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+  std::filesystem::remove_all(pc);
+  const std::string manual = "Once upon a time there was a little boat. The boat liked the sea and the wind and the sun. ";
+  auto run = [&](const std::string& question, const std::string& extra) {
+    const Result r = vkllm("run --json -q --temp 0 --ignore-eos -n 6 --ubatch 4 " + extra + " -m " + gguf + " -p '" + manual +
+                           question + "'");
+    EXPECT_EQ(r.status, 0) << r.err;
+    return std::pair(json::parse(r.out), r.err);
+  };
+  const auto fresh = run("Who was happy?", "");
+  const auto first = run("Who was happy?", "--prompt-cache " + pc);
+  const auto again = run("Who was happy?", "--prompt-cache " + pc);
+  EXPECT_EQ(first.first["cached_tokens"].get<int>(), 0);
+  EXPECT_EQ(again.first["cached_tokens"].get<int>(), again.first["prompt_tokens"].get<int>() - 1);
+  EXPECT_EQ(again.first["tokens"], fresh.first["tokens"]);
+  EXPECT_EQ(first.first["tokens"], fresh.first["tokens"]);
+  // Another question: the manual is shared, but the rings kept only the stored prompt's end.
+  const auto other = run("Who was sad?", "--prompt-cache " + pc);
+  EXPECT_EQ(other.first["cached_tokens"].get<int>(), 0);
+  EXPECT_NE(other.second.find("--swa-full"), std::string::npos) << other.second;
+  EXPECT_EQ(other.first["tokens"], run("Who was sad?", "").first["tokens"]);
+  // --swa-full: the window layers keep every row, so the shared manual is reused.
+  std::filesystem::remove_all(pc);
+  run("Who was happy?", "--swa-full --prompt-cache " + pc);
+  const auto full = run("Who was sad?", "--swa-full --prompt-cache " + pc);
+  EXPECT_GT(full.first["cached_tokens"].get<int>(), 20);
+  EXPECT_EQ(full.first["tokens"], other.first["tokens"]);
+  std::filesystem::remove(gguf);
+  std::filesystem::remove_all(pc);
 }
 
 TEST(Cli, StdoutCarriesOnlyTheText) {

@@ -29,6 +29,52 @@ TEST_F(KvCacheTest, DeviceMemoryIsCapacityTimesBytesPerToken) {
   EXPECT_EQ(kv_bytes_per_token(tiny_config(), CacheType::F16, CacheType::F16), 2u * 2 * 32 * 2);
 }
 
+// Sliding-window layers with rings of their own (window 4, chunks of up to 4: 8 slots).
+TEST_F(KvCacheTest, WindowRingsHoldTheWindowAndRefuseRewindsPastIt) {
+  ModelConfig c = tiny_config();
+  c.n_swa = 4;
+  c.swa_pattern = 2;  // layer 0 is a window layer, layer 1 global
+  KvCacheOptions o{32, CacheType::F16, CacheType::F16, 4};
+  EXPECT_EQ(window_ring_slots(c, 32, 4), 8u);
+  EXPECT_EQ(window_ring_slots(c, 8, 4), 0u);  // not fewer than the capacity: no ring
+  KvCache cache(test::vk(), c, o);
+  ASSERT_EQ(cache.window_ring(), 8u);
+  EXPECT_EQ(cache.device_bytes(), (32u + 8u) * cache.bytes_per_token() / 2);
+  EXPECT_EQ(cache.device_bytes(), kv_cache_bytes(c, CacheType::F16, CacheType::F16, 32, 8));
+  KvCacheOptions full = o;
+  full.swa_full = true;
+  EXPECT_EQ(KvCache(test::vk(), c, full).window_ring(), 0u);
+  std::vector<int32_t> pos, slots, positions;
+  const std::vector<int32_t> chunk = {1, 2, 3, 4};
+  cache.append(chunk, pos);
+  cache.append(chunk, pos);
+  EXPECT_EQ(cache.window_slots_of_last(4), (std::vector<int32_t>{4, 5, 6, 7}));
+  cache.window_lists(4, slots, positions);  // the chunk and the 3 tokens before it
+  EXPECT_EQ(positions, (std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(slots, (std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7}));
+  const std::vector<int32_t> two = {5, 6};
+  cache.append(two, pos);  // serials 8, 9 overwrite window slots 0 and 1
+  EXPECT_EQ(cache.window_slots_of_last(2), (std::vector<int32_t>{0, 1}));
+  cache.window_lists(2, slots, positions);
+  EXPECT_EQ(positions, (std::vector<int32_t>{5, 6, 7, 8, 9}));
+  EXPECT_EQ(slots, (std::vector<int32_t>{5, 6, 7, 0, 1}));
+  // A rewind keeps its tokens' windows only while the ring still holds them.
+  EXPECT_EQ(cache.reusable(10), 10u);
+  EXPECT_EQ(cache.reusable(6), 6u);  // tokens 2…5 are held
+  EXPECT_EQ(cache.reusable(5), 0u);  // token 1's slot now holds token 9
+  cache.truncate(6);
+  cache.append(two, pos);  // serials 6, 7 again
+  EXPECT_EQ(cache.window_slots_of_last(2), (std::vector<int32_t>{6, 7}));
+  cache.window_lists(1, slots, positions);
+  EXPECT_EQ(positions, (std::vector<int32_t>{4, 5, 6, 7}));
+  EXPECT_EQ(slots, (std::vector<int32_t>{4, 5, 6, 7}));
+  // Pinned tokens must never fall inside a window the ring has moved past.
+  EXPECT_THROW(cache.set_keep(25), Error);
+  cache.clear();
+  cache.set_keep(24);
+  EXPECT_EQ(cache.keep(), 24u);
+}
+
 TEST_F(KvCacheTest, RingEvictsOldestUnpinnedAndKeepsPositionsContiguous) {
   KvCache cache(test::vk(), tiny_config(), {8, CacheType::F16, CacheType::F16});
   cache.set_keep(2);

@@ -139,23 +139,30 @@ void Conversation::sync(const std::vector<int32_t>& target, const ProgressFn& pr
   const size_t gap = cached_.size() - cache.used();  // tokens of cached_ the ring dropped
   // Keep at least one token to run, so its logits are fresh.
   const size_t same = std::min(common_prefix(cached_, target), target.size() - 1);
-  size_t from;  // first token of target to run
-  if (cached_.empty() || same < pinned_) {
+  size_t from = 0;  // first token of target to run
+  uint32_t kept = 0;
+  bool fresh = cached_.empty() || same < pinned_;
+  if (!fresh && (gap == 0 || same >= pinned_ + gap)) {
+    // The usual case: drop what differs from the newest cached tokens, run the rest.
+    kept = uint32_t(same - gap);
+    from = same;
+  } else if (!fresh) {
+    // The conversation changed inside what the ring already dropped (/undo or /regen past the
+    // window, or a template that rewrites old text): keep the pinned tokens and refill the window.
+    kept = pinned_;
+    from = pinned_;
+  }
+  // A sliding-window model's rings may no longer hold what the kept tokens' window reads.
+  fresh = fresh || cache.reusable(kept) != kept;
+  if (fresh) {
     // A fresh start, or the pinned prefix itself changed: pin again while the ring is empty.
     cache.truncate(0);
     cached_.clear();
     pinned_ = pin_count(target);
     cache.set_keep(pinned_);
     from = 0;
-  } else if (gap == 0 || same >= pinned_ + gap) {
-    // The usual case: drop what differs from the newest cached tokens, run the rest.
-    cache.truncate(uint32_t(same - gap));
-    from = same;
   } else {
-    // The conversation changed inside what the ring already dropped (/undo or /regen past the
-    // window, or a template that rewrites old text): keep the pinned tokens and refill the window.
-    cache.truncate(pinned_);
-    from = pinned_;
+    cache.truncate(kept);
   }
   // Tokens the ring would drop again at once are not run: at most a window's worth.
   const size_t window = cache.capacity() - pinned_;
@@ -181,10 +188,14 @@ void Conversation::trim_cache(size_t n) {
   if (n >= cached_.size()) return;
   const size_t gap = cached_.size() - cache.used();
   if (n >= pinned_ + gap || (n == pinned_ && cache.used() >= pinned_)) {
-    cache.truncate(uint32_t(n >= pinned_ + gap ? n - gap : n));
-    cached_.resize(n);
+    const uint32_t kept = uint32_t(n >= pinned_ + gap ? n - gap : n);
+    if (cache.reusable(kept) == kept) {
+      cache.truncate(kept);
+      cached_.resize(n);
+    }
   }
-  // Otherwise n lies inside what the ring dropped: the next turn's sync() rebuilds the window.
+  // Otherwise n lies inside what the ring dropped, or a window ring no longer holds what its
+  // window reads there: the next turn's sync() rebuilds the cache.
 }
 
 const GenerationStats& Conversation::reply(const std::vector<int32_t>& target, const GenerateOptions& o,

@@ -17,6 +17,12 @@ uint32_t logits_rows_for(const VulkanContext& ctx, const ModelConfig& c, uint32_
   return static_cast<uint32_t>(std::clamp<uint64_t>(ctx.max_storage_range() / per_row, 1, n_ubatch));
 }
 
+KvCacheOptions with_ubatch(const EngineOptions& o) {
+  KvCacheOptions c = o.cache;
+  c.n_ubatch = std::max<uint32_t>(o.n_ubatch, 1);
+  return c;
+}
+
 // The window layers rotate with their own base or scale (gemma3), so they need their own table.
 bool has_swa_rope(const ModelConfig& c) {
   return c.has_swa() && (c.rope_freq_base_swa != c.rope_freq_base || c.rope_freq_scale_swa != c.rope_freq_scale);
@@ -27,19 +33,20 @@ bool has_swa_rope(const ModelConfig& c) {
 MemoryPlan plan_memory(const VulkanContext& ctx, const ModelConfig& c, uint64_t weight_bytes, const EngineOptions& o) {
   MemoryPlan m;
   m.weights = weight_bytes;
-  m.kv_cache = uint64_t{o.cache.capacity} * kv_bytes_per_token(c, o.cache.type_k, o.cache.type_v);
+  const uint32_t ring = window_ring_for(c, with_ubatch(o));
+  m.kv_cache = kv_cache_bytes(c, o.cache.type_k, o.cache.type_v, o.cache.capacity, ring);
   // The buffers the Engine constructor allocates, with the same sizes.
   const uint64_t ub = std::max<uint32_t>(o.n_ubatch, 1), qd = uint64_t{c.n_head} * c.head_dim;
   const uint64_t rows = logits_rows_for(ctx, c, static_cast<uint32_t>(ub));
   m.activations = F * (ub * c.n_embd + ub * std::max<uint64_t>(c.n_embd, qd) + 2 * ub * qd + 2 * ub * c.n_embd_kv() +
                        2 * ub * c.n_ff + rows * c.n_embd + uint64_t{o.cache.capacity} * c.head_dim * (has_swa_rope(c) ? 2 : 1) +
                        attention_scratch_floats({c.n_head, c.n_head_kv, c.head_dim}) + rows * c.n_vocab) +
-                  3 * ub * 4 + 2 * uint64_t{o.cache.capacity} * 4;
+                  3 * ub * 4 + 2 * uint64_t{o.cache.capacity} * 4 + (ring ? ub * 4 + 2 * uint64_t{ring} * 4 : 0);
   return m;
 }
 
 Engine::Engine(const VulkanContext& ctx, Pipelines& pipelines, const Model& model, const EngineOptions& o)
-    : ctx_(ctx), model_(model), opts_(o), cache_(ctx, model.config(), o.cache),
+    : ctx_(ctx), model_(model), opts_(o), cache_(ctx, model.config(), with_ubatch(o)),
       rec_(ctx, &pipelines, o.profile ? 4096 : 0) {
   const ModelConfig& c = model.config();
   const uint64_t ub = std::max<uint32_t>(opts_.n_ubatch, 1), qd = uint64_t{c.n_head} * c.head_dim;
@@ -70,6 +77,11 @@ Engine::Engine(const VulkanContext& ctx, Pipelines& pipelines, const Model& mode
   slots_ = host(ub * 4, "slots");
   kv_slots_ = host(uint64_t{cache_.capacity()} * 4, "kv slots");
   kv_pos_ = host(uint64_t{cache_.capacity()} * 4, "kv pos");
+  if (const uint32_t ring = cache_.window_ring()) {
+    slots_win_ = host(ub * 4, "window slots");
+    kv_slots_win_ = host(uint64_t{ring} * 4, "window kv slots");
+    kv_pos_win_ = host(uint64_t{ring} * 4, "window kv pos");
+  }
   logits_dev_ = Buffer(ctx, uint64_t{logits_rows_} * c.n_vocab * F, MemoryUse::Readback, "logits");
   activation_bytes_ += logits_dev_.size();
 }
@@ -123,17 +135,21 @@ void Engine::record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out, bool
     }
     // Rotate q at the new tokens' positions; store k (un-rotated) and v at their slots.
     record_rope(rec, q, qd, pos_.view(), n, c.n_head, rope);
-    record_kv_store(rec, cache_.type_k(), k, kvd, slots_.view(), n, kvd, cache_.k(l).view());
-    record_kv_store(rec, cache_.type_v(), v, kvd, slots_.view(), n, kvd, cache_.v(l).view());
+    // (A window layer with its own ring stores at its ring's slots and reads its ring's list.)
+    const bool ring = swa && cache_.window_ring();
+    const BufferView store_slots = ring ? slots_win_.view() : slots_.view();
+    record_kv_store(rec, cache_.type_k(), k, kvd, store_slots, n, kvd, cache_.k(l).view());
+    record_kv_store(rec, cache_.type_v(), v, kvd, store_slots, n, kvd, cache_.v(l).view());
     rec.barrier();
     // attn = softmax(q kᵀ / √d) v over every live slot (k rotated as read), causal by position
-    // A window layer reads only the suffix of the slot list its queries can see (the list is in
-    // logical order and a token's position is its logical index).
-    const uint32_t first = swa ? window_list_start(n) : 0;
+    // A window layer sharing the global slots reads only the suffix of the slot list its queries
+    // can see (the list is in logical order and a token's position is its logical index).
+    const uint32_t first = swa && !ring ? window_list_start(n) : 0;
+    const uint32_t n_kv = ring ? n_kv_window_ : n_kv_listed_ - first;
+    const BufferView list_slots = ring ? kv_slots_win_.view(0, uint64_t{n_kv} * 4) : kv_slots_.view(uint64_t{first} * 4, uint64_t{n_kv} * 4);
+    const BufferView list_pos = ring ? kv_pos_win_.view(0, uint64_t{n_kv} * 4) : kv_pos_.view(uint64_t{first} * 4, uint64_t{n_kv} * 4);
     record_attention(rec, cache_.type_k(), shape, rope, rope_table, q, qd, pos_.view(), n, cache_.k(l).view(), cache_.v(l).view(),
-                     kv_slots_.view(uint64_t{first} * 4, uint64_t{n_kv_listed_ - first} * 4),
-                     kv_pos_.view(uint64_t{first} * 4, uint64_t{n_kv_listed_ - first} * 4), n_kv_listed_ - first, attn, qd,
-                     scratch_.view());
+                     list_slots, list_pos, n_kv, attn, qd, scratch_.view());
     rec.barrier();
     // Output projection and residual: x += wo · attn (Gemma: x += rms_norm(wo · attn) · attn_post_norm)
     record_residual(L.wo, attn, qd, n, L.attn_post_norm);
@@ -217,6 +233,14 @@ void Engine::run_chunk(std::span<const int32_t> tokens, uint32_t n_out, bool log
   std::memcpy(slots_.mapped(), slots.data(), n * 4);
   std::memcpy(kv_slots_.mapped(), kv_slots.data(), kv_slots.size() * 4);
   std::memcpy(kv_pos_.mapped(), kv_pos.data(), kv_pos.size() * 4);
+  if (cache_.window_ring()) {
+    const std::vector<int32_t> win_slots = cache_.window_slots_of_last(n);
+    cache_.window_lists(n, kv_slots, kv_pos);
+    n_kv_window_ = static_cast<uint32_t>(kv_slots.size());
+    std::memcpy(slots_win_.mapped(), win_slots.data(), n * 4);
+    std::memcpy(kv_slots_win_.mapped(), kv_slots.data(), kv_slots.size() * 4);
+    std::memcpy(kv_pos_win_.mapped(), kv_pos.data(), kv_pos.size() * 4);
+  }
 
   record_forward(n, n - n_out, n_out, log_probs);
   rec_.submit_and_wait();
@@ -234,6 +258,8 @@ const std::vector<float>& Engine::decode(std::span<const int32_t> tokens, Logits
   const bool all = mode != LogitsMode::Last;
   if (all) chunk = std::min(chunk, logits_rows_);
   chunk = std::min(chunk, std::max<uint32_t>(cache_.capacity() - cache_.keep(), 1));
+  // A window ring holds a chunk and the window before it.
+  if (cache_.window_ring()) chunk = std::min(chunk, cache_.window_ring() - model_.config().n_swa);
   for (size_t done = 0; done < tokens.size();) {
     const size_t n = std::min<size_t>(chunk, tokens.size() - done);
     const bool last = done + n == tokens.size();

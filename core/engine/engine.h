@@ -74,6 +74,7 @@ class Engine {
   KvCache cache_;
   CommandRecorder rec_;
   uint32_t n_kv_listed_ = 0;  // entries in kv_slots/kv_pos for this chunk
+  uint32_t n_kv_window_ = 0;  // entries in kv_slots_win/kv_pos_win (window rings) for this chunk
   bool rope_table_filled_ = false;  // rope_table_ holds every position's angles (after the first step)
   uint32_t logits_rows_;      // rows the logits buffer holds
 
@@ -94,6 +95,9 @@ class Engine {
   Buffer slots_;     // [n_ubatch] i32 cache slots of the new tokens
   Buffer kv_slots_;  // [capacity] i32 slots attention reads
   Buffer kv_pos_;    // [capacity] i32 their positions
+  Buffer slots_win_;     // [n_ubatch] i32 window-ring slots of the new tokens (window rings only)
+  Buffer kv_slots_win_;  // [ring slots] i32 window-ring slots the window layers read
+  Buffer kv_pos_win_;    // [ring slots] i32 their positions
   Buffer logits_dev_;  // [logits_rows][n_vocab] f32, read back
   uint64_t activation_bytes_ = 0;
   std::vector<float> logits_;

@@ -59,7 +59,7 @@ uint32_t Generator::prefill(std::span<const int32_t> prompt, const ProgressFn& p
   KvCache& cache = engine_.cache();
   const PrefixMatch m = match_prefix(cache, prompt);
   // Keep at least one token to run, so its logits are fresh.
-  const uint32_t reuse = m.usable ? std::min<uint32_t>(m.matched, uint32_t(prompt.size()) - 1) : 0;
+  const uint32_t reuse = cache.reusable(m.usable ? std::min<uint32_t>(m.matched, uint32_t(prompt.size()) - 1) : 0);
   cache.truncate(reuse);
   // The reused tokens still count for the penalties; extend() accepts the rest.
   for (int32_t t : prompt.first(reuse)) sampler_.accept(t);

@@ -8,6 +8,10 @@
 
 namespace vkllm {
 
+uint32_t window_ring_for(const ModelConfig& c, const KvCacheOptions& o) {
+  return o.swa_full ? 0 : window_ring_slots(c, o.capacity, std::max<uint32_t>(o.n_ubatch, 1));
+}
+
 KvCache::KvCache(const VulkanContext& ctx, const ModelConfig& config, const KvCacheOptions& o)
     : ctx_(&ctx), capacity_(o.capacity), type_k_(o.type_k), type_v_(o.type_v) {
   const uint32_t row = config.n_embd_kv();
@@ -24,10 +28,62 @@ KvCache::KvCache(const VulkanContext& ctx, const ModelConfig& config, const KvCa
     throw Error("--ctx " + std::to_string(capacity_) + " needs " + std::to_string(capacity_ * std::max(row_bytes_k_, row_bytes_v_)) +
                 " bytes per layer, more than one binding of " + ctx.info().name + " can hold (" + std::to_string(range) +
                 "); use --ctx " + std::to_string(range / std::max(row_bytes_k_, row_bytes_v_)) + " or a quantized --cache-type");
+  window_ = config.n_swa;
+  ring_slots_ = window_ring_for(config, o);
+  if (ring_slots_) ring_serial_.assign(ring_slots_, -1);
   for (uint32_t l = 0; l < config.n_layer; ++l) {
-    k_.emplace_back(ctx, capacity_ * row_bytes_k_, MemoryUse::Device, "kv cache K layer " + std::to_string(l));
-    v_.emplace_back(ctx, capacity_ * row_bytes_v_, MemoryUse::Device, "kv cache V layer " + std::to_string(l));
+    window_layer_.push_back(config.is_swa(l));
+    ring_layer_.push_back(ring_slots_ && config.is_swa(l));
+    const uint64_t slots = ring_layer_.back() ? ring_slots_ : capacity_;
+    k_.emplace_back(ctx, slots * row_bytes_k_, MemoryUse::Device, "kv cache K layer " + std::to_string(l));
+    v_.emplace_back(ctx, slots * row_bytes_v_, MemoryUse::Device, "kv cache V layer " + std::to_string(l));
   }
+}
+
+uint64_t KvCache::bytes_used() const {
+  uint64_t total = 0;
+  for (size_t l = 0; l < k_.size(); ++l)
+    total += uint64_t{is_ring_layer(l) ? std::min(used(), ring_slots_) : used()} * (row_bytes_k_ + row_bytes_v_);
+  return total;
+}
+
+
+bool KvCache::window_row_held(uint32_t i) const {
+  const int64_t serial = serial_[i];
+  return ring_serial_[static_cast<size_t>(serial % ring_slots_)] == serial;
+}
+
+std::vector<int32_t> KvCache::window_slots_of_last(uint32_t n) const {
+  VKLLM_CHECK(ring_slots_ && n <= used(), "window slots without a window ring");
+  std::vector<int32_t> slots;
+  for (uint32_t i = used() - n; i < used(); ++i) slots.push_back(static_cast<int32_t>(serial_[i] % ring_slots_));
+  return slots;
+}
+
+void KvCache::window_lists(uint32_t n_new, std::vector<int32_t>& slots, std::vector<int32_t>& positions) const {
+  VKLLM_CHECK(ring_slots_ && n_new <= used(), "window lists without a window ring");
+  const uint32_t reach = n_new + window_ - 1;  // the chunk and the window before its first token
+  const uint32_t first = used() > reach ? used() - reach : 0;
+  slots.clear();
+  positions.clear();
+  for (uint32_t i = first; i < used(); ++i) {
+    VKLLM_CHECK(window_row_held(i), "a window layer's ring lost a row its window reads");
+    slots.push_back(static_cast<int32_t>(serial_[i] % ring_slots_));
+    positions.push_back(static_cast<int32_t>(i));
+  }
+}
+
+bool KvCache::window_held_before(uint32_t n, uint32_t count) const {
+  for (uint32_t i = n > count ? n - count : 0; i < n; ++i)
+    if (!window_row_held(i)) return false;
+  return true;
+}
+
+uint32_t KvCache::reusable(uint32_t n) const {
+  VKLLM_CHECK(n <= used(), "reusable beyond the cached tokens");
+  // The next token's window reads the window_ − 1 tokens before it; one more keeps a resume
+  // (truncate by one, decode the last token again) possible.
+  return !ring_slots_ || window_held_before(n, window_) ? n : 0;
 }
 
 uint64_t KvCache::device_bytes() const {
@@ -47,10 +103,14 @@ std::vector<int32_t> KvCache::append(std::span<const int32_t> tokens, std::vecto
   std::vector<int32_t> slots;
   slots.reserve(tokens.size());
   for (int32_t tok : tokens) {
+    // Serial numbers run on along the logical sequence (after a truncation, from the last kept).
+    const int64_t serial = serial_.empty() ? 0 : serial_.back() + 1;
+    if (ring_slots_) ring_serial_[static_cast<size_t>(serial % ring_slots_)] = serial;
     if (n_pinned_ < n_keep_) {  // still filling the pinned prefix
       VKLLM_CHECK(n_window_ == 0, "pinned tokens after window tokens");
       slots.push_back(static_cast<int32_t>(n_pinned_));
       tokens_.push_back(tok);
+      serial_.push_back(serial);
       ++n_pinned_;
       continue;
     }
@@ -58,12 +118,15 @@ std::vector<int32_t> KvCache::append(std::span<const int32_t> tokens, std::vecto
     if (n_window_ < window_slots) {
       slots.push_back(static_cast<int32_t>(n_keep_ + (head_ + n_window_) % window_slots));
       tokens_.push_back(tok);
+      serial_.push_back(serial);
       ++n_window_;
     } else {  // full: the new token takes the oldest window token's slot
       slots.push_back(static_cast<int32_t>(n_keep_ + head_));
       head_ = (head_ + 1) % window_slots;
       tokens_.erase(tokens_.begin() + n_pinned_);
       tokens_.push_back(tok);
+      serial_.erase(serial_.begin() + n_pinned_);
+      serial_.push_back(serial);
       ++n_evicted_;
     }
   }
@@ -90,8 +153,11 @@ void KvCache::truncate(uint32_t n) {
     n_pinned_ = n_window_ = head_ = 0;
     n_evicted_ = 0;
     tokens_.clear();
+    serial_.clear();
+    std::fill(ring_serial_.begin(), ring_serial_.end(), -1);
     return;
   }
+  VKLLM_CHECK(!ring_slots_ || window_held_before(n, window_ - 1), "truncate past the rows a window ring holds (use reusable())");
   if (n >= n_pinned_) {
     n_window_ = n - n_pinned_;  // drops the newest window tokens; the ring head stays
   } else {
@@ -102,10 +168,15 @@ void KvCache::truncate(uint32_t n) {
     head_ = 0;
   }
   tokens_.resize(n);
+  serial_.resize(n);
 }
 
 void KvCache::set_keep(uint32_t n) {
   VKLLM_CHECK(n < capacity_, "--keep must leave room for the window");
+  if (ring_slots_ && n > capacity_ - ring_slots_)
+    throw Error("--keep " + std::to_string(n) + " is too long: this model's sliding-window layers keep " + std::to_string(ring_slots_) +
+                " slots, so at most " + std::to_string(capacity_ - ring_slots_) + " of --ctx " + std::to_string(capacity_) +
+                " tokens can be pinned; use a larger --ctx");
   if (n == n_keep_) return;
   // With the ring head at 0 every slot holds its own logical index, so the split between pinned
   // tokens and window can move without moving data. The engine pins before the first wrap.
@@ -116,18 +187,33 @@ void KvCache::set_keep(uint32_t n) {
   n_window_ = total - n_pinned_;
 }
 
+namespace {
+
+// Logical tokens [first, first + count) in consecutive slots from `slot`.
+struct Run {
+  uint32_t first, slot, count;
+};
+
+void add_to_runs(std::vector<Run>& runs, uint32_t i, uint32_t slot) {
+  if (!runs.empty() && runs.back().first + runs.back().count == i && runs.back().slot + runs.back().count == slot) ++runs.back().count;
+  else runs.push_back({i, slot, 1});
+}
+
+bool all_zero(const uint8_t* p, uint64_t n) {
+  return std::all_of(p, p + n, [](uint8_t b) { return b == 0; });
+}
+
+}  // namespace
+
 std::vector<uint8_t> KvCache::read_rows(uint32_t n) const {
   VKLLM_CHECK(n <= used(), "read_rows beyond the cached tokens");
-  // Runs of consecutive slots in logical order: at most three (pinned, window to the end of the
-  // ring, window from its start), so a layer is a handful of copies.
-  struct Run {
-    uint32_t first, slot, count;
-  };
-  std::vector<Run> runs;
+  // Runs of consecutive slots in logical order: at most three for the global layers (pinned, window
+  // to the end of the ring, window from its start), so a layer is a handful of copies; a window
+  // ring's runs skip the tokens it no longer holds (their rows stay zero).
+  std::vector<Run> runs, ring_runs;
   for (uint32_t i = 0; i < n; ++i) {
-    const uint32_t s = static_cast<uint32_t>(slot_of(i));
-    if (!runs.empty() && runs.back().slot + runs.back().count == s) ++runs.back().count;
-    else runs.push_back({i, s, 1});
+    add_to_runs(runs, i, static_cast<uint32_t>(slot_of(i)));
+    if (ring_slots_ && window_row_held(i)) add_to_runs(ring_runs, i, static_cast<uint32_t>(serial_[i] % ring_slots_));
   }
   const uint64_t layer_bytes = uint64_t{n} * (row_bytes_k_ + row_bytes_v_);
   std::vector<uint8_t> out(layer_bytes * k_.size());
@@ -136,7 +222,8 @@ std::vector<uint8_t> KvCache::read_rows(uint32_t n) const {
   Buffer staging(*ctx_, layer_bytes, MemoryUse::Readback, "kv read staging");
   CommandRecorder rec(*ctx_);
   for (size_t l = 0; l < k_.size(); ++l) {
-    for (const Run& r : runs) {
+    if (is_ring_layer(l)) std::memset(staging.mapped(), 0, layer_bytes);
+    for (const Run& r : is_ring_layer(l) ? ring_runs : runs) {
       rec.copy(k_[l].view(r.slot * row_bytes_k_, r.count * row_bytes_k_), staging.view(r.first * row_bytes_k_, r.count * row_bytes_k_));
       rec.copy(v_[l].view(r.slot * row_bytes_v_, r.count * row_bytes_v_),
                staging.view(n * row_bytes_k_ + r.first * row_bytes_v_, r.count * row_bytes_v_));
@@ -147,18 +234,40 @@ std::vector<uint8_t> KvCache::read_rows(uint32_t n) const {
   return out;
 }
 
-void KvCache::restore(std::span<const int32_t> tokens, uint32_t n_keep, uint64_t n_evicted, std::span<const uint8_t> rows) {
+bool KvCache::restore(std::span<const int32_t> tokens, uint32_t n_keep, uint64_t n_evicted, std::span<const uint8_t> rows) {
   const uint32_t n = static_cast<uint32_t>(tokens.size());
   VKLLM_CHECK(n <= capacity_ && n_keep < capacity_, "restore beyond the cache capacity");
   const uint64_t layer_bytes = uint64_t{n} * (row_bytes_k_ + row_bytes_v_);
   VKLLM_CHECK(rows.size() == layer_bytes * k_.size(), "restore: rows do not match the token count");
+  // A token's window rows are in the file when no window layer's K row is all zeros (a file
+  // stores zeros for rows its window rings had lost). The window before the end must be there,
+  // as reusable(n) requires, whether this cache has rings or not; with rings, token i goes to
+  // window slot i % ring slots (serial i) when its rows are there.
+  auto has_window_rows = [&](uint32_t i) {
+    for (size_t l = 0; l < k_.size(); ++l)
+      if (window_layer_[l] && all_zero(rows.data() + l * layer_bytes + uint64_t{i} * row_bytes_k_, row_bytes_k_)) return false;
+    return true;
+  };
+  if (window_)
+    for (uint32_t i = n > window_ ? n - window_ : 0; i < n; ++i)
+      if (!has_window_rows(i)) return false;
+  std::vector<bool> held(n, false);
+  if (ring_slots_)
+    for (uint32_t i = n > ring_slots_ ? n - ring_slots_ : 0; i < n; ++i) held[i] = has_window_rows(i);
   if (n > 0) {
+    std::vector<Run> ring_runs;
+    for (uint32_t i = 0; i < n; ++i)
+      if (ring_slots_ && held[i]) add_to_runs(ring_runs, i, i % ring_slots_);
     Buffer staging(*ctx_, layer_bytes, MemoryUse::Upload, "kv restore staging");
     CommandRecorder rec(*ctx_);
     for (size_t l = 0; l < k_.size(); ++l) {
       std::memcpy(staging.mapped(), rows.data() + l * layer_bytes, layer_bytes);
-      rec.copy(staging.view(0, n * row_bytes_k_), k_[l].view(0, n * row_bytes_k_));
-      rec.copy(staging.view(n * row_bytes_k_, n * row_bytes_v_), v_[l].view(0, n * row_bytes_v_));
+      const std::vector<Run> identity = {{0, 0, n}};
+      for (const Run& r : is_ring_layer(l) ? ring_runs : identity) {
+        rec.copy(staging.view(r.first * row_bytes_k_, r.count * row_bytes_k_), k_[l].view(r.slot * row_bytes_k_, r.count * row_bytes_k_));
+        rec.copy(staging.view(n * row_bytes_k_ + r.first * row_bytes_v_, r.count * row_bytes_v_),
+                 v_[l].view(r.slot * row_bytes_v_, r.count * row_bytes_v_));
+      }
       rec.submit_and_wait();
     }
   }
@@ -170,6 +279,12 @@ void KvCache::restore(std::span<const int32_t> tokens, uint32_t n_keep, uint64_t
   head_ = 0;
   n_evicted_ = n_evicted;
   tokens_.assign(tokens.begin(), tokens.end());
+  serial_.resize(n);
+  for (uint32_t i = 0; i < n; ++i) serial_[i] = i;
+  std::fill(ring_serial_.begin(), ring_serial_.end(), -1);
+  for (uint32_t i = 0; i < n; ++i)
+    if (ring_slots_ && held[i]) ring_serial_[i % ring_slots_] = i;
+  return true;
 }
 
 }  // namespace vkllm

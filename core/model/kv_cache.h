@@ -10,6 +10,13 @@
 //
 // Slots: pinned token i lives in slot i; the window occupies slots n_keep … capacity−1 as a ring
 // whose oldest entry is at `head_`. Appending to a full cache overwrites the oldest window slot.
+//
+// Sliding-window layers (Gemma) may keep a ring of their own, smaller than the capacity
+// (window_ring_slots()): every token gets a serial number when appended (consecutive along the
+// logical sequence, reused after a truncation) and sits in window slot serial % ring slots. A
+// host-side table of which serial each window slot holds tells exactly which tokens' window rows
+// are still there: a truncation must keep the rows the next token's window reads (reusable()),
+// and session files carry zeros for rows the ring no longer holds.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -25,7 +32,12 @@ struct KvCacheOptions {
   uint32_t capacity = 4096;        // slots (--ctx)
   CacheType type_k = CacheType::F16;
   CacheType type_v = CacheType::F16;
+  uint32_t n_ubatch = 512;         // the longest chunk appended at once (sizes the window layers' rings)
+  bool swa_full = false;           // window layers keep every slot, as llama.cpp's --swa-full (any prefix reusable)
 };
+
+// The slots of the window layers' rings a cache with these options has (0: none).
+uint32_t window_ring_for(const ModelConfig& c, const KvCacheOptions& o);
 
 class KvCache {
  public:
@@ -36,10 +48,21 @@ class KvCache {
   std::vector<int32_t> append(std::span<const int32_t> tokens, std::vector<int32_t>& positions);
   // The whole logical sequence as attention reads it: slot and position of every live token.
   void attention_lists(std::vector<int32_t>& slots, std::vector<int32_t>& positions) const;
-  // Keeps the first n logical tokens (n ≤ used()). Pinned tokens beyond n are unpinned.
+  // With window rings: the window slots of the last n logical tokens (where a chunk's K and V go
+  // in the window layers), and the slots and positions the window layers read for a chunk of the
+  // last n_new tokens (its window before it and the chunk itself).
+  std::vector<int32_t> window_slots_of_last(uint32_t n) const;
+  void window_lists(uint32_t n_new, std::vector<int32_t>& slots, std::vector<int32_t>& positions) const;
+  // The longest truncation target ≤ n that keeps every row the next token's window reads: n, or 0
+  // when a window ring no longer holds them (a rewind past what the ring kept). Callers that
+  // truncate to reuse a prefix truncate to reusable(n) instead.
+  uint32_t reusable(uint32_t n) const;
+  // Keeps the first n logical tokens (n ≤ used(), reusable(n) == n). Pinned tokens beyond n are unpinned.
   void truncate(uint32_t n);
   void clear() { truncate(0); }
-  // Pins the first n logical tokens (n ≤ capacity − 1): they are never evicted.
+  // Pins the first n logical tokens (n ≤ capacity − 1; with window rings, n ≤ capacity − ring
+  // slots, so the window layers never need a pinned token the ring has overwritten; an Error
+  // says so): they are never evicted.
   void set_keep(uint32_t n);
 
   uint32_t capacity() const { return capacity_; }
@@ -50,8 +73,9 @@ class KvCache {
   CacheType type_k() const { return type_k_; }
   CacheType type_v() const { return type_v_; }
   uint64_t bytes_per_token() const { return bytes_per_token_; }
-  uint64_t bytes_used() const { return bytes_per_token_ * used(); }
-  uint64_t device_bytes() const;                    // allocated: capacity × bytes per token (+ alignment)
+  uint64_t bytes_used() const;                      // rows held: window rings hold at most their slots
+  uint64_t device_bytes() const;                    // allocated: the sum over layers of slots × row bytes
+  uint32_t window_ring() const { return ring_slots_; }  // slots of the window layers' rings; 0: none
   uint64_t row_bytes_k() const { return row_bytes_k_; }
   uint64_t row_bytes_v() const { return row_bytes_v_; }
 
@@ -63,16 +87,30 @@ class KvCache {
 
   // Session files and the prompt cache (core/store/session_file.h) move rows in the *session layout*:
   // for each layer, K rows [n][row_bytes_k] then V rows [n][row_bytes_v], tokens in logical
-  // order. read_rows copies the first n logical tokens (n ≤ used()) out of the device.
+  // order. read_rows copies the first n logical tokens (n ≤ used()) out of the device; a window
+  // layer's rows that its ring no longer holds are zeros.
   std::vector<uint8_t> read_rows(uint32_t n) const;
   // Replaces the whole cache: `tokens` become the logical sequence at slots 0…n−1 (logical i in
   // slot i, i.e. an unwrapped ring), the first min(n, n_keep) of them pinned, `rows` (session
-  // layout, n tokens) uploaded. The caller has validated sizes: a mismatch is a bug.
-  void restore(std::span<const int32_t> tokens, uint32_t n_keep, uint64_t n_evicted, std::span<const uint8_t> rows);
+  // layout, n tokens) uploaded. The caller has validated sizes: a mismatch is a bug. A window
+  // layer takes the rows of the last tokens its ring holds, skipping rows of zeros (not saved);
+  // restore returns false, changing nothing, when the next token's window would miss a row.
+  bool restore(std::span<const int32_t> tokens, uint32_t n_keep, uint64_t n_evicted, std::span<const uint8_t> rows);
 
  private:
+  // Whether logical token i's window row is in its window slot; whether the `count` tokens before n all are.
+  bool window_row_held(uint32_t i) const;
+  bool window_held_before(uint32_t n, uint32_t count) const;
+  bool is_ring_layer(size_t layer) const { return ring_slots_ && ring_layer_[layer]; }
+
   const VulkanContext* ctx_;
   uint32_t capacity_;
+  uint32_t window_ = 0;      // the model's sliding window (tokens); 0: none
+  uint32_t ring_slots_ = 0;  // slots of each window layer's ring; 0: window layers use the global slots
+  std::vector<bool> window_layer_;   // layer l is a sliding-window layer
+  std::vector<bool> ring_layer_;     // layer l is a window layer with its own ring
+  std::vector<int64_t> serial_;      // per logical token: its serial number (window ring slot = serial % ring_slots_)
+  std::vector<int64_t> ring_serial_; // per window slot: the serial whose rows it holds (−1: none)
   CacheType type_k_, type_v_;
   uint64_t row_bytes_k_, row_bytes_v_, bytes_per_token_;
   std::vector<Buffer> k_, v_;

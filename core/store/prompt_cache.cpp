@@ -141,6 +141,14 @@ PromptCacheMatch PromptCache::find(std::span<const int32_t> tokens) {
 
 bool PromptCache::load(const PromptCacheMatch& m, uint32_t n, Engine& engine) {
   if (m.path.empty() || n == 0) return false;
+  // With window rings an entry holds its window layers' rows for its last tokens only: it serves
+  // prompts that contain it whole (n is then the entry, or all of it but the last token).
+  if (engine.cache().window_ring() && uint64_t{n} + 1 < m.entry_tokens) {
+    warnings_.push_back("prompt cache: a stored prompt shares " + std::to_string(n) +
+                        " tokens with this one, but this model's sliding-window layers keep only their window, so only a "
+                        "whole stored prompt is reused (--swa-full keeps every prefix reusable)");
+    return false;
+  }
   try {
     load_session(m.path, engine, model_, nullptr, n);
   } catch (const Error& e) {
@@ -158,6 +166,8 @@ bool PromptCache::load(const PromptCacheMatch& m, uint32_t n, Engine& engine) {
 uint64_t PromptCache::store(const Engine& engine, uint32_t n) {
   const KvCache& cache = engine.cache();
   if (n == 0 || n > cache.used() || cache.evicted() != 0) return 0;  // only a true prefix is reusable
+  // Window rings must still hold the window before n and before n − 1 (a load runs the last token again).
+  if (cache.reusable(n) != n || cache.reusable(n - 1) != n - 1) return 0;
   if (uint64_t{n} * cache.bytes_per_token() > max_bytes_) return 0;
   const std::span<const int32_t> toks(cache.tokens().data(), n);
   char hash[17];

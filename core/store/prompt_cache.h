@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/engine.h"
@@ -58,7 +59,7 @@ class PromptCache {
   PromptCache(std::string dir, uint64_t max_bytes, ModelFingerprint model, CacheType type_k, CacheType type_v);
 
   // The entry sharing the longest token prefix with `tokens`. Unreadable entries are removed
-  // and reported through warnings().
+  // and reported through take_warnings().
   PromptCacheMatch find(std::span<const int32_t> tokens);
   // Loads the first n tokens of `m`'s entry into the engine's cache (n ≤ m.matched). Returns
   // false, with a warning and the cache unchanged, when the entry vanished or is corrupt.
@@ -69,7 +70,8 @@ class PromptCache {
   uint64_t store(const Engine& engine, uint32_t n);
 
   // What went wrong but did not stop the run, one line each, for the CLI to print.
-  const std::vector<std::string>& warnings() const { return warnings_; }
+  // The warnings since the last call (each is reported once).
+  std::vector<std::string> take_warnings() { return std::exchange(warnings_, {}); }
 
  private:
   std::string entry_prefix() const;
