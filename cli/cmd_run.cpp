@@ -120,7 +120,7 @@ void run(const RunCommand& c) {
   }
   if (!resumed)
     cache.set_keep(c.opts.keep >= 0 ? std::min<uint32_t>(uint32_t(c.opts.keep), cache.capacity() - 1)
-                                    : std::min<uint32_t>(p.pinned, cache.capacity() - 1));
+                                    : std::min<uint32_t>(p.pinned, cache.max_keep()));
 
   // --prompt-cache: load the stored entry sharing the longest prefix; prefill only the rest.
   std::optional<PromptCache> pc;
@@ -129,13 +129,19 @@ void run(const RunCommand& c) {
     pc.emplace(prompt_cache_dir(c.persist), prompt_cache_bytes, fp, cache.type_k(),
                cache.type_v());
     const auto t0 = std::chrono::steady_clock::now();
-    const PromptCacheMatch m = pc->find(p.tokens);
+    const PromptCacheMatch m = pc->find(p.tokens, cache.window_ring() != 0);
     const PrefixMatch live = match_prefix(cache, p.tokens);
     // One token is always run so its logits are fresh; a resumed session may already hold more.
     const uint32_t n = std::min<uint32_t>(m.matched, uint32_t(p.tokens.size()) - 1);
     if (n > 0 && (!live.usable || n > live.matched)) pc->load(m, n, *s.engine);
     cache_load_ms = ms_since(t0);
     print_cache_warnings(*pc);
+    if (m.partial_skipped > m.matched)
+      std::fprintf(stderr,
+                   "vkllm: warning: prompt cache: a stored prompt shares %u tokens with this one, but this model's "
+                   "sliding-window layers keep only their window, so only a whole stored prompt is reused (--swa-full "
+                   "keeps every prefix reusable)\n",
+                   m.partial_skipped);
     if (!c.opts.quiet) {
       if (m.entries_seen == 0) std::fprintf(stderr, "vkllm: prompt cache: no entry for this model and cache type yet\n");
       else if (m.matched < m.entry_tokens && m.matched < p.tokens.size()) std::fprintf(stderr, "vkllm: prompt cache: %s\n", divergence_message(tok, p.tokens, m).c_str());

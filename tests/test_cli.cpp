@@ -368,6 +368,57 @@ TEST(Cli, Gemma3PromptCacheWithWindowRings) {
   std::filesystem::remove_all(pc);
 }
 
+// A chat with /regen and /undo on a gemma3 whose window layers keep rings of 20 slots says exactly
+// what it says with the window layers at full size (--swa-full): rewinds the rings no longer
+// cover are prefilled afresh, the others reuse the cache.
+TEST(Cli, Gemma3ChatWithWindowRingsMatchesSwaFull) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const std::string gguf = testing::TempDir() + "/gemma3-chat.gguf";
+  const std::string make = std::string(VKLLM_MAKE_MODEL) +
+                           " --arch gemma3 --layers 6 --embd 256 --ff 512 --heads 4 --kv-heads 2 --head-dim 64 --window 16"
+                           " --post-norm 8 --rope-base 1000000 --rope-scale 8 --type q8_0 --seed 5 -o " + gguf + " >/dev/null";
+  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+  const std::string script =
+      "Tell me about the little boat and the sea\n/regen\n/undo\nWhat did the wind do to the boat today?\nAnd then?\n"
+      "/undo\nAnd then what?\n";
+  const std::string base = "chat -q --chat-template chatml --ubatch 4 -n 30 --temp 0 -m " + gguf;
+  const Result rings = vkllm(base, script), full = vkllm(base + " --swa-full", script);
+  ASSERT_EQ(rings.status, 0) << rings.err;
+  ASSERT_EQ(full.status, 0) << full.err;
+  EXPECT_GT(rings.out.size(), 60u);
+  EXPECT_EQ(rings.out, full.out);
+  std::filesystem::remove(gguf);
+}
+
+// Sessions move between window-ring settings: one saved with --swa-full and a pin longer than a
+// ring cache allows loads into one with rings (the pin is shortened to what it allows) and keeps
+// generating past the capacity; a chat whose system prompt is longer than that pins what fits.
+TEST(Cli, Gemma3SessionsAcrossWindowRingSettings) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const std::string dir = testing::TempDir(), gguf = dir + "/gemma3-keep.gguf", session = dir + "/gemma3-keep.session";
+  const std::string make = std::string(VKLLM_MAKE_MODEL) +
+                           " --arch gemma3 --layers 6 --embd 256 --ff 512 --heads 4 --kv-heads 2 --head-dim 64 --window 16"
+                           " --post-norm 8 --rope-base 1000000 --rope-scale 8 --type q8_0 --seed 5 -o " + gguf + " >/dev/null";
+  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+  std::filesystem::remove(session);
+  const std::string text = "Once upon a time there was a little boat. The boat liked the sea and the wind and the sun and the "
+                           "fish and the birds and the clouds and the rain.";
+  const Result saved = vkllm("run --json -q --temp 0 --ignore-eos -n 4 --ctx 64 --swa-full --keep 50 -m " + gguf + " --session " +
+                             session + " -p '" + text + "'");
+  ASSERT_EQ(saved.status, 0) << saved.err;
+  // --ubatch 4: rings of 20 slots, so at most 44 of the 64 slots can be pinned.
+  const Result resumed = vkllm("run --json -q --temp 0 --ignore-eos -n 40 --ctx 64 --ubatch 4 -m " + gguf + " --session " + session);
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
+  EXPECT_EQ(json::parse(resumed.out)["tokens"].size(), 40u);
+  EXPECT_GT(json::parse(resumed.out)["kv_evicted"].get<int>(), 0);
+  const Result chat = vkllm("chat -q --chat-template chatml --ctx 64 --ubatch 4 -n 20 --temp 0 -m " + gguf + " --system '" + text + "'",
+                            "Tell me more\nAnd then?\n");
+  ASSERT_EQ(chat.status, 0) << chat.err;
+  EXPECT_EQ(chat.err.find("error"), std::string::npos) << chat.err;
+  std::filesystem::remove(gguf);
+  std::filesystem::remove(session);
+}
+
 TEST(Cli, StdoutCarriesOnlyTheText) {
   VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
   const Result r = vkllm("run --temp 0 -n 16 -m " + model("stories260K.gguf") + " -p 'Once upon a time'");

@@ -69,10 +69,38 @@ TEST_F(KvCacheTest, WindowRingsHoldTheWindowAndRefuseRewindsPastIt) {
   EXPECT_EQ(positions, (std::vector<int32_t>{4, 5, 6, 7}));
   EXPECT_EQ(slots, (std::vector<int32_t>{4, 5, 6, 7}));
   // Pinned tokens must never fall inside a window the ring has moved past.
+  EXPECT_EQ(cache.max_keep(), 24u);
   EXPECT_THROW(cache.set_keep(25), Error);
   cache.clear();
   cache.set_keep(24);
   EXPECT_EQ(cache.keep(), 24u);
+}
+
+// A session written by a cache with window rings has zero window rows for the tokens its rings
+// had dropped. Restored into a cache without rings (--swa-full), those tokens are remembered as
+// missing: rewinds that would read them are refused; a file missing the last window is refused.
+TEST_F(KvCacheTest, RestoredZeroWindowRowsAreMissingWithoutRings) {
+  ModelConfig c = tiny_config();
+  c.n_swa = 4;
+  c.swa_pattern = 2;  // layer 0 is a window layer
+  KvCacheOptions o{32, CacheType::F16, CacheType::F16, 4, /*swa_full=*/true};
+  KvCache cache(test::vk(), c, o);
+  ASSERT_EQ(cache.window_ring(), 0u);
+  const uint32_t n = 12;
+  const uint64_t layer = uint64_t{n} * (cache.row_bytes_k() + cache.row_bytes_v());
+  std::vector<uint8_t> rows(layer * c.n_layer, 0x3c);  // f16 1.0-ish bytes everywhere…
+  for (uint32_t i = 0; i < 5; ++i)                     // …but tokens 0–4 have zero window K rows
+    std::fill_n(rows.begin() + i * cache.row_bytes_k(), cache.row_bytes_k(), 0);
+  const std::vector<int32_t> tokens(n, 7);
+  ASSERT_TRUE(cache.restore(tokens, 1, 0, rows));
+  EXPECT_EQ(cache.reusable(12), 12u);
+  EXPECT_EQ(cache.reusable(9), 9u);  // tokens 5…8 are there
+  EXPECT_EQ(cache.reusable(8), 0u);  // token 4's window rows are not
+  // The last window missing: refused, nothing changed.
+  std::fill_n(rows.begin() + 10 * cache.row_bytes_k(), cache.row_bytes_k(), 0);
+  EXPECT_FALSE(cache.restore(tokens, 1, 0, rows));
+  EXPECT_EQ(cache.reusable(8), 0u);
+  EXPECT_EQ(cache.max_keep(), 31u);
 }
 
 TEST_F(KvCacheTest, RingEvictsOldestUnpinnedAndKeepsPositionsContiguous) {

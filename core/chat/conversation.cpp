@@ -104,7 +104,7 @@ std::vector<int32_t> Conversation::plan_turn(const std::string& rendered, const 
 
 uint32_t Conversation::pin_count(const std::vector<int32_t>& target) {
   pinned_text_.clear();
-  const uint32_t most = engine_.cache().capacity() - 1;
+  const uint32_t most = engine_.cache().max_keep();
   if (keep_ >= 0) return std::min<uint32_t>(uint32_t(keep_), most);
   uint32_t n = (!target.empty() && target[0] == tok_.bos()) ? 1 : 0;
   if (!system_.empty()) {

@@ -181,7 +181,7 @@ void Conversation::rebuild_state(Saved& s, const SessionInfo& info) const {
   if (info.n_evicted > 0 || info.tokens.empty()) return;
   s.cached = info.tokens;
   s.n_tokens = s.cached.size();
-  s.pinned = std::min<uint32_t>(info.n_keep, engine_.cache().capacity() - 1);
+  s.pinned = std::min<uint32_t>({info.n_keep, engine_.cache().max_keep(), uint32_t(info.tokens.size())});
   if (n_user > 0) s.turns.front().tokens_at_user = std::min<size_t>(s.pinned, s.n_tokens);
   // vkllm run --chat caches the rendering up to its last reply's generation prompt, then the
   // reply as sampled. Where that holds, the rendered text is known again and the next turn

@@ -35,7 +35,7 @@ PerplexityResult perplexity_stream(Engine& engine, std::span<const int32_t> toke
   if (tokens.size() < 2) throw Error("the text has fewer than 2 tokens");
   KvCache& cache = engine.cache();
   cache.clear();
-  cache.set_keep(std::min(keep, cache.capacity() - 1));
+  cache.set_keep(std::min(keep, cache.max_keep()));
   PerplexityResult r;
   for (size_t i = 0; i + 1 < tokens.size(); ++i) {
     const std::vector<float>& lp = engine.decode(tokens.subspan(i, 1), LogitsMode::AllLogProbs);

@@ -49,6 +49,7 @@ uint64_t KvCache::bytes_used() const {
 
 
 bool KvCache::window_row_held(uint32_t i) const {
+  if (!ring_slots_) return window_absent_.empty() || !window_absent_[i];
   const int64_t serial = serial_[i];
   return ring_serial_[static_cast<size_t>(serial % ring_slots_)] == serial;
 }
@@ -83,7 +84,7 @@ uint32_t KvCache::reusable(uint32_t n) const {
   VKLLM_CHECK(n <= used(), "reusable beyond the cached tokens");
   // The next token's window reads the window_ − 1 tokens before it; one more keeps a resume
   // (truncate by one, decode the last token again) possible.
-  return !ring_slots_ || window_held_before(n, window_) ? n : 0;
+  return !window_ || window_held_before(n, window_) ? n : 0;
 }
 
 uint64_t KvCache::device_bytes() const {
@@ -111,6 +112,7 @@ std::vector<int32_t> KvCache::append(std::span<const int32_t> tokens, std::vecto
       slots.push_back(static_cast<int32_t>(n_pinned_));
       tokens_.push_back(tok);
       serial_.push_back(serial);
+      if (!window_absent_.empty()) window_absent_.push_back(false);
       ++n_pinned_;
       continue;
     }
@@ -119,6 +121,7 @@ std::vector<int32_t> KvCache::append(std::span<const int32_t> tokens, std::vecto
       slots.push_back(static_cast<int32_t>(n_keep_ + (head_ + n_window_) % window_slots));
       tokens_.push_back(tok);
       serial_.push_back(serial);
+      if (!window_absent_.empty()) window_absent_.push_back(false);
       ++n_window_;
     } else {  // full: the new token takes the oldest window token's slot
       slots.push_back(static_cast<int32_t>(n_keep_ + head_));
@@ -127,6 +130,10 @@ std::vector<int32_t> KvCache::append(std::span<const int32_t> tokens, std::vecto
       tokens_.push_back(tok);
       serial_.erase(serial_.begin() + n_pinned_);
       serial_.push_back(serial);
+      if (!window_absent_.empty()) {
+        window_absent_.erase(window_absent_.begin() + n_pinned_);
+        window_absent_.push_back(false);
+      }
       ++n_evicted_;
     }
   }
@@ -154,10 +161,11 @@ void KvCache::truncate(uint32_t n) {
     n_evicted_ = 0;
     tokens_.clear();
     serial_.clear();
+    window_absent_.clear();
     std::fill(ring_serial_.begin(), ring_serial_.end(), -1);
     return;
   }
-  VKLLM_CHECK(!ring_slots_ || window_held_before(n, window_ - 1), "truncate past the rows a window ring holds (use reusable())");
+  VKLLM_CHECK(!window_ || window_held_before(n, window_ - 1), "truncate past the window rows the cache holds (use reusable())");
   if (n >= n_pinned_) {
     n_window_ = n - n_pinned_;  // drops the newest window tokens; the ring head stays
   } else {
@@ -169,11 +177,12 @@ void KvCache::truncate(uint32_t n) {
   }
   tokens_.resize(n);
   serial_.resize(n);
+  if (!window_absent_.empty()) window_absent_.resize(n);
 }
 
 void KvCache::set_keep(uint32_t n) {
   VKLLM_CHECK(n < capacity_, "--keep must leave room for the window");
-  if (ring_slots_ && n > capacity_ - ring_slots_)
+  if (n > max_keep())
     throw Error("--keep " + std::to_string(n) + " is too long: this model's sliding-window layers keep " + std::to_string(ring_slots_) +
                 " slots, so at most " + std::to_string(capacity_ - ring_slots_) + " of --ctx " + std::to_string(capacity_) +
                 " tokens can be pinned; use a larger --ctx");
@@ -236,7 +245,7 @@ std::vector<uint8_t> KvCache::read_rows(uint32_t n) const {
 
 bool KvCache::restore(std::span<const int32_t> tokens, uint32_t n_keep, uint64_t n_evicted, std::span<const uint8_t> rows) {
   const uint32_t n = static_cast<uint32_t>(tokens.size());
-  VKLLM_CHECK(n <= capacity_ && n_keep < capacity_, "restore beyond the cache capacity");
+  VKLLM_CHECK(n <= capacity_ && n_keep <= max_keep(), "restore beyond the cache capacity");
   const uint64_t layer_bytes = uint64_t{n} * (row_bytes_k_ + row_bytes_v_);
   VKLLM_CHECK(rows.size() == layer_bytes * k_.size(), "restore: rows do not match the token count");
   // A token's window rows are in the file when no window layer's K row is all zeros (a file
@@ -254,6 +263,12 @@ bool KvCache::restore(std::span<const int32_t> tokens, uint32_t n_keep, uint64_t
   std::vector<bool> held(n, false);
   if (ring_slots_)
     for (uint32_t i = n > ring_slots_ ? n - ring_slots_ : 0; i < n; ++i) held[i] = has_window_rows(i);
+  std::vector<bool> absent;
+  if (window_ && !ring_slots_) {
+    absent.resize(n);
+    for (uint32_t i = 0; i < n; ++i) absent[i] = !has_window_rows(i);
+    if (std::find(absent.begin(), absent.end(), true) == absent.end()) absent.clear();
+  }
   if (n > 0) {
     std::vector<Run> ring_runs;
     for (uint32_t i = 0; i < n; ++i)
@@ -284,6 +299,7 @@ bool KvCache::restore(std::span<const int32_t> tokens, uint32_t n_keep, uint64_t
   std::fill(ring_serial_.begin(), ring_serial_.end(), -1);
   for (uint32_t i = 0; i < n; ++i)
     if (ring_slots_ && held[i]) ring_serial_[i % ring_slots_] = i;
+  window_absent_ = std::move(absent);
   return true;
 }
 

@@ -66,6 +66,8 @@ class KvCache {
   void set_keep(uint32_t n);
 
   uint32_t capacity() const { return capacity_; }
+  // The most tokens set_keep accepts: capacity − 1, or with window rings capacity − ring slots.
+  uint32_t max_keep() const { return ring_slots_ ? capacity_ - ring_slots_ : capacity_ - 1; }
   uint32_t used() const { return n_pinned_ + n_window_; }
   uint32_t keep() const { return n_keep_; }
   uint64_t evicted() const { return n_evicted_; }   // tokens overwritten since the last clear
@@ -94,7 +96,8 @@ class KvCache {
   // slot i, i.e. an unwrapped ring), the first min(n, n_keep) of them pinned, `rows` (session
   // layout, n tokens) uploaded. The caller has validated sizes: a mismatch is a bug. A window
   // layer takes the rows of the last tokens its ring holds, skipping rows of zeros (not saved);
-  // restore returns false, changing nothing, when the next token's window would miss a row.
+  // restore returns false, changing nothing, when the next token's window would miss a row. A
+  // cache without rings remembers which tokens' window rows were zeros, so reusable() stays exact.
   bool restore(std::span<const int32_t> tokens, uint32_t n_keep, uint64_t n_evicted, std::span<const uint8_t> rows);
 
  private:
@@ -111,6 +114,7 @@ class KvCache {
   std::vector<bool> ring_layer_;     // layer l is a window layer with its own ring
   std::vector<int64_t> serial_;      // per logical token: its serial number (window ring slot = serial % ring_slots_)
   std::vector<int64_t> ring_serial_; // per window slot: the serial whose rows it holds (−1: none)
+  std::vector<bool> window_absent_;  // without rings: per logical token, its window rows were restored as zeros
   CacheType type_k_, type_v_;
   uint64_t row_bytes_k_, row_bytes_v_, bytes_per_token_;
   std::vector<Buffer> k_, v_;

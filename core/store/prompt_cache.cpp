@@ -104,7 +104,7 @@ void PromptCache::drop(const std::string& path, const std::string& why) {
   fs::remove(path, ec);
 }
 
-PromptCacheMatch PromptCache::find(std::span<const int32_t> tokens) {
+PromptCacheMatch PromptCache::find(std::span<const int32_t> tokens, bool whole_only) {
   PromptCacheMatch best;
   const std::string prefix = entry_prefix();
   std::error_code ec;
@@ -128,6 +128,10 @@ PromptCacheMatch PromptCache::find(std::span<const int32_t> tokens) {
     ++best.entries_seen;
     uint32_t m = 0;
     while (m < info.tokens.size() && m < tokens.size() && info.tokens[m] == tokens[m]) ++m;
+    if (whole_only && uint64_t{m} + 1 < info.tokens.size()) {
+      best.partial_skipped = std::max(best.partial_skipped, m);
+      continue;
+    }
     // Longest match; on a tie the shorter entry (less to read).
     if (best.path.empty() || m > best.matched || (m == best.matched && info.tokens.size() < best.entry_tokens)) {
       best.path = path;
@@ -141,16 +145,12 @@ PromptCacheMatch PromptCache::find(std::span<const int32_t> tokens) {
 
 bool PromptCache::load(const PromptCacheMatch& m, uint32_t n, Engine& engine) {
   if (m.path.empty() || n == 0) return false;
-  // With window rings an entry holds its window layers' rows for its last tokens only: it serves
-  // prompts that contain it whole (n is then the entry, or all of it but the last token).
-  if (engine.cache().window_ring() && uint64_t{n} + 1 < m.entry_tokens) {
-    warnings_.push_back("prompt cache: a stored prompt shares " + std::to_string(n) +
-                        " tokens with this one, but this model's sliding-window layers keep only their window, so only a "
-                        "whole stored prompt is reused (--swa-full keeps every prefix reusable)");
-    return false;
-  }
+
   try {
     load_session(m.path, engine, model_, nullptr, n);
+  } catch (const MissingWindowRows& e) {  // a valid entry, only not for this prefix
+    warnings_.push_back(std::string("prompt cache: ") + e.what() + "; prefilling the whole prompt");
+    return false;
   } catch (const Error& e) {
     if (!fs::exists(m.path)) {
       warnings_.push_back("prompt cache: " + m.path + " was evicted by another run; prefilling the whole prompt");

@@ -52,6 +52,7 @@ struct PromptCacheMatch {
   uint32_t matched = 0;         // leading tokens shared with it
   uint32_t entry_tokens = 0;
   uint32_t entries_seen = 0;    // entries for this model and cache type
+  uint32_t partial_skipped = 0; // whole_only: the longest match of an entry passed over for being partial
 };
 
 class PromptCache {
@@ -59,8 +60,10 @@ class PromptCache {
   PromptCache(std::string dir, uint64_t max_bytes, ModelFingerprint model, CacheType type_k, CacheType type_v);
 
   // The entry sharing the longest token prefix with `tokens`. Unreadable entries are removed
-  // and reported through take_warnings().
-  PromptCacheMatch find(std::span<const int32_t> tokens);
+  // and reported through take_warnings(). whole_only (caches with window rings, whose entries
+  // hold the window rows of their last tokens only): only entries `tokens` contains whole, or
+  // all but their last token, qualify.
+  PromptCacheMatch find(std::span<const int32_t> tokens, bool whole_only = false);
   // Loads the first n tokens of `m`'s entry into the engine's cache (n ≤ m.matched). Returns
   // false, with a warning and the cache unchanged, when the entry vanished or is corrupt.
   bool load(const PromptCacheMatch& m, uint32_t n, Engine& engine);

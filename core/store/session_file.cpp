@@ -463,9 +463,10 @@ SessionInfo load_session(const std::string& path, Engine& engine, const ModelFin
     }
     rows = prefix;
   }
-  const uint32_t keep = std::min({info.n_keep, n, cache.capacity() - 1});
+  // A pin longer than this cache allows (its window rings may be larger) is shortened.
+  const uint32_t keep = std::min({info.n_keep, n, cache.max_keep()});
   if (!cache.restore(std::span(info.tokens).first(n), keep, n < n_used ? 0 : info.n_evicted, rows))
-    throw Error(path + ": the sliding-window layers' rows of the " + std::to_string(engine.config().n_swa) + " tokens before token " +
+    throw MissingWindowRows(path + ": the sliding-window layers' rows of the " + std::to_string(engine.config().n_swa) + " tokens before token " +
                 std::to_string(n) + " are not in the file (its window rings had moved past them); load it whole");
   if (sampler && !info.sampler.empty()) *sampler = std::move(restored);
   info.tokens.resize(n);

@@ -61,6 +61,12 @@ struct ModelFingerprint {
 ModelFingerprint model_fingerprint(const gguf::File& f);
 
 // What a session holds besides the KV rows.
+// load_session's refusal of a prefix whose sliding-window rows the file does not hold (the file
+// itself is valid).
+struct MissingWindowRows : Error {
+  using Error::Error;
+};
+
 struct SessionInfo {
   ModelFingerprint model;
   uint32_t n_layer = 0, n_head_kv = 0, head_dim = 0;
