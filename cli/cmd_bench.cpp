@@ -23,7 +23,8 @@ struct BenchCommand {
   bool json = false, ops = false;
   uint32_t ops_size = 4096;
   bool ops_matmul = true;
-  std::vector<std::string> ops_types = {"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"};
+  std::vector<std::string> ops_types = {"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
+                                          "iq4_nl", "iq4_xs"};
   std::string attention = "auto";
   std::optional<uint32_t> device;
 };

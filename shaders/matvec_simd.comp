@@ -15,7 +15,7 @@
 //   - applies each block's scale once per block (offsets and mins through the block's sum of x;
 //     Q4_0/Q4_1/Q4_K nibbles masked in place against an x pre-scaled by their bit position);
 // and one subgroupAdd per row reduces the lanes. No shared memory, no barriers.
-// The host uses it when cols % 256 == 0 and every row starts on a 16-byte (Q2_K, Q3_K, Q6_K:
+// The host uses it when cols % 256 == 0 and every row starts on a 16-byte (Q2_K, Q3_K, Q6_K, IQ4_XS:
 // 4-byte) boundary.
 // Bindings: 0 W [rows][row_bytes] (weight type), 1 x [cols] f32, 2 y f32.
 // Specialization: 0 workgroup size (= subgroup size), 1 ROWS, 2 UPL (units per lane).
@@ -73,11 +73,18 @@ layout(push_constant) uniform Push { MatmulParams p; };
 #elif defined(WTYPE_Q6_K)
 #define UNIT_BYTES 210    // u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d
 #define SUBS 16
+#elif defined(WTYPE_IQ4_NL)
+#define UNIT_BYTES 144    // 8 × { f16 d; u8 qs[16] } (Q4_0's layout, nibbles index the codebook)
+#define SUBS 1            // no offsets: the block sums are not needed
+#elif defined(WTYPE_IQ4_XS)
+#define UNIT_BYTES 136    // f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]
+#define SUBS 1
 #else
 #error "matvec_simd: define one WTYPE_*"
 #endif
 // Units of a multiple of 16 bytes are read as 64-bit words in the scalar layout; the others
-// (Q2_K: 84, Q3_K: 110, Q6_K: 210 bytes) as u32 words, realigned when a unit starts mid-word.
+// (Q2_K: 84, Q3_K: 110, Q6_K: 210, IQ4_XS: 136 bytes) as u32 words, realigned when a unit starts
+// mid-word.
 #define WIDE_UNITS (UNIT_BYTES % 16 == 0)
 #define UNIT_WORDS ((UNIT_BYTES + 3) / 4)
 
@@ -111,6 +118,13 @@ float uh(uint o) { return unpackHalf2x16(wd[o >> 2] >> ((o & 2u) * 8u)).x; }
 // converted, and multiplied by an x that was scaled by 2^-sh when it was loaded (xs_scale). The
 // top nibble (sh = 28) is shifted down instead, as int conversion needs values below 2^31.
 float nib_at(uint q, uint sh) { return sh == 28 ? float(int(q >> 28)) : float(int(q & (0xFu << sh))); }
+// IQ4_NL / IQ4_XS: the codebook value of nibble n, from four words of four signed bytes each
+// (ggml's kvalues_iq4nl: −127 −104 −83 −65 | −49 −35 −22 −10 | 1 13 25 38 | 53 69 89 113), the
+// word chosen by two selects, so no per-lane indexed load.
+float iq4_value(uint n) {
+  const uint w = (n & 8u) != 0 ? ((n & 4u) != 0 ? 0x71594535u : 0x26190D01u) : ((n & 4u) != 0 ? 0xF6EADDCFu : 0xBFAD9881u);
+  return float(int(w << (24u - 8u * (n & 3u))) >> 24);
+}
 // The 4 signed bytes of word q.
 vec4 i8x4(uint q) { return vec4((ivec4(q) << ivec4(24, 16, 8, 0)) >> 24); }
 
@@ -302,6 +316,29 @@ float dot_unit(uint u) {
       s += nib_at(wd[at >> 2], 8 * (at & 3u) + 4 * (j & 1u)) * xs[u][32 * j + r];
     }
     acc += d * sc * s - dmin * mn * xsum[u][j];
+  }
+#elif defined(WTYPE_IQ4_NL)
+  [[unroll]] for (uint b = 0; b < 8; ++b) {
+    float s = 0.0;
+    [[unroll]] for (uint j = 0; j < 16; ++j) {
+      const uint at = 18 * b + 2 + j, q = wd[at >> 2] >> (8 * (at & 3u));
+      s += iq4_value(q & 0xFu) * xs[u][32 * b + j] + iq4_value((q >> 4) & 0xFu) * xs[u][32 * b + 16 + j];
+    }
+    acc += uh(18 * b) * s;
+  }
+#elif defined(WTYPE_IQ4_XS)
+  // Sub-block ib of 32: 6-bit scale (low 4 bits from scales_l, high 2 from scales_h) − 32; its
+  // 16 bytes of qs at 8 + 16 ib hold elements j (low nibble) and 16 + j (high).
+  const float d = uh(0);
+  const uint scales_h = ub(2) | (ub(3) << 8);
+  [[unroll]] for (uint ib = 0; ib < 8; ++ib) {
+    const uint ls = ((ub(4 + ib / 2) >> (4 * (ib % 2))) & 0xFu) | (((scales_h >> (2 * ib)) & 3u) << 4);
+    float s = 0.0;
+    [[unroll]] for (uint j = 0; j < 16; ++j) {
+      const uint at = 8 + 16 * ib + j, q = wd[at >> 2] >> (8 * (at & 3u));
+      s += iq4_value(q & 0xFu) * xs[u][32 * ib + j] + iq4_value((q >> 4) & 0xFu) * xs[u][32 * ib + 16 + j];
+    }
+    acc += d * float(int(ls) - 32) * s;
   }
 #elif defined(WTYPE_Q6_K)
   // Element e: half n = e/128, quarter j = e%128/32, l = e%32. Low 4 bits: ql[64n + 32(j%2) + l],

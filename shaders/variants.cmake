@@ -10,7 +10,7 @@ foreach(wtype f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k iq4
 endforeach()
 
 # The CPU-driver matvec (matvec_simd.comp) for the types it covers.
-foreach(wtype f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k)
+foreach(wtype f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs)
   string(TOUPPER ${wtype} WTYPE)
   vkllm_shader(matvec_simd_${wtype} matvec_simd.comp -DWTYPE_${WTYPE})
 endforeach()

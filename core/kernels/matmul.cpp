@@ -46,14 +46,12 @@ constexpr uint32_t k_simd_unit = 256, k_simd_max_upl = 8, k_simd_rows = 32;
 // the 84-, 110- and 210-byte K-quant super-blocks read as u32 words.
 uint32_t simd_row_alignment(gguf::TensorType t) {
   using T = gguf::TensorType;
-  return t == T::Q2_K || t == T::Q3_K || t == T::Q6_K ? 4 : 16;
+  return t == T::Q2_K || t == T::Q3_K || t == T::Q6_K || t == T::IQ4_XS ? 4 : 16;
 }
 
-// Whether this part of `w` runs on matvec_simd (CPU devices only; any number of tokens; not the
-// IQ4 codebook types yet, which take matvec.comp / matmul.comp).
+// Whether this part of `w` runs on matvec_simd (CPU devices only; any number of tokens).
 bool use_simd_matvec(const VulkanContext& ctx, const DeviceTensor& w, const WeightPart& part, const BufferView& x,
                      uint32_t x_stride) {
-  if (w.type == gguf::TensorType::IQ4_NL || w.type == gguf::TensorType::IQ4_XS) return false;
   const uint32_t align = simd_row_alignment(w.type);
   // The 16-byte-aligned types read whole units with 64-bit loads in the scalar layout.
   if (align == 16 && !(ctx.info().int64 && ctx.info().scalar_layout)) return false;
