@@ -44,6 +44,32 @@ Result vkllm(const std::string& args, const std::string& stdin_text = "") {
   return r;
 }
 
+// `base` + prompt generating 2n tokens at once gives the same tokens as n, saved to `session`,
+// then n more from the session.
+void expect_session_continues(const std::string& base, const std::string& prompt, int n, const std::string& session) {
+  std::filesystem::remove(session);
+  const std::string count = " -n " + std::to_string(n);
+  const Result whole = vkllm(base + " -n " + std::to_string(2 * n) + prompt);
+  const Result first = vkllm(base + count + " --session " + session + prompt);
+  const Result second = vkllm(base + count + " --session " + session);
+  ASSERT_EQ(whole.status, 0) << whole.err;
+  ASSERT_EQ(first.status, 0) << first.err;
+  ASSERT_EQ(second.status, 0) << second.err;
+  std::vector<int> split = json::parse(first.out)["tokens"].get<std::vector<int>>();
+  const std::vector<int> rest = json::parse(second.out)["tokens"].get<std::vector<int>>();
+  split.insert(split.end(), rest.begin(), rest.end());
+  EXPECT_EQ(split, json::parse(whole.out)["tokens"].get<std::vector<int>>());
+  std::filesystem::remove(session);
+}
+
+// A gemma3 with a 16-token window (layers 0–4 window layers, 5 global), Q8_0, written to `path`.
+void make_gemma3_window_model(const std::string& path) {
+  const std::string make = std::string(VKLLM_MAKE_MODEL) +
+                           " --arch gemma3 --layers 6 --embd 256 --ff 512 --heads 4 --kv-heads 2 --head-dim 64 --window 16"
+                           " --post-norm 8 --rope-base 1000000 --rope-scale 8 --type q8_0 --seed 5 -o " + path + " >/dev/null";
+  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+}
+
 std::string model(const std::string& name) { return shared_path("models/" + name); }
 
 TEST(Cli, InfoReportsStories260K) {
@@ -250,20 +276,8 @@ TEST(Cli, Qwen3SessionContinuesExactly) {
                            " --arch qwen3 --layers 2 --embd 256 --ff 512 --heads 8 --kv-heads 2 --head-dim 64 --type q8_0"
                            " --logit-scale 12 --seed 2 -o " + gguf + " >/dev/null";
   ASSERT_EQ(std::system(make.c_str()), 0) << make;
-  std::filesystem::remove(session);
-  const std::string base = "run --json -q --temp 0 --ignore-eos -m " + gguf;
-  const Result whole = vkllm(base + " -n 16 -p 'Once upon a time'");
-  const Result first = vkllm(base + " -n 8 -p 'Once upon a time' --session " + session);
-  const Result second = vkllm(base + " -n 8 --session " + session);
-  ASSERT_EQ(whole.status, 0) << whole.err;
-  ASSERT_EQ(first.status, 0) << first.err;
-  ASSERT_EQ(second.status, 0) << second.err;
-  std::vector<int> split = json::parse(first.out)["tokens"].get<std::vector<int>>();
-  const std::vector<int> rest = json::parse(second.out)["tokens"].get<std::vector<int>>();
-  split.insert(split.end(), rest.begin(), rest.end());
-  EXPECT_EQ(split, json::parse(whole.out)["tokens"].get<std::vector<int>>());
+  expect_session_continues("run --json -q --temp 0 --ignore-eos -m " + gguf, " -p 'Once upon a time'", 8, session);
   std::filesystem::remove(gguf);
-  std::filesystem::remove(session);
 }
 
 // gemma3 with a 16-token window: perplexity streams through a ring of 64 slots past its capacity;
@@ -273,10 +287,8 @@ TEST(Cli, Qwen3SessionContinuesExactly) {
 TEST(Cli, Gemma3WindowStreamsAndResumes) {
   VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
   const std::string dir = testing::TempDir(), gguf = dir + "/gemma3-window.gguf", session = dir + "/gemma3.session";
-  const std::string make = std::string(VKLLM_MAKE_MODEL) +
-                           " --arch gemma3 --layers 6 --embd 256 --ff 512 --heads 4 --kv-heads 2 --head-dim 64 --window 16"
-                           " --post-norm 8 --rope-base 1000000 --rope-scale 8 --type q8_0 --seed 5 -o " + gguf + " >/dev/null";
-  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+  make_gemma3_window_model(gguf);
+  if (HasFatalFailure()) return;
   const std::string text = shared_path("reference/prompts/sy-2.txt");
   // Streamed past a ring of 64 slots, with the window layers in the global slots (--ubatch 512)
   // and in rings of 24 slots (--ubatch 8): the same text, the same perplexity.
@@ -309,23 +321,11 @@ TEST(Cli, Gemma3WindowStreamsAndResumes) {
     for (size_t s = 0; s < lp0.size(); ++s) EXPECT_NEAR(lp[s], lp0[s], 1e-3) << "step " << s;
   }
 
-  std::filesystem::remove(session);
   // --ubatch 4: rings of 20 slots, which the prompt and the replies wrap; the session file has
   // zeros for the window rows the rings had dropped.
-  const std::string base = "run --json -q --temp 0 --ignore-eos --ubatch 4 -m " + gguf;
-  const std::string prompt = " -p 'Once upon a time, in a small village by the sea, there lived a girl who loved boats'";
-  const Result whole = vkllm(base + " -n 24" + prompt);
-  const Result first = vkllm(base + " -n 12 --session " + session + prompt);
-  const Result second = vkllm(base + " -n 12 --session " + session);
-  ASSERT_EQ(whole.status, 0) << whole.err;
-  ASSERT_EQ(first.status, 0) << first.err;
-  ASSERT_EQ(second.status, 0) << second.err;
-  std::vector<int> split = json::parse(first.out)["tokens"].get<std::vector<int>>();
-  const std::vector<int> rest = json::parse(second.out)["tokens"].get<std::vector<int>>();
-  split.insert(split.end(), rest.begin(), rest.end());
-  EXPECT_EQ(split, json::parse(whole.out)["tokens"].get<std::vector<int>>());
+  expect_session_continues("run --json -q --temp 0 --ignore-eos --ubatch 4 -m " + gguf,
+                           " -p 'Once upon a time, in a small village by the sea, there lived a girl who loved boats'", 12, session);
   std::filesystem::remove(gguf);
-  std::filesystem::remove(session);
 }
 
 // The prompt cache on a gemma3 whose window layers keep rings of 20 slots (--ubatch 4): a whole
@@ -334,10 +334,8 @@ TEST(Cli, Gemma3WindowStreamsAndResumes) {
 TEST(Cli, Gemma3PromptCacheWithWindowRings) {
   VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
   const std::string dir = testing::TempDir(), gguf = dir + "/gemma3-pc.gguf", pc = dir + "/gemma3-pc";
-  const std::string make = std::string(VKLLM_MAKE_MODEL) +
-                           " --arch gemma3 --layers 6 --embd 256 --ff 512 --heads 4 --kv-heads 2 --head-dim 64 --window 16"
-                           " --post-norm 8 --rope-base 1000000 --rope-scale 8 --type q8_0 --seed 5 -o " + gguf + " >/dev/null";
-  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+  make_gemma3_window_model(gguf);
+  if (HasFatalFailure()) return;
   std::filesystem::remove_all(pc);
   const std::string manual = "Once upon a time there was a little boat. The boat liked the sea and the wind and the sun. ";
   auto run = [&](const std::string& question, const std::string& extra) {
@@ -374,10 +372,8 @@ TEST(Cli, Gemma3PromptCacheWithWindowRings) {
 TEST(Cli, Gemma3ChatWithWindowRingsMatchesSwaFull) {
   VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
   const std::string gguf = testing::TempDir() + "/gemma3-chat.gguf";
-  const std::string make = std::string(VKLLM_MAKE_MODEL) +
-                           " --arch gemma3 --layers 6 --embd 256 --ff 512 --heads 4 --kv-heads 2 --head-dim 64 --window 16"
-                           " --post-norm 8 --rope-base 1000000 --rope-scale 8 --type q8_0 --seed 5 -o " + gguf + " >/dev/null";
-  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+  make_gemma3_window_model(gguf);
+  if (HasFatalFailure()) return;
   const std::string script =
       "Tell me about the little boat and the sea\n/regen\n/undo\nWhat did the wind do to the boat today?\nAnd then?\n"
       "/undo\nAnd then what?\n";
@@ -396,10 +392,8 @@ TEST(Cli, Gemma3ChatWithWindowRingsMatchesSwaFull) {
 TEST(Cli, Gemma3SessionsAcrossWindowRingSettings) {
   VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
   const std::string dir = testing::TempDir(), gguf = dir + "/gemma3-keep.gguf", session = dir + "/gemma3-keep.session";
-  const std::string make = std::string(VKLLM_MAKE_MODEL) +
-                           " --arch gemma3 --layers 6 --embd 256 --ff 512 --heads 4 --kv-heads 2 --head-dim 64 --window 16"
-                           " --post-norm 8 --rope-base 1000000 --rope-scale 8 --type q8_0 --seed 5 -o " + gguf + " >/dev/null";
-  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+  make_gemma3_window_model(gguf);
+  if (HasFatalFailure()) return;
   std::filesystem::remove(session);
   const std::string text = "Once upon a time there was a little boat. The boat liked the sea and the wind and the sun and the "
                            "fish and the birds and the clouds and the rain.";
