@@ -62,11 +62,12 @@ void expect_session_continues(const std::string& base, const std::string& prompt
   std::filesystem::remove(session);
 }
 
-// A gemma3 with a 16-token window (layers 0–4 window layers, 5 global), Q8_0, written to `path`.
-void make_gemma3_window_model(const std::string& path) {
+// A gemma3 with a 16-token window (layers 0–4 window layers, 5 global), Q8_0, written to `path`
+// (`extra`: more make_model arguments).
+void make_gemma3_window_model(const std::string& path, const std::string& extra = "") {
   const std::string make = std::string(VKLLM_MAKE_MODEL) +
                            " --arch gemma3 --layers 6 --embd 256 --ff 512 --heads 4 --kv-heads 2 --head-dim 64 --window 16"
-                           " --post-norm 8 --rope-base 1000000 --rope-scale 8 --type q8_0 --seed 5 -o " + path + " >/dev/null";
+                           " --post-norm 8 --rope-base 1000000 --rope-scale 8 --type q8_0 --seed 5 " + extra + " -o " + path + " >/dev/null";
   ASSERT_EQ(std::system(make.c_str()), 0) << make;
 }
 
@@ -411,6 +412,40 @@ TEST(Cli, Gemma3SessionsAcrossWindowRingSettings) {
   EXPECT_EQ(chat.err.find("error"), std::string::npos) << chat.err;
   std::filesystem::remove(gguf);
   std::filesystem::remove(session);
+}
+
+// A chat on qwen3 and on gemma3 (window rings of 20 slots, which the turns wrap) continues exactly
+// across processes through --session: two turns in one process say what one turn, then the
+// other in a new process, say. The Phi-3 vocabulary, so that random replies are text (a reply of
+// stray byte tokens is not valid UTF-8, and the chat keeps replies as text).
+TEST(Cli, ChatSessionsContinueOnQwen3AndGemma3) {
+  VKLLM_REQUIRE_SHARED("vocab/ggml-vocab-phi-3.gguf");
+  const std::string vocab = " --vocab-from " + shared_path("vocab/ggml-vocab-phi-3.gguf");
+  const std::string dir = testing::TempDir(), qwen3 = dir + "/qwen3-chat.gguf", gemma3 = dir + "/gemma3-chat-session.gguf";
+  const std::string make = std::string(VKLLM_MAKE_MODEL) +
+                           " --arch qwen3 --layers 2 --embd 256 --ff 512 --heads 8 --kv-heads 2 --head-dim 64 --type q8_0"
+                           " --logit-scale 12 --seed 2" + vocab + " -o " + qwen3 + " >/dev/null";
+  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+  make_gemma3_window_model(gemma3, vocab);
+  if (HasFatalFailure()) return;
+  for (const std::string& gguf : {qwen3, gemma3}) {
+    SCOPED_TRACE(gguf);
+    const std::string session = dir + "/chat.session";
+    std::filesystem::remove(session);
+    const std::string base = "chat -q --chat-template chatml --ubatch 4 -n 16 --temp 0 -m " + gguf;
+    const std::string turn1 = "Tell me about the little boat and the sea\n", turn2 = "What did the wind do?\n";
+    const Result both = vkllm(base, turn1 + turn2);
+    const Result first = vkllm(base + " --session " + session, turn1);
+    const Result second = vkllm(base + " --session " + session, turn2);
+    ASSERT_EQ(both.status, 0) << both.err;
+    ASSERT_EQ(first.status, 0) << first.err;
+    ASSERT_EQ(second.status, 0) << second.err;
+    EXPECT_GT(first.out.size(), 10u);
+    EXPECT_EQ(first.out + second.out, both.out);
+    std::filesystem::remove(session);
+  }
+  std::filesystem::remove(qwen3);
+  std::filesystem::remove(gemma3);
 }
 
 TEST(Cli, StdoutCarriesOnlyTheText) {
