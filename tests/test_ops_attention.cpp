@@ -135,7 +135,7 @@ void check_attention(CacheType ct, const AttnCase& c, bool split, AttentionKerne
   Buffer dkc = test::to_device(std::vector<uint8_t>(kq.size(), 0)), dvc = test::to_device(std::vector<uint8_t>(vq.size(), 0));
   Buffer dout = test::to_device(std::vector<float>(want.size(), 0.0f));
   const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, kernel, scale, c.softcap, c.window};
-  Buffer scratch(test::vk(), attention_scratch_floats(shape) * 4, MemoryUse::Device, "attention scratch");
+  Buffer scratch(test::vk(), attention_scratch_floats(shape, c.n_kv) * 4, MemoryUse::Device, "attention scratch");
   const RopeConfig rc{c.head_dim, c.head_dim, 10000.0f, 0.5f, c.neox, {}};
   Buffer table(test::vk(), uint64_t{n_pos} * c.head_dim * 4, MemoryUse::Device, "rope table");
   CommandRecorder rec(test::vk(), &test::pipelines());
@@ -167,6 +167,9 @@ TEST_F(AttentionOps, PrefillAndDecodeEveryCacheType) {
       {4, 2, 64, 40, 200, 256, true, 0, 16},        // prefill with a window shorter than the chunk
       {8, 4, 16, 3, 500, 512, true, 0, 100, 2.0f},  // a window and soft-capped scores (Gemma 2)
       {4, 2, 32, 9, 60, 64, false, 0, 0, 1.0f},     // soft-capping alone, caps well inside the scores' range
+      {6, 2, 64, 1, 400, 512, true, 7},             // decode over ≥ 256 slots (attention_decode on CPU drivers): odd G
+      {8, 1, 64, 1, 260, 300, false, 0, 50, 3.0f},  // decode, G = 8, a window and soft-capped scores
+      {4, 4, 64, 1, 290, 320, false},               // decode, no GQA
   };
   // Both kernels: the GPUs' shared-memory tiles and the CPU drivers' one-slot-per-lane layout (head
   // dims ≤ 64).

@@ -55,6 +55,47 @@ bool use_simd_kernel(const VulkanContext& ctx, const AttentionShape& shape, uint
   return d.type == "cpu" && fits;
 }
 
+// attention_decode.comp: one query token over at least this many slots, on CPU drivers.
+constexpr uint32_t k_decode_min_kv = 256;
+constexpr uint32_t k_decode_per_lane = 64;
+constexpr uint32_t k_decode_dims = 32;  // the values pass's head dims per workgroup
+
+// Floats of attention_decode's scores: [n_head_kv][n_kv][G rounded up to even].
+uint64_t decode_scores_floats(const AttentionShape& shape, uint32_t n_kv) {
+  const uint32_t g = shape.n_head / shape.n_head_kv;
+  return uint64_t{shape.n_head_kv} * n_kv * (g + (g & 1));
+}
+
+bool use_decode_kernels(const AttentionShape& shape, uint32_t n_q, uint32_t n_kv,
+                        const BufferView& scratch) {
+  const uint32_t g = shape.n_head / shape.n_head_kv;
+  return n_q == 1 && n_kv >= k_decode_min_kv && g <= 8 && shape.head_dim % k_decode_dims == 0 && scratch.buffer &&
+         scratch.range >= decode_scores_floats(shape, n_kv) * 4;
+}
+
+// Scores (one lane per slot), then values (one lane per slot, a workgroup per 16 dims) through scratch:
+// see attention_decode.comp.
+void record_decode_attention(CommandRecorder& rec, CacheType type, const AttentionShape& shape, const RopeConfig& rope,
+                             const BufferView& rope_table, const BufferView& q, const BufferView& q_pos,
+                             const BufferView& k_cache, const BufferView& v_cache, const BufferView& kv_slots,
+                             const BufferView& kv_pos, uint32_t n_kv, const BufferView& out, const BufferView& scratch) {
+  const uint32_t sg = rec.context().subgroup_size(), g = shape.n_head / shape.n_head_kv;
+  const float scale = shape.scale > 0.0f ? shape.scale : 1.0f / std::sqrt(float(shape.head_dim));
+  AttentionParams params{1, n_kv, shape.n_head, shape.n_head_kv, shape.head_dim, shape.n_head * shape.head_dim,
+                         shape.n_head * shape.head_dim, 1, n_kv, scale, rope.n_rot, rope.neox ? 1u : 0u,
+                         rope.attn_factor, shape.softcap, shape.window};
+  const std::vector<uint32_t> spec = {sg, shape.head_dim, g, rope.n_rot, rope.neox ? 1u : 0u, k_decode_per_lane, k_decode_dims};
+  const BufferView scores = scratch.sub(0, decode_scores_floats(shape, n_kv) * 4);
+  const std::string ct = cache_type_name(type);
+  const Pipeline& ps = rec.pipelines().get("attention_scores_" + ct, 9, sizeof(AttentionParams), spec);
+  rec.dispatch(ps, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, out, scores, rope_table}, params,
+               div_ceil(n_kv, sg * k_decode_per_lane), shape.n_head_kv, 1);
+  rec.barrier();
+  const Pipeline& pv = rec.pipelines().get("attention_values_" + ct, 9, sizeof(AttentionParams), spec);
+  rec.dispatch(pv, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, out, scores, rope_table}, params, shape.head_dim / k_decode_dims,
+               shape.n_head_kv, 1);
+}
+
 }  // namespace
 
 void record_rope(CommandRecorder& rec, const BufferView& x, uint32_t token_stride, const BufferView& pos,
@@ -80,9 +121,10 @@ void record_kv_store(CommandRecorder& rec, CacheType type, const BufferView& src
   rec.dispatch(p, {src, slots, cache}, KvStoreParams{n_tokens, row_len, src_stride}, div_ceil(items, 64), n_tokens);
 }
 
-uint64_t attention_scratch_floats(const AttentionShape& shape) {
-  // [split][n_head_kv][rows = G][head_dim] outputs plus (max, sum) per row, for one query token.
-  return uint64_t{k_max_split} * shape.n_head * (shape.head_dim + 2);
+uint64_t attention_scratch_floats(const AttentionShape& shape, uint32_t max_kv) {
+  // [split][n_head_kv][rows = G][head_dim] outputs plus (max, sum) per row, for one query token;
+  // or attention_decode.comp's scores.
+  return std::max(uint64_t{k_max_split} * shape.n_head * (shape.head_dim + 2), decode_scores_floats(shape, max_kv));
 }
 
 void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape& shape, const RopeConfig& rope,
@@ -94,6 +136,10 @@ void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape
   const uint32_t g = shape.n_head / shape.n_head_kv;
   const uint32_t rows = n_q * g;
   const bool simd = use_simd_kernel(rec.context(), shape, rope.n_rot);
+  if (simd && use_decode_kernels(shape, n_q, n_kv, scratch)) {
+    record_decode_attention(rec, type, shape, rope, rope_table, q, q_pos, k_cache, v_cache, kv_slots, kv_pos, n_kv, out, scratch);
+    return;
+  }
   const AttentionTiles t = simd ? AttentionTiles{rec.context().subgroup_size(), simd_rows(shape.head_dim, rows), 0}
                                 : attention_tiles(rec.context(), shape.head_dim);
   const uint32_t row_tiles = div_ceil(rows, t.bq);

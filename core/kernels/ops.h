@@ -104,15 +104,16 @@ struct AttentionShape {
   uint32_t window = 0;   // sliding window: a query at p sees positions > p − window only; 0: none
 };
 
-// Scratch floats record_attention needs for a decode step (split KV) with these settings.
-uint64_t attention_scratch_floats(const AttentionShape& shape);
+// Scratch floats record_attention needs for a decode step over up to max_kv slots (split-KV
+// partials, or the scores of attention_decode.comp on CPU drivers).
+uint64_t attention_scratch_floats(const AttentionShape& shape, uint32_t max_kv);
 
 // Causal grouped-query attention of n_q query tokens over the n_kv cache slots listed in
 // kv_slots (with their positions kv_pos), soft-capped and windowed as `shape` says; K is rotated
 // at kv_pos as it is read, with the angles of `rope_table` (record_rope_table, covering every
 // position in kv_pos).
 //   q [n_q][q_stride] f32 rotated, q_pos [n_q] i32, k/v cache [n_slots][row bytes] in `type`,
-//   out [n_q][out_stride] f32, scratch ≥ attention_scratch_floats() f32 (used when splitting).
+//   out [n_q][out_stride] f32, scratch ≥ attention_scratch_floats(shape, n_kv) f32 (split KV, decode).
 void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape& shape, const RopeConfig& rope,
                       const BufferView& rope_table,
                       const BufferView& q, uint32_t q_stride, const BufferView& q_pos, uint32_t n_q,

@@ -1,0 +1,189 @@
+// attention_decode: the attention of one query token over a long slot list, for CPU drivers, in two
+// passes whose lanes never talk to each other (a cross-lane operation costs ~400 cycles on
+// lavapipe), each reading every K and V byte once for all G = n_head / n_head_kv query heads that
+// share it (attention_simd.comp reads them once per query head).
+//
+//   OP_SCORES: one lane per slot; grid x = blocks of W·PER_LANE entries, y = KV head. q of the
+//     workgroup's G heads is read at uniform addresses, before the slot loop (see below).
+//     A lane runs over PER_LANE consecutive entries of the slot list; it loads
+//     the slot's K row (rotated by RoPE at the slot's position: angles from the rope table,
+//     advanced by one complex product per position while positions are consecutive and reloaded
+//     every ANCHOR_EVERY entries) and writes the G scores q_h·k (scaled, soft-capped; masked ones
+//     as NEG) of the entry side by side: scores[head_kv][entry][GP], GP = G rounded up to even,
+//     so that the values pass reads two scores per 64-bit component.
+//   OP_VALUES: a workgroup per DC dims of a KV head (grid x = HD / DC, y = KV head); lane l takes
+//     entries l, l + W, …: it reads the entry's G scores and DC dims of its V row, keeps an
+//     online softmax per head (the running max raised only when a score exceeds it by
+//     RESCALE_AT, as attention_simd.comp) and accumulates; the lanes merge once at the end through
+//     shared memory. Each lane load is useful (a load at the same address in every lane inside a
+//     loop is a per-lane gather on lavapipe, which the first version, a lane per dim, paid for
+//     the scores of every entry), and each exp serves DC dims of one entry.
+//
+// Bindings (both): 0 q [n_head·HD] f32 (rotated), 1 k cache, 2 v cache, 3 kv_slots, 4 kv_pos,
+// 5 q_pos [1], 6 out [n_head·HD] f32 (OP_VALUES), 7 scores (scratch), 8 rope table.
+// Push constants: AttentionParams (n_q = 1). Specialization: 0 W (subgroup size), 1 HD, 2 G,
+// 3 N_ROT, 4 NEOX, 5 PER_LANE, 6 DC (divides HD; for f16 a multiple of 8).
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+#include "kv_cache.glsl"
+#include "params.h"
+#include "softcap.glsl"
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint HD = 64;
+layout(constant_id = 2) const uint G = 4;
+layout(constant_id = 3) const uint N_ROT = 64;
+layout(constant_id = 4) const bool NEOX = false;
+layout(constant_id = 5) const uint PER_LANE = 8;
+layout(constant_id = 6) const uint DC = 16;  // OP_VALUES: dims per workgroup
+const float NEG = -1.0e30;
+const float RESCALE_AT = 8.0;
+const uint ANCHOR_EVERY = 32;
+
+layout(binding = 0) readonly buffer Q { vec4 q4[]; };
+CACHE_READER(kc, 1)
+CACHE_READER(vc, 2)
+layout(binding = 1) readonly buffer KcU64x2 { u64vec2 kc_u64x2[]; };
+layout(binding = 2) readonly buffer VcU64x2 { u64vec2 vc_u64x2[]; };
+layout(binding = 3) readonly buffer KvSlots { int kv_slots[]; };
+layout(binding = 4) readonly buffer KvPos { int kv_pos[]; };
+layout(binding = 5) readonly buffer QPos { int q_pos[]; };
+layout(binding = 6) writeonly buffer Out { float out_[]; };
+layout(binding = 7) buffer Scores { uint64_t scores[]; };  // [head_kv][entry][GP / 2] pairs of f32
+const uint GP = G + (G & 1);
+layout(binding = 8) readonly buffer RopeTable { vec2 rope_table[]; };  // [pos][HD/2] (cos, sin)
+layout(push_constant) uniform Push { AttentionParams p; };
+
+// n elements of a cache row from element e0 into dst (f16: eight per 128-bit load).
+#if defined(CACHE_F16)
+#define LOAD_ROW(NAME, row_base, e0, n, dst)                                               \
+  [[unroll]] for (uint t = 0; t < (n) / 8; ++t) {                                           \
+    const u64vec2 w = NAME##_u64x2[((row_base) + 2 * (e0) + 16 * t) >> 4];                  \
+    const uvec2 a = unpackUint2x32(w.x), b = unpackUint2x32(w.y);                           \
+    const vec2 h0 = unpackHalf2x16(a.x), h1 = unpackHalf2x16(a.y);                          \
+    const vec2 h2 = unpackHalf2x16(b.x), h3 = unpackHalf2x16(b.y);                          \
+    dst[8 * t] = h0.x; dst[8 * t + 1] = h0.y; dst[8 * t + 2] = h1.x; dst[8 * t + 3] = h1.y; \
+    dst[8 * t + 4] = h2.x; dst[8 * t + 5] = h2.y; dst[8 * t + 6] = h3.x; dst[8 * t + 7] = h3.y; \
+  }
+#else
+#define LOAD_ROW(NAME, row_base, e0, n, dst) \
+  [[unroll]] for (uint t = 0; t < (n); ++t) dst[t] = NAME##_at(row_base, (e0) + t);
+#endif
+
+#if defined(OP_SCORES)
+void main() {
+  const uint lane = gl_LocalInvocationID.x, W = gl_WorkGroupSize.x, hk = gl_WorkGroupID.y;
+  const uint row_bytes = cache_row_bytes(p.n_head_kv * HD);
+  const uint first = (gl_WorkGroupID.x * W + lane) * PER_LANE;
+  const int qpos = q_pos[0];
+  // The angles of position 1: one step between consecutive positions (a pure rotation).
+  vec2 step[N_ROT / 2], ang[N_ROT / 2];
+  [[unroll]] for (uint i = 0; i < N_ROT / 2; ++i) step[i] = rope_table[HD / 2 + i] / p.attn_factor;
+  // q of the G heads, loaded here at the top level: lavapipe broadcasts a uniform load only where
+  // every lane is known to be active, i.e. outside loops and branches (inside the loop below each
+  // one would be a per-lane load). They live in registers (or the stack) for the whole loop.
+  vec4 qv[G * HD / 4];
+  [[unroll]] for (uint i = 0; i < G * HD / 4; ++i) qv[i] = q4[hk * (G * HD / 4) + i];
+  int prev = -2147483647;
+  [[dont_unroll]] for (uint t = 0; t < PER_LANE; ++t) {
+    const uint e = first + t;
+    if (e >= p.n_kv) break;
+    const int pos = kv_pos[e];
+    if (pos == prev + 1 && t % ANCHOR_EVERY != 0) {
+      [[unroll]] for (uint i = 0; i < N_ROT / 2; ++i)
+        ang[i] = vec2(ang[i].x * step[i].x - ang[i].y * step[i].y, ang[i].x * step[i].y + ang[i].y * step[i].x);
+    } else {
+      [[unroll]] for (uint i = 0; i < N_ROT / 2; ++i) ang[i] = rope_table[uint(max(pos, 0)) * (HD / 2) + i];
+    }
+    prev = pos;
+    float k[HD];
+    LOAD_ROW(kc, uint(kv_slots[e]) * row_bytes, hk * HD, HD, k)
+    [[unroll]] for (uint i = 0; i < N_ROT / 2; ++i) {
+      const uint d0 = NEOX ? i : 2 * i, d1 = NEOX ? i + N_ROT / 2 : 2 * i + 1;
+      const float a = k[d0], b = k[d1];
+      k[d0] = a * ang[i].x - b * ang[i].y;
+      k[d1] = a * ang[i].y + b * ang[i].x;
+    }
+    const bool visible = pos <= qpos && (p.window == 0 || qpos - pos < int(p.window));
+    float s[GP];
+    [[unroll]] for (uint h = 0; h < GP; ++h) s[h] = NEG;
+    [[unroll]] for (uint h = 0; h < G; ++h) {
+      float acc = 0.0;
+      [[unroll]] for (uint d = 0; d < HD / 4; ++d) acc += dot(qv[h * (HD / 4) + d], vec4(k[4 * d], k[4 * d + 1], k[4 * d + 2], k[4 * d + 3]));
+      acc *= p.scale;
+      if (p.softcap > 0.0) acc = p.softcap * safe_tanh(acc / p.softcap);
+      if (visible) s[h] = acc;
+    }
+    [[unroll]] for (uint w = 0; w < GP / 2; ++w)
+      scores[(hk * p.n_kv + e) * (GP / 2) + w] = packUint2x32(uvec2(floatBitsToUint(s[2 * w]), floatBitsToUint(s[2 * w + 1])));
+  }
+}
+#elif defined(OP_VALUES)
+// The lanes' running maxima [G][W], then sums and outputs [G][1 + DC][W], merged at the end.
+shared float part[G * (DC + 1) * gl_WorkGroupSize.x];
+
+void main() {
+  const uint lane = gl_LocalInvocationID.x, W = gl_WorkGroupSize.x, hk = gl_WorkGroupID.y;
+  const uint row_bytes = cache_row_bytes(p.n_head_kv * HD);
+  const uint d0 = hk * HD + gl_WorkGroupID.x * DC;
+  float m[G], l[G], o[G][DC];
+  [[unroll]] for (uint h = 0; h < G; ++h) {
+    m[h] = NEG;
+    l[h] = 0.0;
+    [[unroll]] for (uint j = 0; j < DC; ++j) o[h][j] = 0.0;
+  }
+  [[dont_unroll]] for (uint e = lane; e < p.n_kv; e += W) {
+    float v[DC];
+    LOAD_ROW(vc, uint(kv_slots[e]) * row_bytes, d0, DC, v)
+    float sc[GP];
+    [[unroll]] for (uint w = 0; w < GP / 2; ++w) {
+      const uvec2 pair = unpackUint2x32(scores[(hk * p.n_kv + e) * (GP / 2) + w]);
+      sc[2 * w] = uintBitsToFloat(pair.x);
+      sc[2 * w + 1] = uintBitsToFloat(pair.y);
+    }
+    [[unroll]] for (uint h = 0; h < G; ++h) {
+      const float s = sc[h];
+      if (s > m[h] + RESCALE_AT) {
+        const float corr = exp(m[h] - s);
+        l[h] *= corr;
+        [[unroll]] for (uint j = 0; j < DC; ++j) o[h][j] *= corr;
+        m[h] = s;
+      }
+      const float pr = s <= NEG ? 0.0 : exp(s - m[h]);
+      l[h] += pr;
+      [[unroll]] for (uint j = 0; j < DC; ++j) o[h][j] += pr * v[j];
+    }
+  }
+  // Merge across the lanes in straight-line code whose shared loads are at uniform addresses (one
+  // load and a broadcast each on lavapipe): the max of each head, then every lane's sum and
+  // output rescaled to it, then summed; lane j % W writes output dim j.
+  [[unroll]] for (uint h = 0; h < G; ++h) part[h * W + lane] = m[h];
+  barrier();
+  [[unroll]] for (uint h = 0; h < G; ++h) {
+    float mx = NEG;
+    [[unroll]] for (uint w = 0; w < W; ++w) mx = max(mx, part[h * W + w]);
+    const float c = exp(m[h] - mx);
+    l[h] *= c;
+    [[unroll]] for (uint j = 0; j < DC; ++j) o[h][j] *= c;
+  }
+  barrier();
+  [[unroll]] for (uint h = 0; h < G; ++h) {
+    part[(h * (DC + 1)) * W + lane] = l[h];
+    [[unroll]] for (uint j = 0; j < DC; ++j) part[(h * (DC + 1) + 1 + j) * W + lane] = o[h][j];
+  }
+  barrier();
+  [[unroll]] for (uint h = 0; h < G; ++h) {
+    float sum = 0.0;
+    [[unroll]] for (uint w = 0; w < W; ++w) sum += part[(h * (DC + 1)) * W + w];
+    [[unroll]] for (uint j = 0; j < DC; ++j) {
+      float acc = 0.0;
+      [[unroll]] for (uint w = 0; w < W; ++w) acc += part[(h * (DC + 1) + 1 + j) * W + w];
+      if (j % W == lane) out_[(hk * G + h) * HD + gl_WorkGroupID.x * DC + j] = sum > 0.0 ? acc / sum : 0.0;
+    }
+  }
+}
+#else
+#error "attention_decode: define OP_SCORES or OP_VALUES"
+#endif
