@@ -281,6 +281,31 @@ TEST(Cli, Qwen3SessionContinuesExactly) {
   std::filesystem::remove(gguf);
 }
 
+// info on a gemma3 with a 16-token window (5 window layers, 1 global): it names the
+// architecture and the window, and the KV table is the sum over the layers (the window layers'
+// rings of window + one 512-token chunk, the global layer the whole context).
+TEST(Cli, InfoSumsGemma3LayersKv) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const std::string gguf = testing::TempDir() + "/gemma3-info.gguf";
+  make_gemma3_window_model(gguf);
+  if (HasFatalFailure()) return;
+  const Result r = vkllm("info --json --ctx 4096 -m " + gguf);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["architecture"], "gemma3");
+  EXPECT_EQ(j["sliding_window"]["window"], 16);
+  EXPECT_EQ(j["sliding_window"]["window_layers"], 5);
+  const json& kv = j["kv_cache"];
+  EXPECT_EQ(kv["window_ring_slots"], 16 + 512);
+  const uint64_t layer_row = 2 * 2 * 64 * 2;  // K and V, 2 KV heads × head dim 64, f16
+  EXPECT_EQ(kv["types"]["f16"]["bytes_per_token"].get<uint64_t>(), 6 * layer_row);
+  EXPECT_EQ(kv["types"]["f16"]["bytes_per_seq"].get<uint64_t>(), (5 * 528 + 4096) * layer_row);
+  const Result text = vkllm("info -m " + gguf);
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("sliding window of 16 tokens on 5 of 6 layers"), std::string::npos) << text.out;
+  std::filesystem::remove(gguf);
+}
+
 // gemma3 with a 16-token window: perplexity streams through a ring of 64 slots past its capacity;
 // a long prompt gives the same tokens and log-probabilities whatever the prefill chunk, with the
 // window layers in the global slots or in rings of their own; a saved session continues exactly
