@@ -92,7 +92,7 @@ struct AttnCase {
 void check_attention(CacheType ct, const AttnCase& c, bool split, AttentionKernel kernel) {
   SCOPED_TRACE(std::string(cache_type_name(ct)) + " heads " + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) +
                " hd " + std::to_string(c.head_dim) + " q " + std::to_string(c.n_q) + " kv " + std::to_string(c.n_kv) +
-               (split ? " split" : "") + (kernel == AttentionKernel::Simd ? " simd" : " tiled") + " window " +
+               (split ? " split" : "") + (kernel == AttentionKernel::Simd ? " simd" : kernel == AttentionKernel::Auto ? " auto" : " tiled") + " window " +
                std::to_string(c.window) + " softcap " + std::to_string(c.softcap));
   const uint32_t row_len = c.n_head_kv * c.head_dim;
   const uint64_t row_bytes = cache_row_bytes(ct, row_len);
@@ -170,14 +170,17 @@ TEST_F(AttentionOps, PrefillAndDecodeEveryCacheType) {
       {6, 2, 64, 1, 400, 512, true, 7},             // decode over ≥ 256 slots (attention_decode on CPU drivers): odd G
       {8, 1, 64, 1, 260, 300, false, 0, 50, 3.0f},  // decode, G = 8, a window and soft-capped scores
       {4, 4, 64, 1, 290, 320, false},               // decode, no GQA
+      {8, 2, 128, 1, 300, 320, true},               // decode, head dim 128 (llama-3-8B, qwen3 heads)
+      {4, 2, 256, 1, 270, 300, true, 0, 40},        // decode, head dim 256 with a window (gemma2-2B heads)
   };
   // Both kernels: the GPUs' shared-memory tiles and the CPU drivers' one-slot-per-lane layout (head
-  // dims ≤ 64).
+  // dims ≤ 64; larger heads get Auto instead, which on a CPU driver takes attention_decode.comp
+  // for a decode step over ≥ 256 slots with scratch, the tiles otherwise).
   for (CacheType ct : {CacheType::F16, CacheType::Q8_0, CacheType::Q4_0})
     for (const AttnCase& c : cases)
       for (bool split : {false, true})
         for (AttentionKernel k : {AttentionKernel::Tiled, AttentionKernel::Simd})
-          if (k == AttentionKernel::Tiled || c.head_dim <= 64) check_attention(ct, c, split, k);
+          check_attention(ct, c, split, k == AttentionKernel::Simd && c.head_dim > 64 ? AttentionKernel::Auto : k);
 }
 
 }  // namespace

@@ -66,11 +66,21 @@ uint64_t decode_scores_floats(const AttentionShape& shape, uint32_t n_kv) {
   return uint64_t{shape.n_head_kv} * n_kv * (g + (g & 1));
 }
 
-bool use_decode_kernels(const AttentionShape& shape, uint32_t n_q, uint32_t n_kv,
+// The scores pass unrolls G × head_dim multiply-adds and holds the G query heads in registers;
+// lavapipe compiles it in ≈ 3 s at 512 and ≈ 22 s at 1024 (once per variant, then the pipeline
+// cache holds it), so G × head_dim ≤ 512: head dim 64 up to G = 8, 128 up to 4, 256 up to 2.
+constexpr uint32_t k_decode_unroll = 512;
+
+// attention_decode.comp on CPU drivers (or where attention_simd is forced): any head dim that is a
+// multiple of 32 within k_decode_unroll, decode steps over at least k_decode_min_kv slots, with
+// scratch for the scores.
+bool use_decode_kernels(const VulkanContext& ctx, const AttentionShape& shape, uint32_t n_q, uint32_t n_kv,
                         const BufferView& scratch) {
+  const DeviceInfo& d = ctx.info();
   const uint32_t g = shape.n_head / shape.n_head_kv;
-  return n_q == 1 && n_kv >= k_decode_min_kv && g <= 8 && shape.head_dim % k_decode_dims == 0 && scratch.buffer &&
-         scratch.range >= decode_scores_floats(shape, n_kv) * 4;
+  const bool cpu_layout = shape.kernel == AttentionKernel::Simd || (shape.kernel == AttentionKernel::Auto && d.type == "cpu");
+  return cpu_layout && d.int64 && n_q == 1 && n_kv >= k_decode_min_kv && g <= 8 && shape.head_dim % k_decode_dims == 0 &&
+         g * shape.head_dim <= k_decode_unroll && scratch.buffer && scratch.range >= decode_scores_floats(shape, n_kv) * 4;
 }
 
 // Scores (one lane per slot), then values (one lane per slot, a workgroup per 16 dims) through scratch:
@@ -135,11 +145,11 @@ void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape
   VKLLM_CHECK(shape.n_head % shape.n_head_kv == 0 && shape.head_dim % 2 == 0, "bad attention shape");
   const uint32_t g = shape.n_head / shape.n_head_kv;
   const uint32_t rows = n_q * g;
-  const bool simd = use_simd_kernel(rec.context(), shape, rope.n_rot);
-  if (simd && use_decode_kernels(shape, n_q, n_kv, scratch)) {
+  if (use_decode_kernels(rec.context(), shape, n_q, n_kv, scratch)) {
     record_decode_attention(rec, type, shape, rope, rope_table, q, q_pos, k_cache, v_cache, kv_slots, kv_pos, n_kv, out, scratch);
     return;
   }
+  const bool simd = use_simd_kernel(rec.context(), shape, rope.n_rot);
   const AttentionTiles t = simd ? AttentionTiles{rec.context().subgroup_size(), simd_rows(shape.head_dim, rows), 0}
                                 : attention_tiles(rec.context(), shape.head_dim);
   const uint32_t row_tiles = div_ceil(rows, t.bq);
