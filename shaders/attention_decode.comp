@@ -1,16 +1,16 @@
-// attention_decode: the attention of one query token over a long slot list, for CPU drivers, in two
-// passes whose lanes never talk to each other (a cross-lane operation costs ~400 cycles on
-// lavapipe), each reading every K and V byte once for all G = n_head / n_head_kv query heads that
-// share it (attention_simd.comp reads them once per query head).
+// attention_decode: the attention of one query token over a long slot list, for CPU drivers, in
+// two passes whose lanes never talk to each other inside a loop (a cross-lane operation costs
+// ~400 cycles on lavapipe), each reading every K and V byte once for all G = n_head / n_head_kv
+// query heads that share it (attention_simd.comp reads them once per query head).
 //
 //   OP_SCORES: one lane per slot; grid x = blocks of W·PER_LANE entries, y = KV head. q of the
-//     workgroup's G heads is read at uniform addresses, before the slot loop (see below).
-//     A lane runs over PER_LANE consecutive entries of the slot list; it loads
-//     the slot's K row (rotated by RoPE at the slot's position: angles from the rope table,
-//     advanced by one complex product per position while positions are consecutive and reloaded
-//     every ANCHOR_EVERY entries) and writes the G scores q_h·k (scaled, soft-capped; masked ones
-//     as NEG) of the entry side by side: scores[head_kv][entry][GP], GP = G rounded up to even,
-//     so that the values pass reads two scores per 64-bit component.
+//     workgroup's G heads is read at uniform addresses, before the slot loop (see below). A lane
+//     runs over PER_LANE consecutive entries of the slot list; it loads the slot's K row (rotated
+//     by RoPE at the slot's position: angles from the rope table, advanced by one complex product
+//     per position while positions are consecutive and reloaded every ANCHOR_EVERY entries) and
+//     writes the G scores q_h·k (scaled, soft-capped; masked ones as NEG) of the entry side by
+//     side: scores[head_kv][entry][GP], GP = G rounded up to even, so that the values pass reads
+//     two scores per 64-bit component.
 //   OP_VALUES: a workgroup per DC dims of a KV head (grid x = HD / DC, y = KV head); lane l takes
 //     entries l, l + W, …: it reads the entry's G scores and DC dims of its V row, keeps an
 //     online softmax per head (the running max raised only when a score exceeds it by
