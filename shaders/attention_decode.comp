@@ -45,8 +45,8 @@ const uint ANCHOR_EVERY = 32;
 layout(binding = 0) readonly buffer Q { vec4 q4[]; };
 CACHE_READER(kc, 1)
 CACHE_READER(vc, 2)
-layout(binding = 1) readonly buffer KcU64x2 { u64vec2 kc_u64x2[]; };
-layout(binding = 2) readonly buffer VcU64x2 { u64vec2 vc_u64x2[]; };
+CACHE_WIDE_VIEW(kc, 1)
+CACHE_WIDE_VIEW(vc, 2)
 layout(binding = 3) readonly buffer KvSlots { int kv_slots[]; };
 layout(binding = 4) readonly buffer KvPos { int kv_pos[]; };
 layout(binding = 5) readonly buffer QPos { int q_pos[]; };
@@ -55,22 +55,6 @@ layout(binding = 7) buffer Scores { uint64_t scores[]; };  // [head_kv][entry][G
 const uint GP = G + (G & 1);
 layout(binding = 8) readonly buffer RopeTable { vec2 rope_table[]; };  // [pos][HD/2] (cos, sin)
 layout(push_constant) uniform Push { AttentionParams p; };
-
-// n elements of a cache row from element e0 into dst (f16: eight per 128-bit load).
-#if defined(CACHE_F16)
-#define LOAD_ROW(NAME, row_base, e0, n, dst)                                               \
-  [[unroll]] for (uint t = 0; t < (n) / 8; ++t) {                                           \
-    const u64vec2 w = NAME##_u64x2[((row_base) + 2 * (e0) + 16 * t) >> 4];                  \
-    const uvec2 a = unpackUint2x32(w.x), b = unpackUint2x32(w.y);                           \
-    const vec2 h0 = unpackHalf2x16(a.x), h1 = unpackHalf2x16(a.y);                          \
-    const vec2 h2 = unpackHalf2x16(b.x), h3 = unpackHalf2x16(b.y);                          \
-    dst[8 * t] = h0.x; dst[8 * t + 1] = h0.y; dst[8 * t + 2] = h1.x; dst[8 * t + 3] = h1.y; \
-    dst[8 * t + 4] = h2.x; dst[8 * t + 5] = h2.y; dst[8 * t + 6] = h3.x; dst[8 * t + 7] = h3.y; \
-  }
-#else
-#define LOAD_ROW(NAME, row_base, e0, n, dst) \
-  [[unroll]] for (uint t = 0; t < (n); ++t) dst[t] = NAME##_at(row_base, (e0) + t);
-#endif
 
 #if defined(OP_SCORES)
 void main() {
@@ -99,7 +83,7 @@ void main() {
     }
     prev = pos;
     float k[HD];
-    LOAD_ROW(kc, uint(kv_slots[e]) * row_bytes, hk * HD, HD, k)
+    CACHE_LOAD_RUN(kc, uint(kv_slots[e]) * row_bytes, hk * HD, HD, k)
     [[unroll]] for (uint i = 0; i < N_ROT / 2; ++i) {
       const uint d0 = NEOX ? i : 2 * i, d1 = NEOX ? i + N_ROT / 2 : 2 * i + 1;
       const float a = k[d0], b = k[d1];
@@ -136,7 +120,7 @@ void main() {
   }
   [[dont_unroll]] for (uint e = lane; e < p.n_kv; e += W) {
     float v[DC];
-    LOAD_ROW(vc, uint(kv_slots[e]) * row_bytes, d0, DC, v)
+    CACHE_LOAD_RUN(vc, uint(kv_slots[e]) * row_bytes, d0, DC, v)
     float sc[GP];
     [[unroll]] for (uint w = 0; w < GP / 2; ++w) {
       const uvec2 pair = unpackUint2x32(scores[(hk * p.n_kv + e) * (GP / 2) + w]);

@@ -46,8 +46,8 @@ layout(binding = 5) readonly buffer QPos { int q_pos[]; };
 layout(binding = 6) writeonly buffer Out { float out_[]; };
 layout(binding = 7) writeonly buffer PartialMl { float partial_ml[]; };
 layout(binding = 8) readonly buffer RopeTable { u64vec2 rope_table[]; };  // [pos][HD/2] (cos, sin), two pairs per element
-layout(binding = 1) readonly buffer KcU64x2 { u64vec2 kc_u64x2[]; };
-layout(binding = 2) readonly buffer VcU64x2 { u64vec2 vc_u64x2[]; };
+CACHE_WIDE_VIEW(kc, 1)
+CACHE_WIDE_VIEW(vc, 2)
 const uint ANCHOR_EVERY = 16;  // blocks between reloads of the angles from the table
 layout(push_constant) uniform Push { AttentionParams p; };
 
@@ -57,22 +57,6 @@ void table_pairs(uint pos, uint j, out vec2 a, out vec2 b) {
   a = uintBitsToFloat(unpackUint2x32(w.x));
   b = uintBitsToFloat(unpackUint2x32(w.y));
 }
-
-// This head's HD elements of a cache row into dst; f16 reads eight per load (two 64-bit components).
-#if defined(CACHE_F16)
-#define LOAD_HEAD(NAME, row_base, e0, dst)                                              \
-  [[unroll]] for (uint t = 0; t < HD / 8; ++t) {                                         \
-    const u64vec2 w = NAME##_u64x2[((row_base) + 2 * (e0) + 16 * t) >> 4];               \
-    const uvec2 a = unpackUint2x32(w.x), b = unpackUint2x32(w.y);                        \
-    const vec2 h0 = unpackHalf2x16(a.x), h1 = unpackHalf2x16(a.y);                       \
-    const vec2 h2 = unpackHalf2x16(b.x), h3 = unpackHalf2x16(b.y);                       \
-    dst[8 * t] = h0.x; dst[8 * t + 1] = h0.y; dst[8 * t + 2] = h1.x; dst[8 * t + 3] = h1.y; \
-    dst[8 * t + 4] = h2.x; dst[8 * t + 5] = h2.y; dst[8 * t + 6] = h3.x; dst[8 * t + 7] = h3.y; \
-  }
-#else
-#define LOAD_HEAD(NAME, row_base, e0, dst) \
-  [[unroll]] for (uint t = 0; t < HD; ++t) dst[t] = NAME##_at(row_base, (e0) + t);
-#endif
 
 void main() {
   const uint W = gl_WorkGroupSize.x, lane = gl_LocalInvocationID.x;
@@ -139,8 +123,8 @@ void main() {
       [[unroll]] for (uint j = 0; j < N_ROT / 4; ++j) table_pairs(uint(pos), j, ang[2 * j], ang[2 * j + 1]);
     }
     float kx[HD], vx[HD];
-    LOAD_HEAD(kc, row, hk * HD, kx)
-    LOAD_HEAD(vc, row, hk * HD, vx)
+    CACHE_LOAD_RUN(kc, row, hk * HD, HD, kx)
+    CACHE_LOAD_RUN(vc, row, hk * HD, HD, vx)
     // RoPE on K at the slot's position: pairs (2i, 2i+1), or (i, i + N_ROT/2) for NeoX.
     [[unroll]] for (uint i = 0; i < N_ROT / 2; ++i) {
       const vec2 cs = ang[i];

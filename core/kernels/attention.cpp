@@ -55,6 +55,14 @@ bool use_simd_kernel(const VulkanContext& ctx, const AttentionShape& shape, uint
   return d.type == "cpu" && fits;
 }
 
+// The push constants of every attention pass (the scale defaults to 1/√head_dim).
+AttentionParams attention_params(const AttentionShape& shape, const RopeConfig& rope, uint32_t n_q, uint32_t n_kv,
+                                 uint32_t q_stride, uint32_t out_stride, uint32_t n_split, uint32_t kv_per_split) {
+  const float scale = shape.scale > 0.0f ? shape.scale : 1.0f / std::sqrt(float(shape.head_dim));
+  return {n_q, n_kv, shape.n_head, shape.n_head_kv, shape.head_dim, q_stride, out_stride, n_split,
+          kv_per_split, scale, rope.n_rot, rope.neox ? 1u : 0u, rope.attn_factor, shape.softcap, shape.window};
+}
+
 // attention_decode.comp: one query token over at least this many slots, on CPU drivers.
 constexpr uint32_t k_decode_min_kv = 256;
 constexpr uint32_t k_decode_per_lane = 64;
@@ -83,17 +91,15 @@ bool use_decode_kernels(const VulkanContext& ctx, const AttentionShape& shape, u
          g * shape.head_dim <= k_decode_unroll && scratch.buffer && scratch.range >= decode_scores_floats(shape, n_kv) * 4;
 }
 
-// Scores (one lane per slot), then values (one lane per slot, a workgroup per 16 dims) through scratch:
-// see attention_decode.comp.
+// Scores (a lane per slot), then values (a lane per entry, a workgroup per k_decode_dims dims)
+// through scratch: see attention_decode.comp. One query token, packed heads (strides unused).
 void record_decode_attention(CommandRecorder& rec, CacheType type, const AttentionShape& shape, const RopeConfig& rope,
                              const BufferView& rope_table, const BufferView& q, const BufferView& q_pos,
                              const BufferView& k_cache, const BufferView& v_cache, const BufferView& kv_slots,
                              const BufferView& kv_pos, uint32_t n_kv, const BufferView& out, const BufferView& scratch) {
   const uint32_t sg = rec.context().subgroup_size(), g = shape.n_head / shape.n_head_kv;
-  const float scale = shape.scale > 0.0f ? shape.scale : 1.0f / std::sqrt(float(shape.head_dim));
-  AttentionParams params{1, n_kv, shape.n_head, shape.n_head_kv, shape.head_dim, shape.n_head * shape.head_dim,
-                         shape.n_head * shape.head_dim, 1, n_kv, scale, rope.n_rot, rope.neox ? 1u : 0u,
-                         rope.attn_factor, shape.softcap, shape.window};
+  const uint32_t width = shape.n_head * shape.head_dim;
+  const AttentionParams params = attention_params(shape, rope, 1, n_kv, width, width, 1, n_kv);
   const std::vector<uint32_t> spec = {sg, shape.head_dim, g, rope.n_rot, rope.neox ? 1u : 0u, k_decode_per_lane, k_decode_dims};
   const BufferView scores = scratch.sub(0, decode_scores_floats(shape, n_kv) * 4);
   const std::string ct = cache_type_name(type);
@@ -167,10 +173,7 @@ void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape
   const uint32_t kv_per_split = std::max<uint32_t>(div_ceil(std::max<uint32_t>(n_kv, 1), n_split), 1);
   n_split = std::max<uint32_t>(div_ceil(std::max<uint32_t>(n_kv, 1), kv_per_split), 1);
 
-  const float scale = shape.scale > 0.0f ? shape.scale : 1.0f / std::sqrt(float(shape.head_dim));
-  AttentionParams params{n_q, n_kv, shape.n_head, shape.n_head_kv, shape.head_dim, q_stride, out_stride, n_split,
-                         kv_per_split, scale, rope.n_rot, rope.neox ? 1u : 0u, rope.attn_factor, shape.softcap,
-                         shape.window};
+  const AttentionParams params = attention_params(shape, rope, n_q, n_kv, q_stride, out_stride, n_split, kv_per_split);
   const Pipeline& p =
       simd ? rec.pipelines().get(std::string("attention_simd_") + cache_type_name(type), 9, sizeof(AttentionParams),
                                  {t.wg, shape.head_dim, t.bq, rope.n_rot, rope.neox ? 1u : 0u})
