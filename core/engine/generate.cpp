@@ -94,67 +94,90 @@ void Generator::resume() {
   if (cache.keep() != keep) cache.set_keep(keep);
 }
 
-void Generator::generate(const GenerateOptions& o, const std::function<bool(const std::string&)>& on_text) {
+void Generator::generate(const GenerateOptions& o, const TextSink& on_text) {
+  start(o);
+  while (step(on_text)) {
+  }
+}
+
+void Generator::start(const GenerateOptions& o) {
   if (logits_.empty()) throw Error("nothing to continue from: the prompt is empty and the cache holds no tokens");
-  StreamDecoder decoder(tok_);
-  std::string pending;  // decoded text not yet released (a possible stop-string prefix)
-  const auto t_start = std::chrono::steady_clock::now();
-  std::chrono::steady_clock::time_point t_first;
+  run_.emplace(Run{o, StreamDecoder(tok_), {}, o.n_predict, 0, std::chrono::steady_clock::now(), {}});
   // Reaching the limit is the stop reason unless another one (eos, stop string, interrupt) comes first.
-  int64_t limit = o.n_predict;  // < 0: none
   stats_.stop_reason = "length";
   if (o.n_predict == GenerateOptions::kUntilFull) {
-    limit = generation_budget(engine_.cache(), stats_.prompt_tokens - stats_.cached_tokens);
+    run_->limit = generation_budget(engine_.cache(), stats_.prompt_tokens - stats_.cached_tokens);
     stats_.stop_reason = "context full";  // one more token would evict this turn's
   } else {
     VKLLM_CHECK(o.n_predict >= GenerateOptions::kEndless, "n_predict below -1 is refused by the front end");
   }
-  std::vector<float> raw;  // the logits before the sampler's penalties (for logprobs)
-  for (int64_t i = 0; limit < 0 || i < limit; ++i) {
-    if (o.logprobs) raw = logits_;
-    const int32_t tok = sampler_.sample(logits_);
-    sampler_.accept(tok);
-    if (i == 0) {
-      stats_.ttft_ms = stats_.prefill_ms + ms_since(t_start);
-      t_first = std::chrono::steady_clock::now();
-    }
-    if (!o.ignore_eos && tok_.is_eog(tok)) {
-      stats_.stop_reason = "eos";
-      break;
-    }
-    ++stats_.generated;
-    stats_.tokens.push_back(tok);
-    if (o.logprobs) stats_.logprobs.push_back(log_probability(raw, tok));
-    // The token joins the cache at once, so the cache always holds the whole conversation and
-    // the logits to continue from are ready (a saved session resumes here).
-    logits_ = engine_.decode(std::span(&tok, 1), LogitsMode::Last);
-    pending += decoder.push(tok);
-    bool stopped = false;
-    for (const std::string& s : o.stop) {
-      const size_t at = pending.find(s);
-      if (at != std::string::npos) {
-        pending.resize(at);
-        stopped = true;
-        stats_.stop_reason = "stop string";
-      }
-    }
-    const size_t hold = stopped ? 0 : held_back(pending, o.stop);
-    if (pending.size() > hold) {
-      const bool go_on = on_text(pending.substr(0, pending.size() - hold));
-      pending.erase(0, pending.size() - hold);
-      if (!go_on) {
-        stats_.stop_reason = "interrupted";
-        stopped = true;
-      }
-    }
-    if (stopped) {
-      pending.clear();
-      break;
+}
+
+bool Generator::step(const TextSink& on_text) {
+  VKLLM_CHECK(run_.has_value(), "Generator::step without start()");
+  Run& r = *run_;
+  if (r.limit >= 0 && r.sampled >= r.limit) {
+    finish(on_text);
+    return false;
+  }
+  if (r.opts.logprobs) raw_ = logits_;
+  const int32_t tok = sampler_.sample(logits_);
+  sampler_.accept(tok);
+  if (r.sampled++ == 0) {
+    stats_.ttft_ms = stats_.prefill_ms + ms_since(r.t_start);
+    r.t_first = std::chrono::steady_clock::now();
+  }
+  if (!r.opts.ignore_eos && tok_.is_eog(tok)) {
+    stats_.stop_reason = "eos";
+    finish(on_text);
+    return false;
+  }
+  ++stats_.generated;
+  stats_.tokens.push_back(tok);
+  if (r.opts.logprobs) stats_.logprobs.push_back(log_probability(raw_, tok));
+  // The token joins the cache at once, so the cache always holds the whole conversation and
+  // the logits to continue from are ready (a saved session resumes here).
+  logits_ = engine_.decode(std::span(&tok, 1), LogitsMode::Last);
+  r.pending += r.decoder.push(tok);
+  bool stopped = false;
+  for (const std::string& s : r.opts.stop) {
+    const size_t at = r.pending.find(s);
+    if (at != std::string::npos) {
+      r.pending.resize(at);
+      stopped = true;
+      stats_.stop_reason = "stop string";
     }
   }
-  if (stats_.stop_reason != "stop string" && stats_.stop_reason != "interrupted") pending += decoder.flush();
-  if (!pending.empty()) on_text(pending);
-  if (stats_.generated > 0) stats_.decode_ms = ms_since(t_first);
+  const size_t hold = stopped ? 0 : held_back(r.pending, r.opts.stop);
+  if (r.pending.size() > hold) {
+    const bool go_on = on_text(r.pending.substr(0, r.pending.size() - hold));
+    r.pending.erase(0, r.pending.size() - hold);
+    if (!go_on) {
+      stats_.stop_reason = "interrupted";
+      stopped = true;
+    }
+  }
+  if (stopped) {
+    r.pending.clear();
+    finish(on_text);
+    return false;
+  }
+  return true;
+}
+
+void Generator::interrupt() {
+  if (!run_) return;
+  stats_.stop_reason = "interrupted";
+  if (stats_.generated > 0) stats_.decode_ms = ms_since(run_->t_first);
+  run_.reset();
+}
+
+void Generator::finish(const TextSink& on_text) {
+  Run& r = *run_;
+  if (stats_.stop_reason != "stop string" && stats_.stop_reason != "interrupted") r.pending += r.decoder.flush();
+  if (!r.pending.empty()) on_text(r.pending);
+  if (stats_.generated > 0) stats_.decode_ms = ms_since(r.t_first);
+  run_.reset();
 }
 
 }  // namespace vkllm

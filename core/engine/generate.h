@@ -1,8 +1,10 @@
 // Generation: prompt prefill with prefix reuse against the cache, the sampling loop, stop
 // conditions and timing. Tokens leave through a callback; nothing is printed here.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +52,9 @@ PrefixMatch match_prefix(const KvCache& cache, std::span<const int32_t> tokens);
 // never its own prompt. `turn_tokens` are the tokens this prefill or extend added.
 uint32_t generation_budget(const KvCache& cache, uint32_t turn_tokens);
 
+// Receives generated text as it becomes final; returns false to interrupt.
+using TextSink = std::function<bool(const std::string&)>;
+
 class Generator {
  public:
   Generator(Engine& engine, const Tokenizer& tok, Sampler& sampler) : engine_(engine), tok_(tok), sampler_(sampler) {}
@@ -67,17 +72,38 @@ class Generator {
   void resume();
   // Samples until a stop condition; `on_text` receives decoded text as it becomes final (never
   // half a UTF-8 character or a possible stop-string prefix) and returns false to interrupt.
-  void generate(const GenerateOptions& o, const std::function<bool(const std::string&)>& on_text);
+  void generate(const GenerateOptions& o, const TextSink& on_text);
+  // The same a token at a time, so one thread can interleave several generations (the server):
+  // start(), then step() until it returns false. Each step samples one token, runs it through
+  // the model and releases the text that became final; the last step flushes what was held back.
+  void start(const GenerateOptions& o);
+  bool step(const TextSink& on_text);
+  // Ends a started generation before its next step (its client went away): "interrupted".
+  void interrupt();
 
   const GenerationStats& stats() const { return stats_; }
   GenerationStats& stats() { return stats_; }
 
  private:
+  // The state of the generation between start() and the step that ends it.
+  struct Run {
+    GenerateOptions opts;
+    StreamDecoder decoder;
+    std::string pending;  // decoded text not yet released (a possible stop-string prefix)
+    int64_t limit = 0;    // tokens it may sample (< 0: no limit)
+    int64_t sampled = 0;
+    std::chrono::steady_clock::time_point t_start, t_first;
+  };
+  // Releases the held-back text and the timing at the end of a run.
+  void finish(const TextSink& on_text);
+
   Engine& engine_;
   const Tokenizer& tok_;
   Sampler& sampler_;
   std::vector<float> logits_;  // of the last token in the cache
+  std::vector<float> raw_;     // the logits before the sampler's penalties (logprobs)
   GenerationStats stats_;
+  std::optional<Run> run_;
 };
 
 }  // namespace vkllm
