@@ -13,5 +13,6 @@ void add_tokenize_command(CLI::App& app);
 void add_template_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
 void add_cache_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 }  // namespace vkllm::cli

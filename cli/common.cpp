@@ -114,7 +114,7 @@ void print_warnings(const Tokenizer& tok) {
 }
 
 Session open_session(const RunOptions& o) {
-  Session s{gguf::File::open(o.model), nullptr, nullptr, nullptr, nullptr, nullptr};
+  Session s{gguf::File::open(o.model), nullptr, nullptr, nullptr, nullptr, nullptr, {}};
   const ModelSummary summary = summarize_model(s.file);
   const ModelConfig& c = summary.config;
 
@@ -136,7 +136,9 @@ Session open_session(const RunOptions& o) {
   s.ctx = std::make_unique<VulkanContext>(co);
 
   // Memory plan: refuse before allocating anything when it cannot fit the device-local heap.
-  const MemoryPlan plan = plan_memory(*s.ctx, c, summary.weight_bytes, eo);
+  MemoryPlan plan = plan_memory(*s.ctx, c, summary.weight_bytes, eo);
+  plan.kv_cache *= o.sequences;
+  plan.activations *= o.sequences;
   uint64_t heap = 0;
   for (const auto& [bytes, local] : s.ctx->info().heaps)
     if (local) heap = std::max(heap, bytes);
@@ -168,6 +170,7 @@ Session open_session(const RunOptions& o) {
     s.model = std::make_unique<Model>(*s.ctx, s.file, [&](uint64_t done, uint64_t total) { bar.update(done, total); });
   }
   s.engine = std::make_unique<Engine>(*s.ctx, *s.pipelines, *s.model, eo);
+  for (uint32_t i = 1; i < o.sequences; ++i) s.more_engines.push_back(std::make_unique<Engine>(*s.ctx, *s.pipelines, *s.model, eo));
   return s;
 }
 

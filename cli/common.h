@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "gguf.h"
@@ -28,6 +29,7 @@ struct RunOptions {
   bool quiet = false;
   bool profile = false;
   AttentionKernel attention = AttentionKernel::Auto;  // set by `bench --attention`
+  uint32_t sequences = 1;  // engines (KV cache + activations each) sharing the weights: `serve --parallel`
   SamplerParams sampling;
 };
 
@@ -49,6 +51,7 @@ struct Session {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<Engine> engine;
+  std::vector<std::unique_ptr<Engine>> more_engines;  // RunOptions::sequences − 1 more
 };
 // Opens the model, checks the memory plan against the device, uploads the weights (progress bar
 // on a terminal), builds the engine. Prints one summary line and the plan unless quiet.

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   vkllm::cli::add_template_command(app);
   vkllm::cli::add_chat_command(app);
   vkllm::cli::add_cache_command(app);
+  vkllm::cli::add_serve_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {

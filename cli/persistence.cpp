@@ -14,6 +14,10 @@ void add_session_option(CLI::App* cmd, std::string& session) {
 
 void add_persistence_options(CLI::App* cmd, PersistenceOptions& o) {
   add_session_option(cmd, o.session);
+  add_prompt_cache_options(cmd, o);
+}
+
+void add_prompt_cache_options(CLI::App* cmd, PersistenceOptions& o) {
   o.prompt_cache_opt = cmd->add_option("--prompt-cache", o.prompt_cache_dir,
                   "Reuse and store prompt prefixes' KV state in DIR (default $XDG_CACHE_HOME/vkllm/prompt-cache)")
       ->expected(0, 1);

@@ -22,6 +22,8 @@ struct PersistenceOptions {
 
 // --session, --prompt-cache [DIR], --prompt-cache-size.
 void add_persistence_options(CLI::App* cmd, PersistenceOptions& o);
+// --prompt-cache [DIR] and --prompt-cache-size alone (`vkllm serve`).
+void add_prompt_cache_options(CLI::App* cmd, PersistenceOptions& o);
 // --session alone (`vkllm chat`).
 void add_session_option(CLI::App* cmd, std::string& session);
 // The directory --prompt-cache uses; throws when none can be determined.

@@ -8,7 +8,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libvulkan-dev glslang-tools spirv-tools mesa-vulkan-drivers vulkan-tools vulkan-validationlayers
   libcli11-dev libgtest-dev googletest nlohmann-json3-dev libpcre2-dev libedit-dev libxxhash-dev libutf8proc-dev
-  clang tmux curl ca-certificates
+  libcpp-httplib-dev clang tmux curl ca-certificates
 )
 missing=()
 for p in "${packages[@]}"; do

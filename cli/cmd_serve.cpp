@@ -1,0 +1,111 @@
+// `vkllm serve`: the OpenAI-compatible HTTP server (core/serve, docs/server.md). Requests run on
+// --parallel sequences that share the weights; stdout stays empty, the log goes to stderr.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <thread>
+
+#include "chat/template.h"
+#include "commands.h"
+#include "common.h"
+#include "format.h"
+#include "persistence.h"
+#include "serve/server.h"
+
+namespace vkllm::cli {
+namespace {
+
+struct ServeCommand {
+  RunOptions opts;
+  serve::ServerOptions server;
+  uint32_t parallel = 1;
+  size_t queue = 64;
+  std::string max_body = "4MiB";
+  std::string chat_template;
+  PersistenceOptions persist;
+};
+
+void serve_forever(const ServeCommand& c) {
+  // SIGINT and SIGTERM are blocked in every thread (the HTTP pool and the device thread inherit
+  // the mask); one thread waits for them and drains. A client gone mid-write is not a signal.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  serve::ServerOptions so = c.server;
+  so.max_body = parse_size("--max-body", c.max_body);
+  const uint64_t prompt_cache_bytes = c.persist.prompt_cache() ? parse_size("--prompt-cache-size", c.persist.prompt_cache_size) : 0;
+  RunOptions o = c.opts;
+  o.sequences = c.parallel;
+  Session s = open_session(o);
+  const Tokenizer& tok = *s.tokenizer;
+  std::vector<Engine*> engines{s.engine.get()};
+  for (const auto& e : s.more_engines) engines.push_back(e.get());
+
+  std::optional<PromptCache> pc;
+  if (c.persist.prompt_cache())
+    pc.emplace(prompt_cache_dir(c.persist), prompt_cache_bytes, model_fingerprint(s.file), s.engine->cache().type_k(),
+               s.engine->cache().type_v());
+  serve::Metrics metrics;
+  serve::SchedulerOptions sched_opts;
+  sched_opts.max_queue = c.queue;
+  sched_opts.prompt_cache = pc ? &*pc : nullptr;
+  sched_opts.log = [](const std::string& line) { std::fprintf(stderr, "vkllm: %s\n", line.c_str()); };
+  serve::Scheduler sched(engines, tok, metrics, sched_opts);
+
+  const ChatTemplate tmpl = ChatTemplate::resolve(&s.file, c.chat_template);
+  serve::ApiContext api;
+  api.tok = &tok;
+  api.chat_template = &tmpl;
+  api.defaults = o.sampling;
+  api.context = s.engine->cache().capacity();
+  so.model_name = std::filesystem::path(o.model).filename().string();
+  // A worker thread per request that may be waiting (running, queued) and a few for the rest.
+  so.threads = c.parallel + c.queue + 4;
+  serve::HttpServer http(so, sched, metrics, api);
+  const int port = http.bind();
+  std::fprintf(stderr, "vkllm: serving %s on http://%s:%d/v1 (%u sequence%s of %s tokens, queue %zu)\n", so.model_name.c_str(),
+               so.host.c_str(), port, c.parallel, c.parallel == 1 ? "" : "s", with_commas(api.context).c_str(), c.queue);
+  std::fflush(stderr);
+
+  std::thread stopper([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    std::fprintf(stderr, "vkllm: %s: finishing the running and queued requests, then exiting\n", sig == SIGINT ? "interrupt" : "terminate");
+    sched.drain();
+    http.stop();
+  });
+  http.run();
+  // run() returns after stop(), or when listening failed: wake the stopper if it still waits.
+  pthread_kill(stopper.native_handle(), SIGTERM);
+  stopper.join();
+  if (pc) print_cache_warnings(*pc);
+  std::fprintf(stderr, "vkllm: server stopped\n");
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto c = std::make_shared<ServeCommand>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API (docs/server.md)");
+  add_model_options(cmd, c->opts);
+  add_sampling_options(cmd, c->opts.sampling);
+  cmd->add_option("--host", c->server.host, "Address to listen on (default 127.0.0.1: this machine only)");
+  cmd->add_option("--port", c->server.port, "Port (0: any free one, printed on stderr)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--parallel", c->parallel, "Sequences generating at once, each with its own KV cache of --ctx tokens")
+      ->check(CLI::Range(1u, 64u));
+  cmd->add_option("--queue", c->queue, "Requests that may wait for a sequence; more are answered 503")->check(CLI::Range(size_t{0}, size_t{4096}));
+  cmd->add_option("--api-key", c->server.api_key, "Require \"Authorization: Bearer KEY\" on every endpoint but /health");
+  cmd->add_option("--max-body", c->max_body, "Largest request body (e.g. 4MiB); larger ones are answered 413");
+  cmd->add_option("--chat-template", c->chat_template, "Chat template: a built-in name or a Jinja file");
+  add_prompt_cache_options(cmd, c->persist);
+  cmd->callback([c] { serve_forever(*c); });
+}
+
+}  // namespace vkllm::cli

@@ -1,0 +1,217 @@
+// Request checking and response objects of the OpenAI API.
+#include "serve/api.h"
+
+#include <cmath>
+
+#include "chat/prompt.h"
+
+namespace vkllm::serve {
+namespace {
+
+using nlohmann::json;
+
+const json* field(const json& body, const char* name) {
+  const auto it = body.find(name);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+double number(const json& body, const char* name, double lo, double hi, double fallback) {
+  const json* v = field(body, name);
+  if (!v) return fallback;
+  if (!v->is_number()) throw ApiError(400, std::string("'") + name + "' must be a number", name);
+  const double x = v->get<double>();
+  if (!std::isfinite(x) || x < lo || x > hi)
+    throw ApiError(400, std::string("'") + name + "' must be between " + json(lo).dump() + " and " + json(hi).dump() + ", got " + v->dump(), name);
+  return x;
+}
+
+int64_t integer(const json& body, const char* name, int64_t lo, int64_t hi, int64_t fallback) {
+  const json* v = field(body, name);
+  if (!v) return fallback;
+  if (!v->is_number_integer()) throw ApiError(400, std::string("'") + name + "' must be an integer", name);
+  // Stored as a signed or unsigned 64-bit value; a value above INT64_MAX is out of range too.
+  if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(hi))
+    throw ApiError(400, std::string("'") + name + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + v->dump(), name);
+  const int64_t x = v->get<int64_t>();
+  if (x < lo || x > hi)
+    throw ApiError(400, std::string("'") + name + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + v->dump(), name);
+  return x;
+}
+
+bool boolean(const json& body, const char* name, bool fallback) {
+  const json* v = field(body, name);
+  if (!v) return fallback;
+  if (!v->is_boolean()) throw ApiError(400, std::string("'") + name + "' must be a boolean", name);
+  return v->get<bool>();
+}
+
+// A message's content: a string, or a list of {"type": "text", "text": …} parts, joined.
+std::string content_text(const json& m, size_t i) {
+  const std::string where = "messages[" + std::to_string(i) + "].content";
+  const json* c = field(m, "content");
+  if (!c) return "";
+  if (c->is_string()) return c->get<std::string>();
+  if (!c->is_array()) throw ApiError(400, "'" + where + "' must be a string or a list of text parts", where);
+  std::string text;
+  for (const json& part : *c) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+      throw ApiError(400, "'" + where + "': only parts of type \"text\" with a string \"text\" are supported", where);
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+std::vector<int32_t> chat_tokens(const json& body, const ApiContext& ctx) {
+  const json* msgs = field(body, "messages");
+  if (!msgs) throw ApiError(400, "'messages' is required", "messages");
+  if (!msgs->is_array() || msgs->empty()) throw ApiError(400, "'messages' must be a non-empty list", "messages");
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < msgs->size(); ++i) {
+    const json& m = (*msgs)[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) throw ApiError(400, "'" + where + "' must be an object", where);
+    const json* role = field(m, "role");
+    if (!role || !role->is_string()) throw ApiError(400, "'" + where + ".role' must be a string", where + ".role");
+    const std::string r = role->get<std::string>();
+    if (r != "system" && r != "user" && r != "assistant" && r != "developer")
+      throw ApiError(400, "'" + where + ".role': unknown role '" + r + "' (system, developer, user or assistant)", where + ".role");
+    // OpenAI's "developer" is the system prompt of newer models; templates know "system".
+    messages.push_back({{"role", r == "developer" ? "system" : r}, {"content", content_text(m, i)}});
+  }
+  try {
+    return tokenize_rendered(*ctx.tok, ctx.chat_template->render_with_spans(messages, render_options(*ctx.tok, true)));
+  } catch (const Error& e) {
+    throw ApiError(400, std::string("the chat template refused the messages: ") + e.what(), "messages");
+  }
+}
+
+std::vector<int32_t> completion_tokens(const json& body, const ApiContext& ctx) {
+  const json* p = field(body, "prompt");
+  if (!p) throw ApiError(400, "'prompt' is required", "prompt");
+  if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) p = &(*p)[0];
+  if (p->is_string()) return raw_prompt(*ctx.tok, p->get<std::string>()).tokens;
+  if (p->is_array() && !p->empty() && std::all_of(p->begin(), p->end(), [](const json& t) { return t.is_number_integer(); })) {
+    std::vector<int32_t> tokens;
+    for (const json& t : *p) {
+      const int64_t id = t.get<int64_t>();
+      if (id < 0 || id >= int64_t(ctx.tok->n_vocab()))
+        throw ApiError(400, "'prompt': token " + std::to_string(id) + " is outside the vocabulary (0 … " + std::to_string(ctx.tok->n_vocab() - 1) + ")", "prompt");
+      tokens.push_back(int32_t(id));
+    }
+    return tokens;
+  }
+  throw ApiError(400, "'prompt' must be a string, a list of one string, or a list of token ids", "prompt");
+}
+
+std::vector<std::string> stop_strings(const json& body) {
+  const json* s = field(body, "stop");
+  if (!s) return {};
+  if (s->is_string()) return s->get<std::string>().empty() ? std::vector<std::string>{} : std::vector<std::string>{s->get<std::string>()};
+  if (!s->is_array() || s->size() > 16) throw ApiError(400, "'stop' must be a string or a list of at most 16 strings", "stop");
+  std::vector<std::string> out;
+  for (const json& x : *s) {
+    if (!x.is_string()) throw ApiError(400, "'stop' must be a string or a list of at most 16 strings", "stop");
+    if (!x.get<std::string>().empty()) out.push_back(x.get<std::string>());
+  }
+  return out;
+}
+
+}  // namespace
+
+json error_body(const std::string& message, const std::string& type, const std::string& param, int status) {
+  return {{"error", {{"message", message}, {"type", type}, {"param", param.empty() ? json(nullptr) : json(param)}, {"code", status}}}};
+}
+
+ApiRequest parse_request(Endpoint e, const std::string& body_text, const ApiContext& ctx) {
+  const json body = json::parse(body_text, nullptr, false);
+  if (body.is_discarded()) throw ApiError(400, "the request body is not valid JSON");
+  if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  ApiRequest r;
+  r.endpoint = e;
+  if (const json* n = field(body, "n"); n && (!n->is_number_integer() || n->get<int64_t>() != 1))
+    throw ApiError(400, "'n': only one choice per request is supported", "n");
+  if (const json* m = field(body, "model"); m && !m->is_string()) throw ApiError(400, "'model' must be a string", "model");
+
+  SamplerParams& s = r.sampling;
+  s = ctx.defaults;
+  s.temp = float(number(body, "temperature", 0.0, 100.0, s.temp));
+  s.top_p = float(number(body, "top_p", 0.0, 1.0, s.top_p));
+  s.top_k = int32_t(integer(body, "top_k", 0, 1 << 30, s.top_k));
+  s.min_p = float(number(body, "min_p", 0.0, 1.0, s.min_p));
+  s.frequency_penalty = float(number(body, "frequency_penalty", -2.0, 2.0, s.frequency_penalty));
+  s.presence_penalty = float(number(body, "presence_penalty", -2.0, 2.0, s.presence_penalty));
+  s.repeat_penalty = float(number(body, "repeat_penalty", 1e-3, 100.0, s.repeat_penalty));
+  s.seed = uint64_t(integer(body, "seed", 0, 0xFFFFFFFE, int64_t(s.seed)));
+
+  // max_tokens (max_completion_tokens in newer clients): 1 … the context; unset runs until the
+  // end of generation or the context is full.
+  const char* max_name = field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  r.generate.n_predict = int32_t(integer(body, max_name, 1, ctx.context, ctx.default_max_tokens));
+  r.generate.stop = stop_strings(body);
+  r.stream = boolean(body, "stream", false);
+  if (const json* so = field(body, "stream_options")) {
+    if (!so->is_object()) throw ApiError(400, "'stream_options' must be an object", "stream_options");
+    r.include_usage = boolean(*so, "include_usage", false);
+  }
+
+  r.prompt = e == Endpoint::Chat ? chat_tokens(body, ctx) : completion_tokens(body, ctx);
+  if (r.prompt.empty()) throw ApiError(400, "the prompt is empty", e == Endpoint::Chat ? "messages" : "prompt");
+  if (r.prompt.size() >= ctx.context)
+    throw ApiError(400, "the prompt is " + std::to_string(r.prompt.size()) + " tokens; a sequence holds " + std::to_string(ctx.context) +
+                            " (--ctx), which leaves no room for a reply", e == Endpoint::Chat ? "messages" : "prompt",
+                   "context_length_exceeded");
+  return r;
+}
+
+std::string finish_reason(const std::string& stop_reason) {
+  return stop_reason == "eos" || stop_reason == "stop string" ? "stop" : "length";
+}
+
+json usage_json(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+json completion_body(Endpoint e, const std::string& id, int64_t created, const std::string& model, const std::string& text,
+                     const std::string& finish, const Usage& u) {
+  json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", nullptr}};
+  if (e == Endpoint::Chat) choice["message"] = {{"role", "assistant"}, {"content", text}};
+  else choice["text"] = text;
+  return {{"id", id},
+          {"object", e == Endpoint::Chat ? "chat.completion" : "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array({choice})},
+          {"usage", usage_json(u)}};
+}
+
+json chunk_body(Endpoint e, const std::string& id, int64_t created, const std::string& model, const std::string& text, bool first,
+                const std::optional<std::string>& finish) {
+  json choice = {{"index", 0}, {"finish_reason", finish ? json(*finish) : json(nullptr)}, {"logprobs", nullptr}};
+  if (e == Endpoint::Chat) {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (!finish) delta["content"] = text;
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = text;
+  }
+  return {{"id", id},
+          {"object", e == Endpoint::Chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array({choice})}};
+}
+
+json usage_chunk_body(Endpoint e, const std::string& id, int64_t created, const std::string& model, const Usage& u) {
+  return {{"id", id},
+          {"object", e == Endpoint::Chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array()},
+          {"usage", usage_json(u)}};
+}
+
+}  // namespace vkllm::serve

@@ -1,0 +1,93 @@
+// Prometheus text exposition (version 0.0.4) of the server's metrics.
+#include "serve/metrics.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace vkllm::serve {
+namespace {
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+std::string header(const std::string& name, const char* type, const char* help) {
+  return "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+}  // namespace
+
+void Histogram::observe(double v) {
+  const size_t i = size_t(std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin());
+  ++counts_[i];
+  sum_ += v;
+  ++count_;
+}
+
+std::string Histogram::render(const std::string& name) const {
+  std::string out;
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    out += name + "_bucket{le=\"" + num(bounds_[i]) + "\"} " + std::to_string(cumulative) + "\n";
+  }
+  out += name + "_bucket{le=\"+Inf\"} " + std::to_string(count_) + "\n";
+  out += name + "_sum " + num(sum_) + "\n" + name + "_count " + std::to_string(count_) + "\n";
+  return out;
+}
+
+Metrics::Metrics()
+    : ttft_({0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}),
+      decode_rate_({1, 2, 5, 10, 20, 50, 100, 200, 500, 1000}) {}
+
+void Metrics::request(const std::string& endpoint, int status) {
+  std::lock_guard lock(mu_);
+  ++requests_[{endpoint, status}];
+}
+
+void Metrics::generation(uint32_t prompt_tokens, uint32_t cached_tokens, uint32_t generated, double ttft_s, double decode_tok_s) {
+  std::lock_guard lock(mu_);
+  prompt_tokens_ += prompt_tokens;
+  cached_tokens_ += cached_tokens;
+  generated_tokens_ += generated;
+  if (generated > 0) ttft_.observe(ttft_s);
+  if (generated > 1) decode_rate_.observe(decode_tok_s);
+}
+
+void Metrics::set_gauges(uint64_t kv_slots_used, uint64_t kv_slots_total, uint64_t queue_length, uint64_t running) {
+  std::lock_guard lock(mu_);
+  kv_used_ = kv_slots_used;
+  kv_total_ = kv_slots_total;
+  queue_ = queue_length;
+  running_ = running;
+}
+
+std::string Metrics::render() const {
+  std::lock_guard lock(mu_);
+  std::string out = header("vkllm_requests_total", "counter", "HTTP requests answered, by endpoint and status.");
+  for (const auto& [key, n] : requests_)
+    out += "vkllm_requests_total{endpoint=\"" + key.first + "\",status=\"" + std::to_string(key.second) + "\"} " + std::to_string(n) + "\n";
+  out += header("vkllm_prompt_tokens_total", "counter", "Prompt tokens of finished generations.");
+  out += "vkllm_prompt_tokens_total " + std::to_string(prompt_tokens_) + "\n";
+  out += header("vkllm_cached_tokens_total", "counter", "Prompt tokens reused from a sequence's cache or the prompt cache.");
+  out += "vkllm_cached_tokens_total " + std::to_string(cached_tokens_) + "\n";
+  out += header("vkllm_generated_tokens_total", "counter", "Tokens generated.");
+  out += "vkllm_generated_tokens_total " + std::to_string(generated_tokens_) + "\n";
+  out += header("vkllm_ttft_seconds", "histogram", "Time from a request's arrival to its first token.");
+  out += ttft_.render("vkllm_ttft_seconds");
+  out += header("vkllm_decode_tokens_per_second", "histogram", "Decode rate of each generation after its first token.");
+  out += decode_rate_.render("vkllm_decode_tokens_per_second");
+  out += header("vkllm_kv_slots_used", "gauge", "KV cache slots holding tokens, over all sequences.");
+  out += "vkllm_kv_slots_used " + std::to_string(kv_used_) + "\n";
+  out += header("vkllm_kv_slots_total", "gauge", "KV cache slots, over all sequences.");
+  out += "vkllm_kv_slots_total " + std::to_string(kv_total_) + "\n";
+  out += header("vkllm_queue_length", "gauge", "Requests waiting for a sequence.");
+  out += "vkllm_queue_length " + std::to_string(queue_) + "\n";
+  out += header("vkllm_sequences_running", "gauge", "Sequences generating.");
+  out += "vkllm_sequences_running " + std::to_string(running_) + "\n";
+  return out;
+}
+
+}  // namespace vkllm::serve

@@ -1,0 +1,178 @@
+// The device thread: admission with prefix reuse, round-robin token steps, job hand-back.
+#include "serve/scheduler.h"
+
+#include <algorithm>
+
+namespace vkllm::serve {
+
+bool Job::wait_text(std::string& out) {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return !text_.empty() || done_; });
+  out = std::move(text_);
+  text_.clear();
+  return !out.empty() || !done_;
+}
+
+void Job::push_text(const std::string& text) {
+  if (text.empty()) return;
+  std::lock_guard lock(mu_);
+  text_ += text;
+  cv_.notify_all();
+}
+
+void Job::finish(const GenerationStats& stats, std::string error) {
+  std::lock_guard lock(mu_);
+  stats_ = stats;
+  error_ = std::move(error);
+  done_ = true;
+  cv_.notify_all();
+}
+
+Scheduler::Scheduler(std::vector<Engine*> engines, const Tokenizer& tok, Metrics& metrics, const SchedulerOptions& o)
+    : tok_(tok), metrics_(metrics), opts_(o) {
+  VKLLM_CHECK(!engines.empty(), "a scheduler needs at least one engine");
+  for (Engine* e : engines) seqs_.push_back(Sequence{e, nullptr, nullptr, nullptr, 0, -1});
+  update_gauges();
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+    draining_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+uint32_t Scheduler::context() const { return seqs_[0].engine->cache().capacity(); }
+
+bool Scheduler::submit(const std::shared_ptr<Job>& job) {
+  {
+    std::lock_guard lock(mu_);
+    // The queue holds max_queue waiting jobs besides those about to take a free sequence.
+    if (draining_ || queue_.size() >= opts_.max_queue + (seqs_.size() - running_)) return false;
+    queue_.push_back(job);
+  }
+  cv_.notify_all();
+  return true;
+}
+
+void Scheduler::drain() {
+  std::unique_lock lock(mu_);
+  draining_ = true;
+  idle_cv_.wait(lock, [&] { return queue_.empty() && running_ == 0; });
+}
+
+void Scheduler::loop() {
+  for (;;) {
+    std::vector<std::pair<Sequence*, std::shared_ptr<Job>>> admitted;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || running_ > 0 || !queue_.empty(); });
+      if (stop_ && running_ == 0 && queue_.empty()) return;
+      while (!queue_.empty() && running_ < seqs_.size()) {
+        std::shared_ptr<Job> job = std::move(queue_.front());
+        queue_.pop_front();
+        // The idle sequence whose cache shares the longest prefix with the prompt, counted only
+        // when it reuses at least half of what that cache holds (a shared BOS or system prompt
+        // alone does not evict another conversation); ties go to the one idle longest.
+        Sequence* best = nullptr;
+        uint32_t best_match = 0;
+        for (Sequence& s : seqs_) {
+          if (s.job) continue;
+          const PrefixMatch m = match_prefix(s.engine->cache(), job->prompt);
+          const uint32_t matched = m.usable && 2 * uint64_t{m.matched} >= s.engine->cache().used() ? m.matched : 0;
+          if (!best || matched > best_match || (matched == best_match && s.last_used < best->last_used)) {
+            best = &s;
+            best_match = matched;
+          }
+        }
+        best->job = job;
+        ++running_;
+        admitted.emplace_back(best, std::move(job));
+      }
+    }
+    update_gauges();
+    for (auto& [s, job] : admitted) admit(*s, job);
+    for (Sequence& s : seqs_)
+      if (s.job && s.gen) step(s);
+    update_gauges();
+  }
+}
+
+void Scheduler::admit(Sequence& s, const std::shared_ptr<Job>& job) {
+  s.gen.reset();
+  s.ttft_s = -1;
+  if (job->cancelled()) {
+    complete(s, "");
+    return;
+  }
+  try {
+    s.sampler = std::make_unique<Sampler>(job->sampling);
+    s.gen = std::make_unique<Generator>(*s.engine, tok_, *s.sampler);
+    const uint32_t n_prompt = uint32_t(job->prompt.size());
+    PromptCache* pc = opts_.prompt_cache;
+    if (pc) {
+      // A longer prefix on disk than in this sequence's cache replaces it; one token always runs.
+      const PromptCacheMatch m = pc->find(job->prompt, s.engine->cache().window_ring() != 0);
+      const PrefixMatch live = match_prefix(s.engine->cache(), job->prompt);
+      const uint32_t n = std::min<uint32_t>(m.matched, n_prompt - 1);
+      if (n > 0 && (!live.usable || n > live.matched)) pc->load(m, n, *s.engine);
+    }
+    s.gen->prefill(job->prompt);
+    if (pc) {
+      if (s.gen->stats().cached_tokens + 1 < n_prompt) pc->store(*s.engine, n_prompt);
+      if (opts_.log)
+        for (const std::string& w : pc->take_warnings()) opts_.log("warning: prompt cache: " + w);
+    }
+    s.gen->start(job->generate);
+  } catch (const std::exception& e) {
+    complete(s, e.what());
+  }
+}
+
+void Scheduler::step(Sequence& s) {
+  Job& job = *s.job;
+  try {
+    const bool more = job.cancelled() ? (s.gen->interrupt(), false) : s.gen->step([&](const std::string& text) {
+      job.push_text(text);
+      return !job.cancelled();
+    });
+    if (s.ttft_s < 0 && (s.gen->stats().generated > 0 || !more))
+      s.ttft_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - job.enqueued).count();
+    if (!more) complete(s);
+  } catch (const std::exception& e) {
+    complete(s, e.what());
+  }
+}
+
+void Scheduler::complete(Sequence& s, const std::string& error) {
+  const std::shared_ptr<Job> job = std::move(s.job);
+  const GenerationStats st = s.gen ? s.gen->stats() : GenerationStats{};
+  if (error.empty() && s.gen)
+    metrics_.generation(st.prompt_tokens, st.cached_tokens, st.generated, s.ttft_s,
+                        st.generated > 1 ? (st.generated - 1) * 1000.0 / std::max(st.decode_ms, 1e-3) : 0.0);
+  s.gen.reset();
+  s.sampler.reset();
+  {
+    std::lock_guard lock(mu_);
+    --running_;
+    s.last_used = ++round_;
+  }
+  job->finish(st, error);
+  idle_cv_.notify_all();
+}
+
+void Scheduler::update_gauges() {
+  uint64_t used = 0, total = 0;
+  for (const Sequence& s : seqs_) {
+    used += s.engine->cache().used();
+    total += s.engine->cache().capacity();
+  }
+  std::lock_guard lock(mu_);
+  metrics_.set_gauges(used, total, queue_.size(), running_);
+}
+
+}  // namespace vkllm::serve

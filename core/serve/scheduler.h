@@ -1,0 +1,121 @@
+// Scheduler: the server's sequences and the one thread that runs them on the device.
+//
+// Each sequence is an Engine of its own (its own KV cache and activations; the weights are
+// shared) with the tokens of the last request it ran still cached. A request waits in a bounded
+// queue until a sequence is free, then takes the free sequence whose cache shares the longest
+// prefix with its prompt (if that reuses at least half of what the cache holds; else, and on
+// ties, the one idle longest), prefills only what differs (or loads a
+// longer prefix from the on-disk prompt cache), and joins the running sequences. The device
+// thread advances every running sequence by one token per round, so streams interleave fairly.
+// A sequence runs alone on its engine with the kernels `vkllm run` uses, so a request's tokens
+// never depend on what else runs (greedy, or a fixed seed). Design in docs/server.md.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "engine/sampler.h"
+#include "serve/metrics.h"
+#include "store/prompt_cache.h"
+#include "text/tokenizer.h"
+
+namespace vkllm::serve {
+
+// One request's work and its way back to the HTTP thread that waits on it.
+class Job {
+ public:
+  Job(std::vector<int32_t> prompt, SamplerParams sampling, GenerateOptions generate)
+      : prompt(std::move(prompt)), sampling(sampling), generate(std::move(generate)) {}
+
+  const std::vector<int32_t> prompt;
+  const SamplerParams sampling;
+  const GenerateOptions generate;
+  const std::chrono::steady_clock::time_point enqueued = std::chrono::steady_clock::now();
+
+  // The HTTP side: waits for text released since the last call, or the end. Returns false once
+  // everything was taken and the job is over (then stats()/error() are final).
+  bool wait_text(std::string& out);
+  // The client went away: the device thread drops the sequence at its next step.
+  void cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+  const GenerationStats& stats() const { return stats_; }
+  const std::string& error() const { return error_; }
+
+  // The device side.
+  void push_text(const std::string& text);
+  void finish(const GenerationStats& stats, std::string error = "");
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string text_;
+  bool done_ = false;
+  std::atomic<bool> cancelled_{false};
+  GenerationStats stats_;
+  std::string error_;
+};
+
+struct SchedulerOptions {
+  size_t max_queue = 64;             // waiting requests beyond the running ones; more are refused
+  PromptCache* prompt_cache = nullptr;  // --prompt-cache: prefixes on disk (used by the device thread only)
+  std::function<void(const std::string&)> log;  // one line of diagnostics (the front end prints it)
+};
+
+class Scheduler {
+ public:
+  // Takes the engines (one per sequence); starts the device thread.
+  Scheduler(std::vector<Engine*> engines, const Tokenizer& tok, Metrics& metrics, const SchedulerOptions& o);
+  ~Scheduler();
+
+  // Queues a job; false when the queue is full or the scheduler is draining (the caller answers 503).
+  bool submit(const std::shared_ptr<Job>& job);
+  // Stops taking jobs; returns once every queued and running job has finished.
+  void drain();
+  bool draining() const { return draining_; }
+  size_t sequences() const { return seqs_.size(); }
+  uint32_t context() const;
+
+ private:
+  struct Sequence {
+    Engine* engine;
+    std::unique_ptr<Sampler> sampler;
+    std::unique_ptr<Generator> gen;
+    std::shared_ptr<Job> job;  // the running request (null: idle)
+    uint64_t last_used = 0;    // round of its last request, for the choice among idle ones
+    double ttft_s = -1;        // the job's arrival to its first token (< 0: not yet)
+  };
+  void loop();
+  // Starts a job on an idle sequence: prefix reuse, prefill, first step set up.
+  void admit(Sequence& s, const std::shared_ptr<Job>& job);
+  // One token of a running sequence; finishes the job when it ends.
+  void step(Sequence& s);
+  void complete(Sequence& s, const std::string& error = "");
+  void update_gauges();
+
+  const Tokenizer& tok_;
+  Metrics& metrics_;
+  SchedulerOptions opts_;
+  std::vector<Sequence> seqs_;
+  std::mutex mu_;
+  std::condition_variable cv_;      // work arrived, or stop
+  std::condition_variable idle_cv_; // a job finished (drain waits on it)
+  std::deque<std::shared_ptr<Job>> queue_;
+  size_t running_ = 0;
+  uint64_t round_ = 0;
+  std::atomic<bool> draining_{false};
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace vkllm::serve

@@ -1,0 +1,160 @@
+// Routes of the OpenAI-compatible server.
+#include "serve/server.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <ctime>
+
+#include "base/error.h"
+
+namespace vkllm::serve {
+namespace {
+
+using nlohmann::json;
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+void send_error(httplib::Response& res, int status, const std::string& message, const std::string& type, const std::string& param = "") {
+  res.status = status;
+  res.set_content(dump(error_body(message, type, param, status)), "application/json");
+}
+
+// The label /metrics counts a request under: its route, or "other" (bounded cardinality).
+std::string route_label(const std::string& path) {
+  for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"})
+    if (path == p) return p;
+  return "other";
+}
+
+std::atomic<uint64_t> next_id{1};
+
+}  // namespace
+
+HttpServer::HttpServer(const ServerOptions& o, Scheduler& scheduler, Metrics& metrics, const ApiContext& api)
+    : opts_(o), sched_(scheduler), metrics_(metrics), api_(api), svr_(std::make_unique<httplib::Server>()) {
+  const size_t threads = o.threads;
+  svr_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  svr_->set_payload_max_length(o.max_body);
+  routes();
+}
+
+HttpServer::~HttpServer() = default;
+
+int HttpServer::bind() {
+  const int port = opts_.port == 0 ? svr_->bind_to_any_port(opts_.host) : (svr_->bind_to_port(opts_.host, opts_.port) ? opts_.port : -1);
+  if (port <= 0)
+    throw Error("cannot listen on " + opts_.host + ":" + std::to_string(opts_.port) + ": the address is in use, not local, or not allowed");
+  return port;
+}
+
+void HttpServer::run() { svr_->listen_after_bind(); }
+void HttpServer::stop() { svr_->stop(); }
+
+void HttpServer::routes() {
+  httplib::Server& s = *svr_;
+  // --api-key: every route but /health wants "Authorization: Bearer KEY".
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (opts_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    if (req.get_header_value("Authorization") == "Bearer " + opts_.api_key) return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, 401, "missing or wrong API key (send \"Authorization: Bearer KEY\")", "authentication_error");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  // Statuses httplib answers itself (404, 413, 400 on a malformed request line) get an error object.
+  s.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    const std::string what = res.status == 404   ? "no such endpoint: " + req.method + " " + req.path
+                             : res.status == 413 ? "the request body is larger than the server accepts (--max-body)"
+                             : res.status == 405 ? "method not allowed"
+                                                 : "bad request";
+    send_error(res, res.status, what, res.status == 404 ? "not_found_error" : "invalid_request_error");
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    try {
+      std::rethrow_exception(ep);
+    } catch (const ApiError& e) {
+      send_error(res, e.status, e.what(), e.type, e.param);
+    } catch (const std::exception& e) {
+      send_error(res, 500, e.what(), "server_error");
+    } catch (...) {
+      send_error(res, 500, "unknown error", "server_error");
+    }
+  });
+  s.set_logger([this](const httplib::Request& req, const httplib::Response& res) { metrics_.request(route_label(req.path), res.status); });
+
+  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (sched_.draining()) {
+      res.status = 503;
+      res.set_content(R"({"status":"draining"})", "application/json");
+    } else {
+      res.set_content(R"({"status":"ok"})", "application/json");
+    }
+  });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_.render(), "text/plain; version=0.0.4");
+  });
+  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    const json model = {{"id", opts_.model_name}, {"object", "model"}, {"created", int64_t(std::time(nullptr))}, {"owned_by", "vkllm"},
+                        {"meta", {{"n_ctx", api_.context}, {"parallel", sched_.sequences()}}}};
+    res.set_content(dump({{"object", "list"}, {"data", json::array({model})}}), "application/json");
+  });
+
+  const auto generate = [this](Endpoint e, const httplib::Request& req, httplib::Response& res) {
+    const ApiRequest r = parse_request(e, req.body, api_);
+    auto job = std::make_shared<Job>(r.prompt, r.sampling, r.generate);
+    if (!sched_.submit(job))
+      throw ApiError(503, sched_.draining() ? "the server is shutting down" : "every sequence is busy and the queue is full; try again later",
+                     "", "server_busy");
+    const std::string id = (e == Endpoint::Chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
+    const int64_t created = int64_t(std::time(nullptr));
+    const std::string model = opts_.model_name;
+    const auto usage = [](const Job& j) {
+      return Usage{j.stats().prompt_tokens, j.stats().generated, j.stats().cached_tokens};
+    };
+    if (!r.stream) {
+      std::string text, piece;
+      while (job->wait_text(piece)) text += piece;
+      if (!job->error().empty()) throw ApiError(500, job->error(), "", "server_error");
+      res.set_content(dump(completion_body(e, id, created, model, text, finish_reason(job->stats().stop_reason), usage(*job))),
+                      "application/json");
+      return;
+    }
+    res.set_header("Cache-Control", "no-cache");
+    const bool include_usage = r.include_usage;
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [=](size_t, httplib::DataSink& sink) {
+          const auto event = [&](const std::string& data) {
+            const std::string line = "data: " + data + "\n\n";
+            return sink.write(line.data(), line.size());
+          };
+          bool first = true;
+          std::string piece;
+          while (job->wait_text(piece)) {
+            if (!event(dump(chunk_body(e, id, created, model, piece, first, std::nullopt)))) {
+              job->cancel();
+              return false;
+            }
+            first = false;
+          }
+          if (!job->error().empty()) {
+            event(dump(error_body(job->error(), "server_error", "", 500)));
+          } else {
+            if (first) event(dump(chunk_body(e, id, created, model, "", true, std::nullopt)));
+            event(dump(chunk_body(e, id, created, model, "", false, finish_reason(job->stats().stop_reason))));
+            if (include_usage) event(dump(usage_chunk_body(e, id, created, model, usage(*job))));
+          }
+          event("[DONE]");
+          sink.done();
+          return true;
+        },
+        [job](bool success) {
+          if (!success) job->cancel();
+        });
+  };
+  s.Post("/v1/chat/completions", [generate](const httplib::Request& req, httplib::Response& res) { generate(Endpoint::Chat, req, res); });
+  s.Post("/v1/completions", [generate](const httplib::Request& req, httplib::Response& res) { generate(Endpoint::Completion, req, res); });
+}
+
+}  // namespace vkllm::serve

@@ -1,0 +1,47 @@
+// HttpServer: the OpenAI-compatible HTTP front of the scheduler (cpp-httplib): routes, API key,
+// body limit, server-sent events, errors as OpenAI error objects. Endpoints in docs/server.md.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "serve/api.h"
+#include "serve/metrics.h"
+#include "serve/scheduler.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace vkllm::serve {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                  // 0: any free port (bind() says which)
+  std::string api_key;              // "": no authentication
+  size_t max_body = 1 << 20;        // bytes of a request body
+  std::string model_name;           // what /v1/models lists and responses echo
+  size_t threads = 8;               // HTTP worker threads (each waits on one request)
+};
+
+class HttpServer {
+ public:
+  HttpServer(const ServerOptions& o, Scheduler& scheduler, Metrics& metrics, const ApiContext& api);
+  ~HttpServer();
+  // Binds the listening socket; returns the port. Throws Error when it cannot.
+  int bind();
+  // Serves until stop() (from another thread).
+  void run();
+  void stop();
+
+ private:
+  void routes();
+
+  ServerOptions opts_;
+  Scheduler& sched_;
+  Metrics& metrics_;
+  ApiContext api_;
+  std::unique_ptr<httplib::Server> svr_;
+};
+
+}  // namespace vkllm::serve

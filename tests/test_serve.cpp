@@ -1,0 +1,410 @@
+// `vkllm serve` end to end: the server is started by the test on an ephemeral port on 127.0.0.1
+// and driven over HTTP (cpp-httplib's client, curl, and the official OpenAI client for Node).
+// Greedy answers are compared with `vkllm run --temp 0` on the same prompt.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "test_support.h"
+
+using nlohmann::json;
+using vkllm::test::shared_path;
+
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// Runs a shell command; returns its stdout (exit status in *status).
+std::string shell(const std::string& cmd, int* status = nullptr) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int st = pclose(p);
+  if (status) *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
+
+std::string stories() { return shared_path("models/stories260K.gguf"); }
+
+// `vkllm run --temp 0` on a raw prompt: the generated text.
+std::string run_greedy(const std::string& prompt, int n) {
+  const std::string path = testing::TempDir() + "/vkllm_serve_prompt.txt";
+  std::ofstream(path, std::ios::binary) << prompt;
+  int status = 0;
+  const std::string out =
+      shell(std::string(VKLLM_BINARY) + " run -m " + stories() + " --temp 0 -n " + std::to_string(n) + " --json -f " + path + " 2>/dev/null", &status);
+  EXPECT_EQ(status, 0);
+  return json::parse(out)["text"].get<std::string>();
+}
+
+// A `vkllm serve` child process on an ephemeral port.
+class Server {
+ public:
+  explicit Server(const std::string& args) {
+    err_path_ = testing::TempDir() + "/vkllm_serve_" + std::to_string(getpid()) + "_" + std::to_string(counter_++) + ".err";
+    const std::string cmd = std::string(VKLLM_BINARY) + " serve -m " + stories() + " --port 0 " + args + " 2>" + err_path_;
+    pid_ = fork();
+    if (pid_ == 0) {
+      execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    // The port is on the "serving … on http://127.0.0.1:PORT/v1" line.
+    for (int i = 0; i < 600 && port_ == 0; ++i) {
+      const std::string err = read_file(err_path_);
+      const size_t at = err.find("http://127.0.0.1:");
+      if (at != std::string::npos && err.find("/v1", at) != std::string::npos) port_ = std::atoi(err.c_str() + at + 17);
+      else std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  ~Server() {
+    if (pid_ > 0 && !exited_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  int port() const { return port_; }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(120, 0);
+    return c;
+  }
+  // SIGTERM, then the exit status (-1: it did not exit within 60 s).
+  int terminate() {
+    kill(pid_, SIGTERM);
+    for (int i = 0; i < 600; ++i) {
+      int st = 0;
+      if (waitpid(pid_, &st, WNOHANG) == pid_) {
+        exited_ = true;
+        return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return -1;
+  }
+  std::string log() const { return read_file(err_path_); }
+
+ private:
+  static inline int counter_ = 0;
+  std::string err_path_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+  bool exited_ = false;
+};
+
+json post(httplib::Client& c, const std::string& path, const json& body, int* status = nullptr) {
+  const auto res = c.Post(path, body.dump(), "application/json");
+  if (!res) {
+    ADD_FAILURE() << "no response to " << path;
+    return json();
+  }
+  if (status) *status = res->status;
+  const json j = json::parse(res->body, nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << res->body;
+  return j;
+}
+
+// The text of a server-sent event stream of completion chunks; `done` says it ended with [DONE].
+std::string stream_text(const std::string& sse, bool chat, bool* done, json* last_usage = nullptr) {
+  std::string text;
+  *done = false;
+  std::istringstream in(sse);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("data: ", 0) != 0) continue;
+    const std::string data = line.substr(6);
+    if (data == "[DONE]") {
+      *done = true;
+      continue;
+    }
+    const json j = json::parse(data);
+    if (j.contains("usage") && last_usage) *last_usage = j["usage"];
+    if (j["choices"].empty()) continue;
+    const json& ch = j["choices"][0];
+    if (chat && ch["delta"].contains("content")) text += ch["delta"]["content"].get<std::string>();
+    if (!chat) text += ch["text"].get<std::string>();
+  }
+  return text;
+}
+
+const std::vector<std::string> kPrompts = {"Once upon a time", "The little dog", "Tom and Sam went to the park",
+                                           "One day, a girl named Lily", "The sun was"};
+
+TEST(Serve, AnswersAsRunDoesWholeAndStreamed) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  Server s("--parallel 2 --temp 0");
+  ASSERT_GT(s.port(), 0) << s.log();
+  const std::string expected = run_greedy(kPrompts[0], 24);
+  httplib::Client c = s.client();
+
+  int status = 0;
+  const json whole = post(c, "/v1/completions", {{"prompt", kPrompts[0]}, {"max_tokens", 24}}, &status);
+  ASSERT_EQ(status, 200) << whole.dump();
+  EXPECT_EQ(whole["object"], "text_completion");
+  EXPECT_EQ(whole["choices"][0]["text"], expected);
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(whole["usage"]["completion_tokens"], 24);
+  EXPECT_EQ(whole["usage"]["prompt_tokens"], 5);
+
+  // The same through curl, streamed: the chunks add up to the same text and end with [DONE].
+  const std::string sse = shell("curl -sN " + s.url() + "/v1/completions -H 'Content-Type: application/json' -d '" +
+                                json({{"prompt", kPrompts[0]}, {"max_tokens", 24}, {"stream", true}}).dump() + "'");
+  bool done = false;
+  EXPECT_EQ(stream_text(sse, false, &done), expected) << sse;
+  EXPECT_TRUE(done) << sse;
+
+  // The models list, health, and the chat endpoint (whole and streamed give the same reply).
+  const auto models = c.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "stories260K.gguf");
+  const auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  const json msgs = json::array({{{"role", "system"}, {"content", "You tell stories."}}, {{"role", "user"}, {"content", "A story about a cat"}}});
+  const json chat = post(c, "/v1/chat/completions", {{"messages", msgs}, {"max_tokens", 16}}, &status);
+  ASSERT_EQ(status, 200) << chat.dump();
+  EXPECT_EQ(chat["object"], "chat.completion");
+  EXPECT_EQ(chat["choices"][0]["message"]["role"], "assistant");
+  const auto streamed = c.Post("/v1/chat/completions",
+                               json({{"messages", msgs}, {"max_tokens", 16}, {"stream", true}, {"stream_options", {{"include_usage", true}}}}).dump(),
+                               "application/json");
+  ASSERT_TRUE(streamed);
+  json usage;
+  EXPECT_EQ(stream_text(streamed->body, true, &done, &usage), chat["choices"][0]["message"]["content"].get<std::string>());
+  EXPECT_TRUE(done);
+  EXPECT_EQ(usage["completion_tokens"], 16);
+  // The second identical chat reused all of its prompt but the last token.
+  EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"].get<int>(), usage["prompt_tokens"].get<int>() - 1);
+
+  const auto metrics = c.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("vkllm_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2"), std::string::npos) << metrics->body;
+  EXPECT_NE(metrics->body.find("vkllm_ttft_seconds_count 4"), std::string::npos) << metrics->body;
+  EXPECT_NE(metrics->body.find("vkllm_queue_length 0"), std::string::npos);
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
+// 8 concurrent clients × 10 requests against --parallel 4: every request answered, every greedy
+// answer identical to `vkllm run --temp 0` on the same prompt.
+TEST(Serve, EightClientsOnFourSequencesGetRunsAnswers) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  std::map<std::string, std::string> expected;
+  for (const std::string& p : kPrompts) expected[p] = run_greedy(p, 20);
+  Server s("--parallel 4 --temp 0");
+  ASSERT_GT(s.port(), 0) << s.log();
+  std::mutex mu;
+  std::vector<std::string> failures;
+  int answered = 0;
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 8; ++t)
+    clients.emplace_back([&, t] {
+      httplib::Client c = s.client();
+      for (int i = 0; i < 10; ++i) {
+        const std::string& p = kPrompts[(t + i) % kPrompts.size()];
+        const bool stream = (t + i) % 3 == 0;
+        const auto res = c.Post("/v1/completions", json({{"prompt", p}, {"max_tokens", 20}, {"stream", stream}}).dump(), "application/json");
+        std::lock_guard lock(mu);
+        if (!res || res->status != 200) {
+          failures.push_back("client " + std::to_string(t) + " request " + std::to_string(i) + ": " + (res ? res->body : "no response"));
+          continue;
+        }
+        bool done = true;
+        const std::string text = stream ? stream_text(res->body, false, &done) : json::parse(res->body)["choices"][0]["text"].get<std::string>();
+        if (text != expected[p] || !done) failures.push_back("'" + p + "' → '" + text + "', expected '" + expected[p] + "'");
+        ++answered;
+      }
+    });
+  for (std::thread& t : clients) t.join();
+  EXPECT_EQ(answered, 80);
+  for (const std::string& f : failures) ADD_FAILURE() << f;
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
+// Each bad request gets a 4xx with an OpenAI error object, and the server keeps serving.
+TEST(Serve, RefusesBadRequestsAndKeepsServing) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  Server s("--ctx 128 --temp 0 --api-key sekrit --max-body 4KiB");
+  ASSERT_GT(s.port(), 0) << s.log();
+  httplib::Client c = s.client();
+  httplib::Headers auth = {{"Authorization", "Bearer sekrit"}};
+  const auto good = [&] {
+    const auto r = c.Post("/v1/completions", auth, R"({"prompt":"Once upon a time","max_tokens":4})", "application/json");
+    return r && r->status == 200 && json::parse(r->body)["usage"]["completion_tokens"] == 4;
+  };
+  struct Case {
+    std::string name, path, body;
+    int status;
+    httplib::Headers headers;
+  };
+  const std::string long_prompt(2000, 'a');
+  const std::vector<Case> cases = {
+      {"malformed JSON", "/v1/completions", "{\"prompt\": ", 400, auth},
+      {"not an object", "/v1/completions", "[1,2]", 400, auth},
+      {"wrong type", "/v1/completions", R"({"prompt":"x","temperature":"hot"})", 400, auth},
+      {"negative max_tokens", "/v1/completions", R"({"prompt":"x","max_tokens":-1})", 400, auth},
+      {"huge max_tokens", "/v1/completions", R"({"prompt":"x","max_tokens":99999999999})", 400, auth},
+      {"prompt longer than the context", "/v1/completions", json({{"prompt", std::string(400, 'z') + " the end"}}).dump(), 400, auth},
+      {"unknown role", "/v1/chat/completions", R"({"messages":[{"role":"wizard","content":"hi"}]})", 400, auth},
+      {"no messages", "/v1/chat/completions", R"({"messages":[]})", 400, auth},
+      {"token outside the vocabulary", "/v1/completions", R"({"prompt":[1, 999999]})", 400, auth},
+      {"no API key", "/v1/completions", R"({"prompt":"x"})", 401, {}},
+      {"wrong API key", "/v1/completions", R"({"prompt":"x"})", 401, {{"Authorization", "Bearer nope"}}},
+      {"body too large", "/v1/completions", json({{"prompt", long_prompt + long_prompt + long_prompt}}).dump(), 413, auth},
+      {"unknown endpoint", "/v1/embeddings", R"({"input":"x"})", 404, auth},
+  };
+  for (const Case& k : cases) {
+    const auto r = c.Post(k.path, k.headers, k.body, "application/json");
+    ASSERT_TRUE(r) << k.name;
+    EXPECT_EQ(r->status, k.status) << k.name << ": " << r->body;
+    const json j = json::parse(r->body, nullptr, false);
+    EXPECT_TRUE(!j.is_discarded() && j.contains("error") && j["error"]["message"].is_string()) << k.name << ": " << r->body;
+    EXPECT_TRUE(good()) << "after " << k.name;
+  }
+  // /health needs no key.
+  const auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
+// A full queue answers 503; a client that disconnects mid-stream frees its sequence; SIGTERM
+// lets a running stream finish, then the server exits 0.
+TEST(Serve, QueueLimitDisconnectAndDrain) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  Server s("--parallel 1 --queue 0 --temp 0 --ctx 2048");
+  ASSERT_GT(s.port(), 0) << s.log();
+  // A long stream, dropped by its client after the first chunk.
+  {
+    httplib::Client c = s.client();
+    int chunks = 0;
+    int busy_status = 0;
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.headers = {{"Content-Type", "application/json"}};
+    req.body = json({{"prompt", "Once"}, {"max_tokens", 2000}, {"stream", true}}).dump();
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      if (++chunks == 1) {
+        // The only sequence is busy and the queue holds none: 503.
+        httplib::Client c2 = s.client();
+        const auto busy = c2.Post("/v1/completions", R"({"prompt":"x","max_tokens":2})", "application/json");
+        busy_status = busy ? busy->status : -1;
+      }
+      return chunks < 3;  // then hang up
+    };
+    c.send(req);
+    EXPECT_EQ(busy_status, 503);
+    EXPECT_EQ(chunks, 3);
+  }
+  // The dropped stream's sequence is freed at its next step: a new request is served at once
+  // rather than after ~2,000 more tokens.
+  httplib::Client c = s.client();
+  const auto t0 = std::chrono::steady_clock::now();
+  int status = 0;
+  for (int i = 0; i < 50 && status != 200; ++i) {
+    const auto r = c.Post("/v1/completions", R"({"prompt":"Once upon a time","max_tokens":4})", "application/json");
+    status = r ? r->status : -1;
+    if (status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(status, 200);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+
+  // SIGTERM during a stream: the stream completes with [DONE], then the server exits 0.
+  std::string sse;
+  std::thread streamer([&] {
+    httplib::Client c3 = s.client();
+    const auto r = c3.Post("/v1/completions", json({{"prompt", "The sun was"}, {"max_tokens", 300}, {"stream", true}}).dump(), "application/json");
+    if (r) sse = r->body;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+  streamer.join();
+  bool done = false;
+  const std::string text = stream_text(sse, false, &done);
+  EXPECT_TRUE(done) << sse.substr(0, 500);
+  EXPECT_FALSE(text.empty());
+}
+
+// A request sharing a long prefix with an earlier one reports it as cached.
+TEST(Serve, ReportsReusedPrefix) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  Server s("--parallel 2 --temp 0");
+  ASSERT_GT(s.port(), 0) << s.log();
+  httplib::Client c = s.client();
+  std::string manual;
+  for (int i = 0; i < 40; ++i) manual += "Lily and Tom played in the park with a red ball. ";
+  int status = 0;
+  const json first = post(c, "/v1/completions", {{"prompt", manual + "Question one:"}, {"max_tokens", 4}}, &status);
+  ASSERT_EQ(status, 200) << first.dump();
+  const int n_prompt = first["usage"]["prompt_tokens"];
+  EXPECT_GT(n_prompt, 400);
+  const json second = post(c, "/v1/completions", {{"prompt", manual + "Question two:"}, {"max_tokens", 4}}, &status);
+  ASSERT_EQ(status, 200) << second.dump();
+  EXPECT_GE(second["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), n_prompt - 4) << second.dump();
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
+// The official OpenAI client for Node, installed into a cache folder on first use.
+TEST(Serve, OpenAiNodeClient) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  if (shell("command -v node npm").empty()) GTEST_SKIP() << "node and npm not found (needed for the OpenAI client test)";
+  const char* home = std::getenv("HOME");
+  const std::string cache = std::getenv("XDG_CACHE_HOME") ? std::string(std::getenv("XDG_CACHE_HOME")) + "/vkllm/npm"
+                                                          : std::string(home ? home : "/tmp") + "/.cache/vkllm/npm";
+  if (!std::filesystem::exists(cache + "/node_modules/openai/package.json")) {
+    int status = 0;
+    const std::string out = shell("mkdir -p " + cache + " && npm install --prefix " + cache + " --no-audit --no-fund --silent openai@4 2>&1", &status);
+    ASSERT_EQ(status, 0) << "npm install openai: " << out;
+  }
+  Server s("--parallel 2 --temp 0 --api-key k1");
+  ASSERT_GT(s.port(), 0) << s.log();
+  const std::string script = testing::TempDir() + "/vkllm_openai_client.cjs";
+  std::ofstream(script) << R"JS(
+const OpenAI = require(process.argv[2]);
+const client = new OpenAI({ baseURL: process.argv[3], apiKey: 'k1' });
+(async () => {
+  const messages = [{ role: 'user', content: 'Tell me about a dog' }];
+  const whole = await client.chat.completions.create({ model: 'stories260K.gguf', messages, max_tokens: 12, temperature: 0 });
+  const stream = await client.chat.completions.create({ model: 'stories260K.gguf', messages, max_tokens: 12, temperature: 0, stream: true });
+  let text = '', finish = null;
+  for await (const chunk of stream) {
+    text += chunk.choices[0]?.delta?.content || '';
+    finish = chunk.choices[0]?.finish_reason || finish;
+  }
+  const models = await client.models.list();
+  console.log(JSON.stringify({ whole: whole.choices[0].message.content, finish_whole: whole.choices[0].finish_reason,
+                               usage: whole.usage, streamed: text, finish, model: models.data[0].id }));
+})().catch((e) => { console.error(String(e)); process.exit(1); });
+)JS";
+  int status = 0;
+  const std::string out = shell("node " + script + " " + cache + "/node_modules/openai " + s.url() + "/v1 2>&1", &status);
+  ASSERT_EQ(status, 0) << out;
+  const json j = json::parse(out);
+  EXPECT_FALSE(j["whole"].get<std::string>().empty());
+  EXPECT_EQ(j["whole"], j["streamed"]);
+  EXPECT_EQ(j["finish_whole"], "length");
+  EXPECT_EQ(j["finish"], "length");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 12);
+  EXPECT_EQ(j["model"], "stories260K.gguf");
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
+}  // namespace
