@@ -1,8 +1,10 @@
-// matvec: y[y_offset + r] = W[r] · x for one activation vector (decode). A workgroup handles
+// matvec: y[y_offset + t·y_stride + r] (+)= W[r] · x[t] for activation vector t = the workgroup's z
+// (decode: one; the server's step of several sequences: one per sequence, each computed exactly
+// as it would be alone). A workgroup handles
 // ROWS consecutive rows; each subgroup takes a row at a time, its invocations stride over the
 // row's 8-element runs, and one subgroupAdd reduces it — no shared memory, no barrier. Correct
 // for any actual subgroup count (rows are strided by gl_NumSubgroups).
-// Bindings: 0 W [rows][row_bytes] (weight type), 1 x [cols] f32, 2 y f32.
+// Bindings: 0 W [rows][row_bytes] (weight type), 1 x [n_tokens][x_stride] f32, 2 y f32.
 // Specialization: 0 workgroup size, 1 ROWS (rows per workgroup; the host uses size / subgroup size).
 #version 450
 #extension GL_GOOGLE_include_directive : require
@@ -20,6 +22,7 @@ layout(push_constant) uniform Push { MatmulParams p; };
 void main() {
   const uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
   const uint first = wg * ROWS;
+  const uint t = gl_WorkGroupID.z, x_at = t * p.x_stride;
   for (uint r = first + gl_SubgroupID; r < min(first + ROWS, p.rows); r += gl_NumSubgroups) {
     const uint row_base = r * p.row_bytes;
     float acc = 0.0;
@@ -28,11 +31,11 @@ void main() {
       dq_offsets(row_base, k, base, j8);
       float v[8];
       dq8(base, j8, min(8u, p.cols - k), v);
-      for (uint i = 0; i < 8 && k + i < p.cols; ++i) acc += v[i] * x[k + i];
+      for (uint i = 0; i < 8 && k + i < p.cols; ++i) acc += v[i] * x[x_at + k + i];
     }
     acc = subgroupAdd(acc);
     if (subgroupElect()) {
-      const uint at = p.y_offset + r;
+      const uint at = p.y_offset + t * p.y_stride + r;
       y[at] = acc + (p.accumulate != 0u ? y[at] : 0.0);
     }
   }

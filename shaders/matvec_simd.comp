@@ -1,24 +1,25 @@
-// matvec_simd: y[y_offset + r] (+)= W[r] · x for one activation column, every weight type, laid out
+// matvec_simd: y[y_offset + c·y_stride + r] (+)= W[r] · x_c for COLS activation columns (a decode
+// step of several sequences, or a slice of a prefill chunk), every weight type, laid out
 // for CPU drivers (lavapipe), where every load whose address differs per lane is a scalar loop
 // over the lanes and costs per component, and the lanes of a subgroup are the SIMD width. The host
-// dispatches it once per token (prefill reads the weights once per token: still far faster there
-// than the tiled matmul).
+// dispatches it once per k_simd_cols columns (a prefill chunk reads the weights once per group).
 //
 // A workgroup is one subgroup and owns ROWS consecutive rows. A row is cut into units of 256
 // elements (8 blocks of the 32-element types, one K-quant super-block, 256 plain values), and lane
 // l owns units l, l + S, l + 2S, … (UPL of them, S = subgroup size). So each lane:
-//   - loads its slice of x once (vec4 loads), with each block's sum of x, and keeps it in
-//     registers for all ROWS rows;
-//   - reads each weight byte once: units of a multiple of 16 bytes as 32-byte words of 64-bit
+//   - loads its slice of every column's x once (vec4 loads), with each block's sum of x, and
+//     keeps them in registers (or the stack, for long rows) for all ROWS rows;
+//   - reads each weight byte once for all columns: units of a multiple of 16 bytes as 32-byte words of 64-bit
 //     components (scalar block layout), Q2_K/Q3_K/Q6_K as u32 words; the unit's bytes are then
 //     unpacked in registers at constant offsets (every loop but the row loop is unrolled);
 //   - applies each block's scale once per block (offsets and mins through the block's sum of x;
 //     Q4_0/Q4_1/Q4_K nibbles masked in place against an x pre-scaled by their bit position);
-// and one subgroupAdd per row reduces the lanes. No shared memory, no barriers.
+// and one subgroupAdd per row and column reduces the lanes. No shared memory, no barriers.
 // The host uses it when cols % 256 == 0 and every row starts on a 16-byte (Q2_K, Q3_K, Q6_K, IQ4_XS:
 // 4-byte) boundary.
-// Bindings: 0 W [rows][row_bytes] (weight type), 1 x [cols] f32, 2 y f32.
-// Specialization: 0 workgroup size (= subgroup size), 1 ROWS, 2 UPL (units per lane).
+// Bindings: 0 W [rows][row_bytes] (weight type), 1 x [n_tokens][x_stride] f32, 2 y f32.
+// Specialization: 0 workgroup size (= subgroup size), 1 ROWS, 2 UPL (units per lane), 3 COLS
+// (columns per dispatch; n_tokens ≤ COLS of them are live).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -30,6 +31,7 @@
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint ROWS = 32;
 layout(constant_id = 2) const uint UPL = 1;
+layout(constant_id = 3) const uint COLS = 1;
 layout(binding = 1) readonly buffer X { vec4 x4[]; };
 layout(binding = 2) buffer Y { float y[]; };
 layout(push_constant) uniform Push { MatmulParams p; };
@@ -103,8 +105,8 @@ layout(binding = 0, scalar) readonly buffer WU { Unit units[]; };
 layout(binding = 0) readonly buffer W1 { uint w1[]; };
 #endif
 
-float xs[UPL][UNIT];          // this lane's x slice (scaled by xs_scale)
-float xsum[UPL][SUBS];         // sum of x over each block (sub-block for the K-quants)
+float xs[COLS][UPL][UNIT];     // this lane's x slices, per column (scaled by xs_scale)
+float xsum[COLS][UPL][SUBS];   // sum of x over each block (sub-block for the K-quants)
 uint wd[UNIT_WORDS + 1];       // one unit's bytes, as words
 
 // Byte o of the unit (o a constant after unrolling).
@@ -143,7 +145,7 @@ float xs_scale(uint e) {
   return 1.0;
 #endif
 }
-vec4 x4_at(uint u, uint e) { return vec4(xs[u][e], xs[u][e + 1], xs[u][e + 2], xs[u][e + 3]); }
+vec4 x4_at(uint c, uint u, uint e) { return vec4(xs[c][u][e], xs[c][u][e + 1], xs[c][u][e + 2], xs[c][u][e + 3]); }
 
 // Loads the unit starting at byte `at` into wd.
 void load_unit(uint at) {
@@ -178,33 +180,33 @@ void load_unit(uint at) {
 #endif
 }
 
-// The unit in wd times this lane's x slice u.
-float dot_unit(uint u) {
+// The unit in wd times this lane's x slice u of column c.
+float dot_unit(uint c, uint u) {
   float acc = 0.0;
 #if defined(WTYPE_Q4_0)
   [[unroll]] for (uint b = 0; b < 8; ++b) {
     float s = 0.0;
     [[unroll]] for (uint j = 0; j < 16; ++j) {
       const uint at = 18 * b + 2 + j, q = wd[at >> 2], sh = 8 * (at & 3u);
-      s += nib_at(q, sh) * xs[u][32 * b + j] + nib_at(q, sh + 4) * xs[u][32 * b + 16 + j];
+      s += nib_at(q, sh) * xs[c][u][32 * b + j] + nib_at(q, sh + 4) * xs[c][u][32 * b + 16 + j];
     }
-    acc += uh(18 * b) * (s - 8.0 * xsum[u][b]);
+    acc += uh(18 * b) * (s - 8.0 * xsum[c][u][b]);
   }
 #elif defined(WTYPE_F32)
   vec4 s = vec4(0.0);
   [[unroll]] for (uint k = 0; k < 64; ++k)
-    s += uintBitsToFloat(uvec4(wd[4 * k], wd[4 * k + 1], wd[4 * k + 2], wd[4 * k + 3])) * x4_at(u, 4 * k);
+    s += uintBitsToFloat(uvec4(wd[4 * k], wd[4 * k + 1], wd[4 * k + 2], wd[4 * k + 3])) * x4_at(c, u, 4 * k);
   acc = s.x + s.y + s.z + s.w;
 #elif defined(WTYPE_F16)
   vec4 s = vec4(0.0);
   [[unroll]] for (uint k = 0; k < 64; ++k)
-    s += vec4(unpackHalf2x16(wd[2 * k]), unpackHalf2x16(wd[2 * k + 1])) * x4_at(u, 4 * k);
+    s += vec4(unpackHalf2x16(wd[2 * k]), unpackHalf2x16(wd[2 * k + 1])) * x4_at(c, u, 4 * k);
   acc = s.x + s.y + s.z + s.w;
 #elif defined(WTYPE_BF16)
   vec4 s = vec4(0.0);
   [[unroll]] for (uint k = 0; k < 64; ++k) {
     const uint a = wd[2 * k], b = wd[2 * k + 1];
-    s += uintBitsToFloat(uvec4(a << 16, a & 0xFFFF0000u, b << 16, b & 0xFFFF0000u)) * x4_at(u, 4 * k);
+    s += uintBitsToFloat(uvec4(a << 16, a & 0xFFFF0000u, b << 16, b & 0xFFFF0000u)) * x4_at(c, u, 4 * k);
   }
   acc = s.x + s.y + s.z + s.w;
 #elif defined(WTYPE_Q4_1)
@@ -213,9 +215,9 @@ float dot_unit(uint u) {
     float s = 0.0;
     [[unroll]] for (uint j = 0; j < 16; ++j) {
       const uint at = 20 * b + 4 + j, q = wd[at >> 2], sh = 8 * (at & 3u);
-      s += nib_at(q, sh) * xs[u][32 * b + j] + nib_at(q, sh + 4) * xs[u][32 * b + 16 + j];
+      s += nib_at(q, sh) * xs[c][u][32 * b + j] + nib_at(q, sh + 4) * xs[c][u][32 * b + 16 + j];
     }
-    acc += uh(20 * b) * s + uh(20 * b + 2) * xsum[u][b];
+    acc += uh(20 * b) * s + uh(20 * b + 2) * xsum[c][u][b];
   }
 #elif defined(WTYPE_Q5_0) || defined(WTYPE_Q5_1)
   // q = nibble | (bit j of qh) << 4; Q5_0: (q − 16)·d, Q5_1: q·d + m.
@@ -231,12 +233,12 @@ float dot_unit(uint u) {
       const uint at = bb * b + qh_at + 4 + j, q = wd[at >> 2], sh = 8 * (at & 3u);
       const float lo = float(int((q >> sh) & 0xFu) | int(((qh >> j) & 1u) << 4));
       const float hi = float(int((q >> (sh + 4)) & 0xFu) | int(((qh >> (j + 16)) & 1u) << 4));
-      s += lo * xs[u][32 * b + j] + hi * xs[u][32 * b + 16 + j];
+      s += lo * xs[c][u][32 * b + j] + hi * xs[c][u][32 * b + 16 + j];
     }
 #if defined(WTYPE_Q5_0)
-    acc += uh(bb * b) * (s - 16.0 * xsum[u][b]);
+    acc += uh(bb * b) * (s - 16.0 * xsum[c][u][b]);
 #else
-    acc += uh(bb * b) * s + uh(bb * b + 2) * xsum[u][b];
+    acc += uh(bb * b) * s + uh(bb * b + 2) * xsum[c][u][b];
 #endif
   }
 #elif defined(WTYPE_Q5_K)
@@ -255,9 +257,9 @@ float dot_unit(uint u) {
     [[unroll]] for (uint l = 0; l < 32; ++l) {
       const uint at = 48 + 32 * (j / 2) + l, q = wd[at >> 2], sh = 8 * (at & 3u) + 4 * (j & 1u);
       const uint h = (ub(16 + l) >> j) & 1u;
-      s += float(int(((q >> sh) & 0xFu) | (h << 4))) * xs[u][32 * j + l];
+      s += float(int(((q >> sh) & 0xFu) | (h << 4))) * xs[c][u][32 * j + l];
     }
-    acc += d * sc * s - dmin * mn * xsum[u][j];
+    acc += d * sc * s - dmin * mn * xsum[c][u][j];
   }
 #elif defined(WTYPE_Q2_K)
   // Element e: n = e/128, j = e%128/32, l = e%32: 2 bits at shift 2j of qs[32n + l] (byte 16 + …);
@@ -268,10 +270,10 @@ float dot_unit(uint u) {
     float s = 0.0;
     [[unroll]] for (uint i = 0; i < 16; ++i) {
       const uint at = 16 + 32 * n + l0 + i;
-      s += float(int((ub(at) >> (2 * j)) & 3u)) * xs[u][16 * g + i];
+      s += float(int((ub(at) >> (2 * j)) & 3u)) * xs[c][u][16 * g + i];
     }
     const uint sc = ub(g);
-    acc += d * float(int(sc & 0xFu)) * s - dmin * float(int(sc >> 4)) * xsum[u][g];
+    acc += d * float(int(sc & 0xFu)) * s - dmin * float(int(sc >> 4)) * xsum[c][u][g];
   }
 #elif defined(WTYPE_Q3_K)
   // Like Q2_K, plus a high bit from hmask[l] bit (4n + j) that, when clear, subtracts 4; 6-bit
@@ -284,7 +286,7 @@ float dot_unit(uint u) {
     [[unroll]] for (uint i = 0; i < 16; ++i) {
       const uint l = l0 + i;
       const int q = int((ub(32 + 32 * n + l) >> (2 * j)) & 3u) - (((ub(l) >> (4 * n + j)) & 1u) != 0 ? 0 : 4);
-      s += float(q) * xs[u][16 * g + i];
+      s += float(q) * xs[c][u][16 * g + i];
     }
     const uint lo = g < 8 ? (ub(96 + g) & 0xFu) : (ub(96 + g - 8) >> 4);
     const uint hi = (ub(104 + g % 4) >> (2 * (g / 4))) & 3u;
@@ -294,7 +296,7 @@ float dot_unit(uint u) {
   [[unroll]] for (uint b = 0; b < 8; ++b) {
     const uint o = 34 * b;
     vec4 s = vec4(0.0);
-    [[unroll]] for (uint k = 0; k < 8; ++k) s += i8x4(uw(o + 2 + 4 * k)) * x4_at(u, 32 * b + 4 * k);
+    [[unroll]] for (uint k = 0; k < 8; ++k) s += i8x4(uw(o + 2 + 4 * k)) * x4_at(c, u, 32 * b + 4 * k);
     acc += uh(o) * (s.x + s.y + s.z + s.w);
   }
 #elif defined(WTYPE_Q4_K)
@@ -313,16 +315,16 @@ float dot_unit(uint u) {
     float s = 0.0;
     [[unroll]] for (uint r = 0; r < 32; ++r) {
       const uint at = 16 + 32 * (j / 2) + r;
-      s += nib_at(wd[at >> 2], 8 * (at & 3u) + 4 * (j & 1u)) * xs[u][32 * j + r];
+      s += nib_at(wd[at >> 2], 8 * (at & 3u) + 4 * (j & 1u)) * xs[c][u][32 * j + r];
     }
-    acc += d * sc * s - dmin * mn * xsum[u][j];
+    acc += d * sc * s - dmin * mn * xsum[c][u][j];
   }
 #elif defined(WTYPE_IQ4_NL)
   [[unroll]] for (uint b = 0; b < 8; ++b) {
     float s = 0.0;
     [[unroll]] for (uint j = 0; j < 16; ++j) {
       const uint at = 18 * b + 2 + j, q = wd[at >> 2] >> (8 * (at & 3u));
-      s += iq4_value(q & 0xFu) * xs[u][32 * b + j] + iq4_value((q >> 4) & 0xFu) * xs[u][32 * b + 16 + j];
+      s += iq4_value(q & 0xFu) * xs[c][u][32 * b + j] + iq4_value((q >> 4) & 0xFu) * xs[c][u][32 * b + 16 + j];
     }
     acc += uh(18 * b) * s;
   }
@@ -336,7 +338,7 @@ float dot_unit(uint u) {
     float s = 0.0;
     [[unroll]] for (uint j = 0; j < 16; ++j) {
       const uint at = 8 + 16 * ib + j, q = wd[at >> 2] >> (8 * (at & 3u));
-      s += iq4_value(q & 0xFu) * xs[u][32 * ib + j] + iq4_value((q >> 4) & 0xFu) * xs[u][32 * ib + 16 + j];
+      s += iq4_value(q & 0xFu) * xs[c][u][32 * ib + j] + iq4_value((q >> 4) & 0xFu) * xs[c][u][32 * ib + 16 + j];
     }
     acc += d * float(int(ls) - 32) * s;
   }
@@ -355,11 +357,11 @@ float dot_unit(uint u) {
           const uint qh = wd[(128 + 32 * n + l) >> 2];
           const vec4 lo = vec4(ivec4((uvec4(ql) >> (uvec4(0, 8, 16, 24) + 4u * (j >> 1))) & 0xFu));
           const vec4 hi = vec4(ivec4((uvec4(qh) >> (uvec4(0, 8, 16, 24) + 2u * j)) & 3u));
-          s += (lo + 16.0 * hi) * x4_at(u, 128 * n + 32 * j + 16 * h + 4 * k);
+          s += (lo + 16.0 * hi) * x4_at(c, u, 128 * n + 32 * j + 16 * h + 4 * k);
         }
         const uint is = 8 * n + 2 * j + h;
         const float sc = float(int(ub(192 + is) << 24) >> 24);
-        acc += d * sc * (s.x + s.y + s.z + s.w - 32.0 * xsum[u][is]);
+        acc += d * sc * (s.x + s.y + s.z + s.w - 32.0 * xsum[c][u][is]);
       }
     }
   }
@@ -370,36 +372,45 @@ float dot_unit(uint u) {
 void main() {
   const uint lane = gl_SubgroupInvocationID, S = gl_SubgroupSize;
   const uint n_units = p.cols / UNIT;
-  // This lane's x slices and their block sums, once for every row.
-  [[unroll]] for (uint u = 0; u < UPL; ++u) {
-    const uint unit = u * S + lane;
-    const uint at = min(unit, n_units - 1) * XV;
-    [[unroll]] for (uint b = 0; b < SUBS; ++b) {
-      vec4 t = vec4(0.0);
-      [[unroll]] for (uint i = 0; i < XV / SUBS; ++i) {
-        const uint e = (b * (XV / SUBS) + i) * 4;
-        const vec4 v = unit < n_units ? x4[at + e / 4] : vec4(0.0);
-        t += v;
-        [[unroll]] for (uint k = 0; k < 4; ++k) xs[u][e + k] = v[k] * xs_scale(e + k);
+  // This lane's x slices and their block sums, once for every row (columns past n_tokens are 0).
+  [[unroll]] for (uint c = 0; c < COLS; ++c) {
+    const bool col = c < p.n_tokens;
+    const uint col_at = col ? c * (p.x_stride / 4) : 0;
+    [[unroll]] for (uint u = 0; u < UPL; ++u) {
+      const uint unit = u * S + lane;
+      const uint at = col_at + min(unit, n_units - 1) * XV;
+      [[unroll]] for (uint b = 0; b < SUBS; ++b) {
+        vec4 t = vec4(0.0);
+        [[unroll]] for (uint i = 0; i < XV / SUBS; ++i) {
+          const uint e = (b * (XV / SUBS) + i) * 4;
+          const vec4 v = col && unit < n_units ? x4[at + e / 4] : vec4(0.0);
+          t += v;
+          [[unroll]] for (uint k = 0; k < 4; ++k) xs[c][u][e + k] = v[k] * xs_scale(e + k);
+        }
+        xsum[c][u][b] = t.x + t.y + t.z + t.w;
       }
-      xsum[u][b] = t.x + t.y + t.z + t.w;
     }
   }
   const uint first = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * ROWS;
   const uint last = min(first + ROWS, p.rows);
   for (uint r = first; r < last; ++r) {
-    float acc = 0.0;
+    // Each unit's bytes are loaded once and multiplied into every column; a column's sum runs in
+    // the same order whatever COLS is, so its result does not depend on the batch.
+    float acc[COLS];
+    [[unroll]] for (uint c = 0; c < COLS; ++c) acc[c] = 0.0;
     [[unroll]] for (uint u = 0; u < UPL; ++u) {
       const uint unit = u * S + lane;
       if (unit < n_units) {
         load_unit(r * p.row_bytes + unit * UNIT_BYTES);
-        acc += dot_unit(u);
+        [[unroll]] for (uint c = 0; c < COLS; ++c) acc[c] += dot_unit(c, u);
       }
     }
-    const float total = subgroupAdd(acc);
-    if (lane == 0) {
-      const uint at = p.y_offset + r;
-      y[at] = total + (p.accumulate != 0u ? y[at] : 0.0);
+    [[unroll]] for (uint c = 0; c < COLS; ++c) {
+      const float total = subgroupAdd(acc[c]);
+      if (lane == 0 && c < p.n_tokens) {
+        const uint at = p.y_offset + c * p.y_stride + r;
+        y[at] = total + (p.accumulate != 0u ? y[at] : 0.0);
+      }
     }
   }
 }

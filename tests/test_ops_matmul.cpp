@@ -2,6 +2,8 @@
 // shapes that are not multiples of the workgroup or tile sizes, and split across bindings.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "op_test_util.h"
 #include "kernels/ops.h"
 #include "reference/ref_ops.h"
@@ -80,6 +82,24 @@ TEST_P(WeightOps, MatchReference) {
             const bool acc = store == MatmulStore::Accumulate;
             EXPECT_LE(test::nmse(test::from_device<float>(dy, ywant.size()), acc ? ysum : ywant), 5e-4)
                 << "tokens " << n_tokens << (kernel == MatmulKernel::Auto ? " auto" : " portable") << (acc ? " accumulate" : "");
+          }
+        }
+        // Columns: every column bit for bit what it is alone (the server's batch invariance).
+        if (n_tokens > 1 && n_tokens < 33) {
+          CommandRecorder rec(ctx, &test::pipelines());
+          record_matmul(rec, dw, dx.view(), s.cols, n_tokens, dy.view(), s.rows, MatmulStore::Overwrite, MatmulKernel::Columns);
+          rec.submit_and_wait();
+          const std::vector<float> batched = test::from_device<float>(dy, ywant.size());
+          EXPECT_LE(test::nmse(batched, ywant), 5e-4) << "tokens " << n_tokens << " columns";
+          for (uint32_t t = 0; t < n_tokens; ++t) {
+            Buffer dx1 = test::to_device(std::vector<float>(x.begin() + size_t(t) * s.cols, x.begin() + size_t(t + 1) * s.cols));
+            Buffer dy1 = test::to_device(std::vector<float>(s.rows, 0.0f));
+            CommandRecorder one(ctx, &test::pipelines());
+            record_matmul(one, dw, dx1.view(), s.cols, 1, dy1.view(), s.rows, MatmulStore::Overwrite, MatmulKernel::Columns);
+            one.submit_and_wait();
+            const std::vector<float> alone = test::from_device<float>(dy1, s.rows);
+            EXPECT_TRUE(std::equal(alone.begin(), alone.end(), batched.begin() + size_t(t) * s.rows))
+                << "column " << t << " of " << n_tokens << " differs from the same column alone";
           }
         }
       }

@@ -38,9 +38,11 @@ namespace {
 
 // matvec_simd.comp (CPU drivers): its weight types, each row's alignment, and the largest x slice a
 // lane keeps in registers (UPL units of 256 elements). It serves any number of tokens, one
-// dispatch each: on lavapipe reading the weights once per token this way is still ~10× faster
-// than the tiled matmul (docs/performance.md).
+// dispatch per k_simd_cols of them: on lavapipe reading the weights once per group this way is
+// far faster than the tiled matmul (docs/performance.md).
 constexpr uint32_t k_simd_unit = 256, k_simd_max_upl = 8, k_simd_rows = 32;
+// Columns one matvec_simd dispatch multiplies (each weight unit loaded once for all of them).
+constexpr uint32_t k_simd_cols = 4;
 
 // Where each row of `t` must start for matvec_simd: 16 bytes for units read as 64-bit words, 4 for
 // the 84-, 110- and 210-byte K-quant super-blocks read as u32 words.
@@ -70,28 +72,34 @@ void record_matmul(CommandRecorder& rec, const DeviceTensor& w, const BufferView
   for (const WeightPart& part : w.parts) {
     const MatmulParams params{uint32_t(w.cols), part.n_rows, uint32_t(w.row_bytes), n_tokens,
                               x_stride,         y_stride,    part.row_begin,         store == MatmulStore::Accumulate};
-    if (kernel == MatmulKernel::Auto && use_simd_matvec(rec.context(), w, part, x, x_stride)) {
-      // One subgroup per workgroup, k_simd_rows rows each; every lane keeps its x slice. One
-      // dispatch per column: x from a view at the column, y through the row offset.
+    if (kernel != MatmulKernel::Portable && use_simd_matvec(rec.context(), w, part, x, x_stride)) {
+      // One subgroup per workgroup, k_simd_rows rows each; every lane keeps its x slices. One
+      // dispatch per group of up to k_simd_cols columns: x from a view at the group's first
+      // column, y through the row offset. Each column's result is the same in any group.
       const uint32_t sg = rec.context().subgroup_size();
       const uint32_t upl = div_ceil(uint32_t(w.cols) / k_simd_unit, sg);
-      const Pipeline& p = rec.pipelines().get("matvec_simd_" + suffix, 3, sizeof(MatmulParams), {sg, k_simd_rows, upl});
       const uint32_t groups = div_ceil(part.n_rows, k_simd_rows);
       const uint32_t gx = std::min(groups, max_groups);
-      for (uint32_t t = 0; t < n_tokens; ++t) {
+      for (uint32_t t = 0; t < n_tokens; t += k_simd_cols) {
+        // Two variants only (lavapipe compiles each for seconds): a lone column, or k_simd_cols
+        // with the columns past n_tokens left dead.
+        const uint32_t cols = std::min(k_simd_cols, n_tokens - t);
+        const Pipeline& p =
+            rec.pipelines().get("matvec_simd_" + suffix, 3, sizeof(MatmulParams), {sg, k_simd_rows, upl, cols == 1 ? 1u : k_simd_cols});
         const uint64_t x_at = uint64_t{t} * x_stride * 4;
-        MatmulParams column = params;
-        column.n_tokens = 1;
-        column.y_offset = t * y_stride + part.row_begin;
-        rec.dispatch(p, {part.view, x.sub(x_at, x.range - x_at), y}, column, gx, div_ceil(groups, gx));
+        MatmulParams group = params;
+        group.n_tokens = cols;
+        group.y_offset = t * y_stride + part.row_begin;
+        rec.dispatch(p, {part.view, x.sub(x_at, x.range - x_at), y}, group, gx, div_ceil(groups, gx));
       }
-    } else if (n_tokens == 1) {
+    } else if (n_tokens == 1 || kernel == MatmulKernel::Columns) {
       // One subgroup per row: a workgroup of 64 covers 64 / subgroup-size rows (at least 1).
+      // Columns: one workgroup layer (z) per column.
       const uint32_t rows_per_wg = std::max<uint32_t>(64 / std::max<uint32_t>(rec.context().subgroup_size(), 1), 1);
       const Pipeline& p = rec.pipelines().get("matvec_" + suffix, 3, sizeof(MatmulParams), {64, rows_per_wg});
       const uint32_t groups = div_ceil(part.n_rows, rows_per_wg);
       const uint32_t gx = std::min(groups, max_groups);  // folded into y past the x limit
-      rec.dispatch(p, {part.view, x, y}, params, gx, div_ceil(groups, gx));
+      rec.dispatch(p, {part.view, x, y}, params, gx, div_ceil(groups, gx), n_tokens);
     } else {
       const Pipeline& p = rec.pipelines().get("matmul_" + suffix, 3, sizeof(MatmulParams), {256});
       rec.dispatch(p, {part.view, x, y}, params, div_ceil(part.n_rows, 64), div_ceil(n_tokens, 32));

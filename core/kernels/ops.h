@@ -20,9 +20,12 @@ void record_get_rows(CommandRecorder& rec, const DeviceTensor& w, const BufferVi
                      const BufferView& out, uint32_t out_stride);
 
 // Which weight kernels record_matmul uses. Auto: on CPU drivers matvec_simd.comp, one dispatch per
-// token, wherever it applies (docs/shaders.md); elsewhere, and with Portable (which tests force to
-// cover it on lavapipe too), matvec.comp for one token and the tiled matmul.comp for more.
-enum class MatmulKernel { Auto, Portable };
+// group of columns, wherever it applies (docs/shaders.md); elsewhere, and with Portable (which
+// tests force to cover it on lavapipe too), matvec.comp for one token and the tiled matmul.comp for
+// more. Columns: as Auto, but never the tiled matmul (matvec.comp once per column instead), so
+// every column's result is bit for bit what it would be alone: the server's decode step of
+// several sequences, whose tokens must not depend on the batch.
+enum class MatmulKernel { Auto, Portable, Columns };
 
 // Overwrite: y = w·x; Accumulate: y += w·x (a residual add folded into the projection).
 enum class MatmulStore { Overwrite, Accumulate };
