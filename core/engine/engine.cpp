@@ -86,7 +86,7 @@ Engine::Engine(const VulkanContext& ctx, Pipelines& pipelines, const Model& mode
   activation_bytes_ += logits_dev_.size();
 }
 
-void Engine::record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out, bool log_probs) {
+void Engine::record_forward(std::span<const Member> members, uint32_t n, uint32_t out_begin, uint32_t n_out, bool log_probs) {
   const ModelConfig& c = model_.config();
   const Weights& w = model_.weights();
   CommandRecorder& rec = rec_;
@@ -111,16 +111,13 @@ void Engine::record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out, bool
     const LayerWeights& L = w.layers[l];
     const bool swa = c.is_swa(l);
     const RopeConfig& rope = swa ? rope_swa : rope_global;
-    const BufferView rope_table = swa && rope_table_swa_.size() ? rope_table_swa_.view() : rope_table_.view();
-    const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, opts_.attention, c.attn_scale, c.attn_softcap,
-                               swa ? c.n_swa : 0};
     // Attention block: xn = rms_norm(x) · attn_norm
     record_rms_norm(rec, x, c.n_embd, L.attn_norm.whole(), xn, c.n_embd, n, c.n_embd, c.rms_eps);
     rec.barrier();
     // q, k, v projections (+ biases for qwen2)
-    record_matmul(rec, L.wq, xn, c.n_embd, n, q, qd);
-    record_matmul(rec, L.wk, xn, c.n_embd, n, k, kvd);
-    record_matmul(rec, L.wv, xn, c.n_embd, n, v, kvd);
+    record_matmul(rec, L.wq, xn, c.n_embd, n, q, qd, MatmulStore::Overwrite, matmul_kernel_);
+    record_matmul(rec, L.wk, xn, c.n_embd, n, k, kvd, MatmulStore::Overwrite, matmul_kernel_);
+    record_matmul(rec, L.wv, xn, c.n_embd, n, v, kvd, MatmulStore::Overwrite, matmul_kernel_);
     rec.barrier();
     if (c.qkv_bias) {
       record_add(rec, q, L.bq.whole(), q, n * qd, qd);
@@ -133,23 +130,12 @@ void Engine::record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out, bool
       record_rms_norm(rec, k, c.head_dim, L.k_norm.whole(), k, c.head_dim, n * c.n_head_kv, c.head_dim, c.rms_eps);
       rec.barrier();
     }
-    // Rotate q at the new tokens' positions; store k (un-rotated) and v at their slots.
+    // Rotate q at the new tokens' positions; store k (un-rotated) and v at their slots, and
+    // attend, each sequence of the batch in its own cache.
     record_rope(rec, q, qd, pos_.view(), n, c.n_head, rope);
-    // (A window layer with its own ring stores at its ring's slots and reads its ring's list.)
-    const bool ring = swa && cache_.window_ring();
-    const BufferView store_slots = ring ? slots_win_.view() : slots_.view();
-    record_kv_store(rec, cache_.type_k(), k, kvd, store_slots, n, kvd, cache_.k(l).view());
-    record_kv_store(rec, cache_.type_v(), v, kvd, store_slots, n, kvd, cache_.v(l).view());
+    for (const Member& m : members) m.seq->record_kv_store_of(rec, l, *this, m.first, m.n);
     rec.barrier();
-    // attn = softmax(q kᵀ / √d) v over every live slot (k rotated as read), causal by position
-    // A window layer sharing the global slots reads only the suffix of the slot list its queries
-    // can see (the list is in logical order and a token's position is its logical index).
-    const uint32_t first = swa && !ring ? window_list_start(n) : 0;
-    const uint32_t n_kv = ring ? n_kv_window_ : n_kv_listed_ - first;
-    const BufferView list_slots = ring ? kv_slots_win_.view(0, uint64_t{n_kv} * 4) : kv_slots_.view(uint64_t{first} * 4, uint64_t{n_kv} * 4);
-    const BufferView list_pos = ring ? kv_pos_win_.view(0, uint64_t{n_kv} * 4) : kv_pos_.view(uint64_t{first} * 4, uint64_t{n_kv} * 4);
-    record_attention(rec, cache_.type_k(), shape, rope, rope_table, q, qd, pos_.view(), n, cache_.k(l).view(), cache_.v(l).view(),
-                     list_slots, list_pos, n_kv, attn, qd, scratch_.view());
+    for (const Member& m : members) m.seq->record_attention_of(rec, l, *this, m.first, m.n);
     rec.barrier();
     // Output projection and residual: x += wo · attn (Gemma: x += rms_norm(wo · attn) · attn_post_norm)
     record_residual(L.wo, attn, qd, n, L.attn_post_norm);
@@ -157,8 +143,8 @@ void Engine::record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out, bool
     // act SiLU (or tanh GELU for Gemma, whose output is normed like the attention's)
     record_rms_norm(rec, x, c.n_embd, L.ffn_norm.whole(), xn, c.n_embd, n, c.n_embd, c.rms_eps);
     rec.barrier();
-    record_matmul(rec, L.w_gate, xn, c.n_embd, n, gate, c.n_ff);
-    record_matmul(rec, L.w_up, xn, c.n_embd, n, up, c.n_ff);
+    record_matmul(rec, L.w_gate, xn, c.n_embd, n, gate, c.n_ff, MatmulStore::Overwrite, matmul_kernel_);
+    record_matmul(rec, L.w_up, xn, c.n_embd, n, up, c.n_ff, MatmulStore::Overwrite, matmul_kernel_);
     rec.barrier();
     if (c.gelu_ffn) record_geglu(rec, gate, up, gate, n * c.n_ff);
     else record_swiglu(rec, gate, up, gate, n * c.n_ff);
@@ -173,7 +159,7 @@ void Engine::record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out, bool
   record_rms_norm(rec, out_rows_.view(), c.n_embd, w.output_norm.whole(), out_rows_.view(), c.n_embd, n_out, c.n_embd,
                   c.rms_eps);
   rec.barrier();
-  record_matmul(rec, w.output, out_rows_.view(), c.n_embd, n_out, logits_dev_.view(), c.n_vocab);
+  record_matmul(rec, w.output, out_rows_.view(), c.n_embd, n_out, logits_dev_.view(), c.n_vocab, MatmulStore::Overwrite, matmul_kernel_);
   if (c.final_softcap > 0.0f) {
     rec.barrier();
     record_softcap(rec, logits_dev_.view(), logits_dev_.view(), n_out * c.n_vocab, c.final_softcap);
@@ -182,6 +168,39 @@ void Engine::record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out, bool
     rec.barrier();
     record_log_softmax(rec, logits_dev_.view(), logits_dev_.view(), n_out, c.n_vocab);
   }
+}
+
+void Engine::record_kv_store_of(CommandRecorder& rec, uint32_t l, const Engine& pass, uint32_t first, uint32_t n) const {
+  const ModelConfig& c = model_.config();
+  const uint32_t kvd = c.n_embd_kv();
+  const uint64_t at = uint64_t{first} * kvd * F, bytes = uint64_t{n} * kvd * F;
+  const bool ring = c.is_swa(l) && cache_.window_ring();
+  const BufferView store_slots = ring ? slots_win_.view() : slots_.view();
+  // (A window layer with its own ring stores at its ring's slots.)
+  record_kv_store(rec, cache_.type_k(), pass.k_.view(at, bytes), kvd, store_slots, n, kvd, cache_.k(l).view());
+  record_kv_store(rec, cache_.type_v(), pass.v_.view(at, bytes), kvd, store_slots, n, kvd, cache_.v(l).view());
+}
+
+void Engine::record_attention_of(CommandRecorder& rec, uint32_t l, const Engine& pass, uint32_t first, uint32_t n) const {
+  const ModelConfig& c = model_.config();
+  const uint32_t qd = c.n_head * c.head_dim;
+  const bool swa = c.is_swa(l);
+  const RopeConfig rope = rope_config(swa);
+  // The rope tables are the same in every engine of one model and options: the pass's is filled.
+  const BufferView rope_table = swa && pass.rope_table_swa_.size() ? pass.rope_table_swa_.view() : pass.rope_table_.view();
+  const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, opts_.attention, c.attn_scale, c.attn_softcap, swa ? c.n_swa : 0};
+  // attn = softmax(q kᵀ / √d) v over every live slot (k rotated as read), causal by position
+  // A window layer sharing the global slots reads only the suffix of the slot list its queries
+  // can see (the list is in logical order and a token's position is its logical index); one with
+  // its own ring reads its ring's list.
+  const bool ring = swa && cache_.window_ring();
+  const uint32_t list_first = swa && !ring ? window_list_start(n) : 0;
+  const uint32_t n_kv = ring ? n_kv_window_ : n_kv_listed_ - list_first;
+  const BufferView list_slots = ring ? kv_slots_win_.view(0, uint64_t{n_kv} * 4) : kv_slots_.view(uint64_t{list_first} * 4, uint64_t{n_kv} * 4);
+  const BufferView list_pos = ring ? kv_pos_win_.view(0, uint64_t{n_kv} * 4) : kv_pos_.view(uint64_t{list_first} * 4, uint64_t{n_kv} * 4);
+  const uint64_t at = uint64_t{first} * qd * F, bytes = uint64_t{n} * qd * F;
+  record_attention(rec, cache_.type_k(), shape, rope, rope_table, pass.q_.view(at, bytes), qd, pos_.view(), n, cache_.k(l).view(),
+                   cache_.v(l).view(), list_slots, list_pos, n_kv, pass.attn_.view(at, bytes), qd, scratch_.view());
 }
 
 uint32_t Engine::window_list_start(uint32_t n) const {
@@ -206,11 +225,11 @@ void Engine::record_residual(const DeviceTensor& w, const BufferView& in, uint32
   const ModelConfig& c = model_.config();
   const BufferView x = x_.view(), xn = xn_.view();
   if (!c.post_norms) {
-    record_matmul(rec_, w, in, in_stride, n, x, c.n_embd, MatmulStore::Accumulate);
+    record_matmul(rec_, w, in, in_stride, n, x, c.n_embd, MatmulStore::Accumulate, matmul_kernel_);
     rec_.barrier();
     return;
   }
-  record_matmul(rec_, w, in, in_stride, n, xn, c.n_embd);
+  record_matmul(rec_, w, in, in_stride, n, xn, c.n_embd, MatmulStore::Overwrite, matmul_kernel_);
   rec_.barrier();
   record_rms_norm(rec_, xn, c.n_embd, post_norm.whole(), xn, c.n_embd, n, c.n_embd, c.rms_eps);
   rec_.barrier();
@@ -218,12 +237,8 @@ void Engine::record_residual(const DeviceTensor& w, const BufferView& in, uint32
   rec_.barrier();
 }
 
-void Engine::run_chunk(std::span<const int32_t> tokens, uint32_t n_out, bool log_probs) {
-  const ModelConfig& c = model_.config();
+std::vector<int32_t> Engine::stage(std::span<const int32_t> tokens) {
   const uint32_t n = static_cast<uint32_t>(tokens.size());
-  for (int32_t t : tokens)
-    if (t < 0 || uint32_t(t) >= c.n_vocab)
-      throw Error("token id " + std::to_string(t) + " is outside the vocabulary (0.." + std::to_string(c.n_vocab - 1) + ")");
   std::vector<int32_t> positions, kv_slots, kv_pos;
   const std::vector<int32_t> slots = cache_.append(tokens, positions);
   cache_.attention_lists(kv_slots, kv_pos);
@@ -241,13 +256,70 @@ void Engine::run_chunk(std::span<const int32_t> tokens, uint32_t n_out, bool log
     std::memcpy(kv_slots_win_.mapped(), kv_slots.data(), kv_slots.size() * 4);
     std::memcpy(kv_pos_win_.mapped(), kv_pos.data(), kv_pos.size() * 4);
   }
+  return positions;
+}
 
-  record_forward(n, n - n_out, n_out, log_probs);
+void Engine::check_tokens(std::span<const int32_t> tokens) const {
+  const ModelConfig& c = model_.config();
+  for (int32_t t : tokens)
+    if (t < 0 || uint32_t(t) >= c.n_vocab)
+      throw Error("token id " + std::to_string(t) + " is outside the vocabulary (0.." + std::to_string(c.n_vocab - 1) + ")");
+}
+
+void Engine::run_pass(std::span<const Member> members, uint32_t n, uint32_t n_out, bool log_probs) {
+  record_forward(members, n, n - n_out, n_out, log_probs);
   rec_.submit_and_wait();
   rope_table_filled_ = true;
   for (const DispatchTiming& t : rec_.timings()) timings_.push_back(t);
   const float* src = static_cast<const float*>(logits_dev_.mapped());
-  logits_.insert(logits_.end(), src, src + uint64_t{n_out} * c.n_vocab);
+  logits_.insert(logits_.end(), src, src + uint64_t{n_out} * model_.config().n_vocab);
+}
+
+void Engine::run_chunk(std::span<const int32_t> tokens, uint32_t n_out, bool log_probs) {
+  check_tokens(tokens);
+  stage(tokens);
+  const uint32_t n = static_cast<uint32_t>(tokens.size());
+  const Member self{this, 0, n};
+  run_pass(std::span(&self, 1), n, n_out, log_probs);
+}
+
+bool Engine::can_batch_with(const Engine& other) const {
+  return &other.model_ == &model_ && &other.ctx_ == &ctx_ && other.cache_.capacity() == cache_.capacity() &&
+         other.opts_.attention == opts_.attention;
+}
+
+const std::vector<float>& Engine::decode_batch(std::span<Engine* const> seqs, std::span<const int32_t> tokens) {
+  VKLLM_CHECK(!seqs.empty() && seqs.size() == tokens.size() && seqs[0] == this, "decode_batch: one token per engine, this engine first");
+  if (seqs.size() == 1) return decode(tokens, LogitsMode::Last);
+  const ModelConfig& c = model_.config();
+  const uint32_t k = static_cast<uint32_t>(seqs.size());
+  VKLLM_CHECK(k <= opts_.n_ubatch && k <= logits_rows_, "decode_batch: more sequences than activation rows");
+  // Each sequence's q, k, v and output rows are bound at their own offset in this engine's buffers.
+  const uint64_t align = std::max<uint64_t>(ctx_.limits().minStorageBufferOffsetAlignment, 4);
+  VKLLM_CHECK(uint64_t{c.n_embd_kv()} * F % align == 0 && uint64_t{c.n_head} * c.head_dim * F % align == 0,
+              "decode_batch: rows not at bindable offsets");
+  for (Engine* e : seqs) VKLLM_CHECK(can_batch_with(*e), "decode_batch: engines of different models or options");
+  check_tokens(tokens);
+  logits_.clear();
+  std::vector<int32_t> positions(k);
+  std::vector<Member> members(k);
+  for (uint32_t i = 0; i < k; ++i) {
+    positions[i] = seqs[i]->stage(tokens.subspan(i, 1))[0];
+    members[i] = Member{seqs[i], i, 1};
+  }
+  // The pass's own upload buffers hold every token and position (the embedding and q's RoPE read
+  // them); its first entries are still its own sequence's, which its attention reads.
+  std::memcpy(ids_.mapped(), tokens.data(), k * 4);
+  std::memcpy(pos_.mapped(), positions.data(), k * 4);
+  matmul_kernel_ = MatmulKernel::Columns;
+  try {
+    run_pass(members, k, k, false);
+  } catch (...) {
+    matmul_kernel_ = MatmulKernel::Auto;
+    throw;
+  }
+  matmul_kernel_ = MatmulKernel::Auto;
+  return logits_;
 }
 
 const std::vector<float>& Engine::decode(std::span<const int32_t> tokens, LogitsMode mode, const ProgressFn& progress) {

@@ -43,6 +43,14 @@ class Engine {
   // `progress` is told tokens done / total after each chunk.
   const std::vector<float>& decode(std::span<const int32_t> tokens, LogitsMode mode, const ProgressFn& progress = {});
   const std::vector<float>& logits() const { return logits_; }
+  // One decode step of several sequences in one forward pass: tokens[i] joins seqs[i]'s cache
+  // (seqs[0] is this engine, whose activations and recorder run the pass). The weights are read
+  // once for all of them, each sequence attends over its own cache, and every matmul keeps each
+  // column exactly what it would be alone (MatmulKernel::Columns), so a sequence's logits do not
+  // depend on the batch. Returns [seqs.size()][n_vocab]. The engines must share the model, the
+  // device and the cache capacity (can_batch_with).
+  const std::vector<float>& decode_batch(std::span<Engine* const> seqs, std::span<const int32_t> tokens);
+  bool can_batch_with(const Engine& other) const;
 
   KvCache& cache() { return cache_; }
   const KvCache& cache() const { return cache_; }
@@ -55,9 +63,25 @@ class Engine {
   const std::vector<DispatchTiming>& timings() const { return timings_; }
 
  private:
-  // Records the forward pass of n tokens whose ids/positions/slots are in the upload buffers;
-  // logits for rows [out_begin, out_begin + n_out) land in the logits buffer.
-  void record_forward(uint32_t n, uint32_t out_begin, uint32_t n_out, bool log_probs);
+  // A sequence of a forward pass: the engine whose cache tokens [first, first + n) of the pass join.
+  struct Member {
+    Engine* seq;
+    uint32_t first, n;
+  };
+  // Records the forward pass of n tokens whose ids/positions are in the upload buffers, each
+  // member's slots and lists in its own; logits for rows [out_begin, out_begin + n_out) land in
+  // the logits buffer.
+  void record_forward(std::span<const Member> members, uint32_t n, uint32_t out_begin, uint32_t n_out, bool log_probs);
+  // A member's KV store and attention for layer l, on the rows [first, first + n) of the pass's
+  // k, v, q and attention buffers.
+  void record_kv_store_of(CommandRecorder& rec, uint32_t l, const Engine& pass, uint32_t first, uint32_t n) const;
+  void record_attention_of(CommandRecorder& rec, uint32_t l, const Engine& pass, uint32_t first, uint32_t n) const;
+  // Appends tokens to the cache and writes their ids, positions, slots and the attention lists to
+  // the upload buffers; returns their positions.
+  std::vector<int32_t> stage(std::span<const int32_t> tokens);
+  void check_tokens(std::span<const int32_t> tokens) const;
+  // Records, runs and waits for a forward pass; appends the logits of its last n_out tokens.
+  void run_pass(std::span<const Member> members, uint32_t n, uint32_t n_out, bool log_probs);
   // The first entry of the slot list a window layer's attention reads for a chunk of n tokens.
   uint32_t window_list_start(uint32_t n) const;
   // The RoPE of the global layers, or of the sliding-window layers (their own base and scale).
@@ -77,6 +101,7 @@ class Engine {
   uint32_t n_kv_window_ = 0;  // entries in kv_slots_win/kv_pos_win (window rings) for this chunk
   bool rope_table_filled_ = false;  // rope_table_ holds every position's angles (after the first step)
   uint32_t logits_rows_;      // rows the logits buffer holds
+  MatmulKernel matmul_kernel_ = MatmulKernel::Auto;  // Columns during decode_batch
 
   // Activations, for up to n_ubatch tokens. [n_ubatch][width] f32 unless noted.
   Buffer x_;         // residual stream [n_embd]

@@ -102,7 +102,7 @@ void Generator::generate(const GenerateOptions& o, const TextSink& on_text) {
 
 void Generator::start(const GenerateOptions& o) {
   if (logits_.empty()) throw Error("nothing to continue from: the prompt is empty and the cache holds no tokens");
-  run_.emplace(Run{o, StreamDecoder(tok_), {}, o.n_predict, 0, std::chrono::steady_clock::now(), {}});
+  run_.emplace(Run{o, StreamDecoder(tok_), {}, o.n_predict, 0, -1, std::chrono::steady_clock::now(), {}});
   // Reaching the limit is the stop reason unless another one (eos, stop string, interrupt) comes first.
   stats_.stop_reason = "length";
   if (o.n_predict == GenerateOptions::kUntilFull) {
@@ -114,11 +114,17 @@ void Generator::start(const GenerateOptions& o) {
 }
 
 bool Generator::step(const TextSink& on_text) {
-  VKLLM_CHECK(run_.has_value(), "Generator::step without start()");
+  const int32_t tok = sample(on_text);
+  if (tok < 0) return false;
+  return advance(engine_.decode(std::span(&tok, 1), LogitsMode::Last), on_text);
+}
+
+int32_t Generator::sample(const TextSink& on_text) {
+  VKLLM_CHECK(run_.has_value(), "Generator::sample without start()");
   Run& r = *run_;
   if (r.limit >= 0 && r.sampled >= r.limit) {
     finish(on_text);
-    return false;
+    return -1;
   }
   if (r.opts.logprobs) raw_ = logits_;
   const int32_t tok = sampler_.sample(logits_);
@@ -130,15 +136,22 @@ bool Generator::step(const TextSink& on_text) {
   if (!r.opts.ignore_eos && tok_.is_eog(tok)) {
     stats_.stop_reason = "eos";
     finish(on_text);
-    return false;
+    return -1;
   }
   ++stats_.generated;
   stats_.tokens.push_back(tok);
   if (r.opts.logprobs) stats_.logprobs.push_back(log_probability(raw_, tok));
-  // The token joins the cache at once, so the cache always holds the whole conversation and
+  r.token = tok;
+  return tok;
+}
+
+bool Generator::advance(std::span<const float> logits, const TextSink& on_text) {
+  VKLLM_CHECK(run_.has_value(), "Generator::advance without sample()");
+  Run& r = *run_;
+  // The token joined the cache at once, so the cache always holds the whole conversation and
   // the logits to continue from are ready (a saved session resumes here).
-  logits_ = engine_.decode(std::span(&tok, 1), LogitsMode::Last);
-  r.pending += r.decoder.push(tok);
+  logits_.assign(logits.begin(), logits.end());
+  r.pending += r.decoder.push(r.token);
   bool stopped = false;
   for (const std::string& s : r.opts.stop) {
     const size_t at = r.pending.find(s);

@@ -78,6 +78,11 @@ class Generator {
   // the model and releases the text that became final; the last step flushes what was held back.
   void start(const GenerateOptions& o);
   bool step(const TextSink& on_text);
+  // A step in two halves, for a caller that runs the token through the model itself (the
+  // server's decode step of several sequences): sample() returns the token to run, or −1 when
+  // the generation ended (limit, end of generation); advance() takes that token's logits.
+  int32_t sample(const TextSink& on_text);
+  bool advance(std::span<const float> logits, const TextSink& on_text);
   // Ends a started generation before its next step (its client went away): "interrupted".
   void interrupt();
 
@@ -92,6 +97,7 @@ class Generator {
     std::string pending;  // decoded text not yet released (a possible stop-string prefix)
     int64_t limit = 0;    // tokens it may sample (< 0: no limit)
     int64_t sampled = 0;
+    int32_t token = -1;   // the last token sampled
     std::chrono::steady_clock::time_point t_start, t_first;
   };
   // Releases the held-back text and the timing at the end of a run.

@@ -56,6 +56,12 @@ void Metrics::generation(uint32_t prompt_tokens, uint32_t cached_tokens, uint32_
   if (generated > 1) decode_rate_.observe(decode_tok_s);
 }
 
+void Metrics::decode_step(uint32_t sequences) {
+  std::lock_guard lock(mu_);
+  ++decode_steps_;
+  decode_step_sequences_ += sequences;
+}
+
 void Metrics::set_gauges(uint64_t kv_slots_used, uint64_t kv_slots_total, uint64_t queue_length, uint64_t running) {
   std::lock_guard lock(mu_);
   kv_used_ = kv_slots_used;
@@ -75,6 +81,10 @@ std::string Metrics::render() const {
   out += "vkllm_cached_tokens_total " + std::to_string(cached_tokens_) + "\n";
   out += header("vkllm_generated_tokens_total", "counter", "Tokens generated.");
   out += "vkllm_generated_tokens_total " + std::to_string(generated_tokens_) + "\n";
+  out += header("vkllm_decode_steps_total", "counter", "Decode steps (forward passes that advance running sequences by one token each).");
+  out += "vkllm_decode_steps_total " + std::to_string(decode_steps_) + "\n";
+  out += header("vkllm_decode_step_sequences_total", "counter", "Sequences advanced, summed over decode steps (divided by the steps: the mean batch).");
+  out += "vkllm_decode_step_sequences_total " + std::to_string(decode_step_sequences_) + "\n";
   out += header("vkllm_ttft_seconds", "histogram", "Time from a request's arrival to its first token.");
   out += ttft_.render("vkllm_ttft_seconds");
   out += header("vkllm_decode_tokens_per_second", "histogram", "Decode rate of each generation after its first token.");

@@ -96,8 +96,7 @@ void Scheduler::loop() {
     }
     update_gauges();
     for (auto& [s, job] : admitted) admit(*s, job);
-    for (Sequence& s : seqs_)
-      if (s.job && s.gen) step(s);
+    step_all();
     update_gauges();
   }
 }
@@ -129,23 +128,58 @@ void Scheduler::admit(Sequence& s, const std::shared_ptr<Job>& job) {
     }
     s.gen->start(job->generate);
   } catch (const std::exception& e) {
+    s.engine->cache().clear();  // a failed prefill may have left tokens without their K/V
     complete(s, e.what());
   }
 }
 
-void Scheduler::step(Sequence& s) {
-  Job& job = *s.job;
-  try {
-    const bool more = job.cancelled() ? (s.gen->interrupt(), false) : s.gen->step([&](const std::string& text) {
-      job.push_text(text);
-      return !job.cancelled();
-    });
-    if (s.ttft_s < 0 && (s.gen->stats().generated > 0 || !more))
-      s.ttft_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - job.enqueued).count();
-    if (!more) complete(s);
-  } catch (const std::exception& e) {
-    complete(s, e.what());
+void Scheduler::step_all() {
+  // Sample every running sequence's next token; those that go on run through the model together.
+  std::vector<Sequence*> stepping;
+  std::vector<Engine*> engines;
+  std::vector<int32_t> tokens;
+  for (Sequence& s : seqs_) {
+    if (!s.job || !s.gen) continue;
+    Job& job = *s.job;
+    try {
+      const int32_t tok = job.cancelled() ? (s.gen->interrupt(), -1) : s.gen->sample(sink(job));
+      if (s.ttft_s < 0 && (s.gen->stats().generated > 0 || tok < 0))
+        s.ttft_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - job.enqueued).count();
+      if (tok < 0) {
+        complete(s);
+        continue;
+      }
+      stepping.push_back(&s);
+      engines.push_back(s.engine);
+      tokens.push_back(tok);
+    } catch (const std::exception& e) {
+      complete(s, e.what());
+    }
   }
+  if (stepping.empty()) return;
+  try {
+    const std::vector<float>& logits = engines[0]->decode_batch(engines, tokens);
+    metrics_.decode_step(uint32_t(stepping.size()));
+    const size_t n_vocab = logits.size() / stepping.size();
+    for (size_t i = 0; i < stepping.size(); ++i) {
+      Sequence& s = *stepping[i];
+      if (!s.gen->advance(std::span(logits).subspan(i * n_vocab, n_vocab), sink(*s.job))) complete(s);
+    }
+  } catch (const std::exception& e) {
+    // A failed step may have appended tokens whose K/V were never computed: nothing of these
+    // caches is reused.
+    for (Sequence* s : stepping) {
+      s->engine->cache().clear();
+      if (s->job) complete(*s, e.what());
+    }
+  }
+}
+
+TextSink Scheduler::sink(Job& job) {
+  return [&job](const std::string& text) {
+    job.push_text(text);
+    return !job.cancelled();
+  };
 }
 
 void Scheduler::complete(Sequence& s, const std::string& error) {

@@ -6,9 +6,10 @@
 // prefix with its prompt (if that reuses at least half of what the cache holds; else, and on
 // ties, the one idle longest), prefills only what differs (or loads a
 // longer prefix from the on-disk prompt cache), and joins the running sequences. The device
-// thread advances every running sequence by one token per round, so streams interleave fairly.
-// A sequence runs alone on its engine with the kernels `vkllm run` uses, so a request's tokens
-// never depend on what else runs (greedy, or a fixed seed). Design in docs/server.md.
+// thread advances every running sequence by one token per round in one decode step that reads
+// the weights once for all of them; every column of that step is computed exactly as it would
+// be alone, so a request's tokens never depend on what else runs (greedy, or a fixed seed).
+// Design in docs/server.md.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -98,8 +99,10 @@ class Scheduler {
   void loop();
   // Starts a job on an idle sequence: prefix reuse, prefill, first step set up.
   void admit(Sequence& s, const std::shared_ptr<Job>& job);
-  // One token of a running sequence; finishes the job when it ends.
-  void step(Sequence& s);
+  // One token of every running sequence, in one decode step (Engine::decode_batch: the weights
+  // read once for all of them); finishes the jobs that end.
+  void step_all();
+  static TextSink sink(Job& job);
   void complete(Sequence& s, const std::string& error = "");
   void update_gauges();
 

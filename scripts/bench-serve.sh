@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The server under load (docs/server.md), in one run of `vkllm serve --parallel 4`:
+#   1. decode throughput: one stream alone, then STREAMS streams at once (each TOKENS tokens after
+#      a short prompt); aggregate completion tokens per second of each, and the ratio;
+#   2. prefix reuse: a request with a PREFIX-token prompt, then one sharing that prefix with
+#      another question; cached tokens and time to first token of each (max_tokens 1).
+#
+# usage: scripts/bench-serve.sh [MODEL]      (default: the 1b q4_0 benchmark model, made if missing)
+#        STREAMS=4 TOKENS=32 PREFIX=2000 CTX=2560 scripts/bench-serve.sh MODEL
+set -euo pipefail
+. "$(dirname "$0")/bench-lib.sh"
+model=${1:-$root/models/bench-1b-q4_0.gguf}
+streams=${STREAMS:-4}
+tokens=${TOKENS:-32}
+prefix=${PREFIX:-2000}
+ctx=${CTX:-2560}
+if [ ! -f "$model" ] && [ "$model" = "$root/models/bench-1b-q4_0.gguf" ]; then
+  "$root/build/tests/tools/make_model" --preset 1b --type q4_0 --vocab-from "$shared/vocab/ggml-vocab-llama-spm.gguf" -o "$model" >&2
+fi
+bench_require "$model"
+bench_workdir
+
+"$vkllm" serve -m "$model" --port 0 --parallel "$streams" --ctx "$ctx" --temp 0 2>"$work/serve.err" &
+server=$!
+trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 1200); do
+  port=$(sed -n 's|.*http://127.0.0.1:\([0-9]*\)/v1.*|\1|p' "$work/serve.err")
+  [ -n "$port" ] && break
+  kill -0 $server 2>/dev/null || { cat "$work/serve.err" >&2; exit 1; }
+  sleep 0.5
+done
+url="http://127.0.0.1:$port/v1"
+now() { date +%s.%N; }
+calc() { awk "BEGIN { print $* }"; }
+# complete BODY OUT: POSTs a text completion, the response to OUT.
+complete() { curl -sf "$url/completions" -H 'Content-Type: application/json' -d "$1" -o "$2"; }
+field() { node -e 'const j=JSON.parse(require("fs").readFileSync(process.argv[1],"utf8")); console.log(process.argv[2].split(".").reduce((o,k)=>o[k], j))' "$1" "$2"; }
+
+# Warm-up (pipelines compiled, first-use costs paid) with every stream at once.
+for i in $(seq "$streams"); do complete "{\"prompt\":\"Warm up $i\",\"max_tokens\":4}" "$work/w$i.json" & done
+wait_all() { for p in "$@"; do wait "$p"; done; }
+wait_all $(jobs -p | grep -v "^$server$")
+
+run_streams() {  # N: N streams at once; prints aggregate completion tok/s
+  local n=$1 t0 t1 pids=() total=0
+  t0=$(now)
+  for i in $(seq "$n"); do
+    complete "{\"prompt\":\"Story number $i: once upon a time\",\"max_tokens\":$tokens}" "$work/s$n-$i.json" &
+    pids+=($!)
+  done
+  wait_all "${pids[@]}"
+  t1=$(now)
+  for i in $(seq "$n"); do total=$((total + $(field "$work/s$n-$i.json" usage.completion_tokens))); done
+  echo "$total $(calc "$t1 - $t0")"
+}
+read -r tok1 s1 < <(run_streams 1)
+read -r tokn sn < <(run_streams "$streams")
+rate1=$(calc "$tok1 / $s1")
+raten=$(calc "$tokn / $sn")
+printf 'model %s, --parallel %d, %d tokens per stream, greedy\n' "$(basename "$model")" "$streams" "$tokens"
+printf '| streams | tokens | seconds | tok/s | ratio |\n|---:|---:|---:|---:|---:|\n'
+printf '| 1 | %d | %.2f | %.2f | 1.00× |\n' "$tok1" "$s1" "$rate1"
+printf '| %d | %d | %.2f | %.2f | %.2f× |\n' "$streams" "$tokn" "$sn" "$raten" "$(calc "$raten / $rate1")"
+
+# Prefix reuse: PREFIX tokens of a manual (repeated sentences), then two questions.
+sentence="The pump must be primed before the first start, and the valve must be closed while the tank fills. "
+manual=""
+for _ in $(seq 50); do manual+="$sentence"; done
+per50=$(printf '%s' "$manual" >"$work/m.txt"; count_tokens "$model" "$work/m.txt")
+manual=""
+for _ in $(seq $(( prefix * 50 / per50 + 2 ))); do manual+="$sentence"; done
+ask() {  # QUESTION OUT: one token after the manual and the question; prints seconds
+  local t0 t1
+  t0=$(now)
+  node -e 'process.stdout.write(JSON.stringify({prompt: process.argv[1] + process.argv[2], max_tokens: 1}))' "$manual" "$1" >"$work/q.json"
+  curl -sf "$url/completions" -H 'Content-Type: application/json' --data-binary @"$work/q.json" -o "$2"
+  t1=$(now)
+  calc "$t1 - $t0"
+}
+ta=$(ask "Question: what comes first?" "$work/a.json")
+tb=$(ask "Question: when is the valve closed?" "$work/b.json")
+printf '\n| request | prompt tokens | cached | time to first token s |\n|---|---:|---:|---:|\n'
+printf '| first | %s | %s | %.2f |\n' "$(field "$work/a.json" usage.prompt_tokens)" "$(field "$work/a.json" usage.prompt_tokens_details.cached_tokens)" "$ta"
+printf '| same prefix | %s | %s | %.2f |\n' "$(field "$work/b.json" usage.prompt_tokens)" "$(field "$work/b.json" usage.prompt_tokens_details.cached_tokens)" "$tb"
+printf 'TTFT ratio: %.1f×\n' "$(calc "$ta / $tb")"
