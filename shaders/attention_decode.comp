@@ -1,7 +1,10 @@
-// attention_decode: the attention of one query token over a long slot list, for CPU drivers, in
+// attention_decode: the attention of query tokens over a long slot list, for CPU drivers, in
 // two passes whose lanes never talk to each other inside a loop (a cross-lane operation costs
 // ~400 cycles on lavapipe), each reading every K and V byte once for all G = n_head / n_head_kv
 // query heads that share it (attention_simd.comp reads them once per query head).
+//
+// The grid's z is the query token (p.q_first + z): a decode step is one, a prefill chunk over a
+// long cached prefix runs in groups of as many as the scratch holds scores for.
 //
 //   OP_SCORES: one lane per slot; grid x = blocks of W·PER_LANE entries, y = KV head. q of the
 //     workgroup's G heads is read at uniform addresses, before the slot loop (see below). A lane
@@ -9,7 +12,7 @@
 //     by RoPE at the slot's position: angles from the rope table, advanced by one complex product
 //     per position while positions are consecutive and reloaded every ANCHOR_EVERY entries) and
 //     writes the G scores q_h·k (scaled, soft-capped; masked ones as NEG) of the entry side by
-//     side: scores[head_kv][entry][GP], GP = G rounded up to even, so that the values pass reads
+//     side: scores[z][head_kv][entry][GP], GP = G rounded up to even, so that the values pass reads
 //     two scores per 64-bit component.
 //   OP_VALUES: a workgroup per DC dims of a KV head (grid x = HD / DC, y = KV head); lane l takes
 //     entries l, l + W, …: it reads the entry's G scores and DC dims of its V row, keeps an
@@ -19,9 +22,9 @@
 //     loop is a per-lane gather on lavapipe, which the first version, a lane per dim, paid for
 //     the scores of every entry), and each exp serves DC dims of one entry.
 //
-// Bindings (both): 0 q [n_head·HD] f32 (rotated), 1 k cache, 2 v cache, 3 kv_slots, 4 kv_pos,
-// 5 q_pos [1], 6 out [n_head·HD] f32 (OP_VALUES), 7 scores (scratch), 8 rope table.
-// Push constants: AttentionParams (n_q = 1). Specialization: 0 W (subgroup size), 1 HD, 2 G,
+// Bindings (both): 0 q [n_q][q_stride] f32 (rotated), 1 k cache, 2 v cache, 3 kv_slots, 4 kv_pos,
+// 5 q_pos [n_q], 6 out [n_q][out_stride] f32 (OP_VALUES), 7 scores (scratch), 8 rope table.
+// Push constants: AttentionParams (q_first). Specialization: 0 W (subgroup size), 1 HD, 2 G,
 // 3 N_ROT, 4 NEOX, 5 PER_LANE, 6 DC (divides HD; for f16 a multiple of 8).
 #version 450
 #extension GL_GOOGLE_include_directive : require
@@ -51,7 +54,7 @@ layout(binding = 3) readonly buffer KvSlots { int kv_slots[]; };
 layout(binding = 4) readonly buffer KvPos { int kv_pos[]; };
 layout(binding = 5) readonly buffer QPos { int q_pos[]; };
 layout(binding = 6) writeonly buffer Out { float out_[]; };
-layout(binding = 7) buffer Scores { uint64_t scores[]; };  // [head_kv][entry][GP / 2] pairs of f32
+layout(binding = 7) buffer Scores { uint64_t scores[]; };  // [z][head_kv][entry][GP / 2] pairs of f32
 const uint GP = G + (G & 1);
 layout(binding = 8) readonly buffer RopeTable { vec2 rope_table[]; };  // [pos][HD/2] (cos, sin)
 layout(push_constant) uniform Push { AttentionParams p; };
@@ -61,7 +64,8 @@ void main() {
   const uint lane = gl_LocalInvocationID.x, W = gl_WorkGroupSize.x, hk = gl_WorkGroupID.y;
   const uint row_bytes = cache_row_bytes(p.n_head_kv * HD);
   const uint first = (gl_WorkGroupID.x * W + lane) * PER_LANE;
-  const int qpos = q_pos[0];
+  const uint z = gl_WorkGroupID.z, t = p.q_first + z;
+  const int qpos = q_pos[t];
   // The angles of position 1: one step between consecutive positions (a pure rotation).
   vec2 step[N_ROT / 2], ang[N_ROT / 2];
   [[unroll]] for (uint i = 0; i < N_ROT / 2; ++i) step[i] = rope_table[HD / 2 + i] / p.attn_factor;
@@ -69,7 +73,8 @@ void main() {
   // every lane is known to be active, i.e. outside loops and branches (inside the loop below each
   // one would be a per-lane load). They live in registers (or the stack) for the whole loop.
   vec4 qv[G * HD / 4];
-  [[unroll]] for (uint i = 0; i < G * HD / 4; ++i) qv[i] = q4[hk * (G * HD / 4) + i];
+  const uint q_at = t * (p.q_stride / 4) + hk * (G * HD / 4);
+  [[unroll]] for (uint i = 0; i < G * HD / 4; ++i) qv[i] = q4[q_at + i];
   int prev = -2147483647;
   [[dont_unroll]] for (uint t = 0; t < PER_LANE; ++t) {
     const uint e = first + t;
@@ -101,7 +106,7 @@ void main() {
       if (visible) s[h] = acc;
     }
     [[unroll]] for (uint w = 0; w < GP / 2; ++w)
-      scores[(hk * p.n_kv + e) * (GP / 2) + w] = packUint2x32(uvec2(floatBitsToUint(s[2 * w]), floatBitsToUint(s[2 * w + 1])));
+      scores[((z * p.n_head_kv + hk) * p.n_kv + e) * (GP / 2) + w] = packUint2x32(uvec2(floatBitsToUint(s[2 * w]), floatBitsToUint(s[2 * w + 1])));
   }
 }
 #elif defined(OP_VALUES)
@@ -112,6 +117,7 @@ void main() {
   const uint lane = gl_LocalInvocationID.x, W = gl_WorkGroupSize.x, hk = gl_WorkGroupID.y;
   const uint row_bytes = cache_row_bytes(p.n_head_kv * HD);
   const uint d0 = hk * HD + gl_WorkGroupID.x * DC;
+  const uint z = gl_WorkGroupID.z, t = p.q_first + z;
   float m[G], l[G], o[G][DC];
   [[unroll]] for (uint h = 0; h < G; ++h) {
     m[h] = NEG;
@@ -123,7 +129,7 @@ void main() {
     CACHE_LOAD_RUN(vc, uint(kv_slots[e]) * row_bytes, d0, DC, v)
     float sc[GP];
     [[unroll]] for (uint w = 0; w < GP / 2; ++w) {
-      const uvec2 pair = unpackUint2x32(scores[(hk * p.n_kv + e) * (GP / 2) + w]);
+      const uvec2 pair = unpackUint2x32(scores[((z * p.n_head_kv + hk) * p.n_kv + e) * (GP / 2) + w]);
       sc[2 * w] = uintBitsToFloat(pair.x);
       sc[2 * w + 1] = uintBitsToFloat(pair.y);
     }
@@ -164,7 +170,7 @@ void main() {
     [[unroll]] for (uint j = 0; j < DC; ++j) {
       float acc = 0.0;
       [[unroll]] for (uint w = 0; w < W; ++w) acc += part[(h * (DC + 1) + 1 + j) * W + w];
-      if (j % W == lane) out_[(hk * G + h) * HD + gl_WorkGroupID.x * DC + j] = sum > 0.0 ? acc / sum : 0.0;
+      if (j % W == lane) out_[t * p.out_stride + (hk * G + h) * HD + gl_WorkGroupID.x * DC + j] = sum > 0.0 ? acc / sum : 0.0;
     }
   }
 }

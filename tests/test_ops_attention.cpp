@@ -135,7 +135,8 @@ void check_attention(CacheType ct, const AttnCase& c, bool split, AttentionKerne
   Buffer dkc = test::to_device(std::vector<uint8_t>(kq.size(), 0)), dvc = test::to_device(std::vector<uint8_t>(vq.size(), 0));
   Buffer dout = test::to_device(std::vector<float>(want.size(), 0.0f));
   const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, kernel, scale, c.softcap, c.window};
-  Buffer scratch(test::vk(), attention_scratch_floats(shape, c.n_kv) * 4, MemoryUse::Device, "attention scratch");
+  // Room for the scores of 4 query tokens: a longer prefill over ≥ 256 slots runs in groups.
+  Buffer scratch(test::vk(), attention_scratch_floats(shape, c.n_kv, 4) * 4, MemoryUse::Device, "attention scratch");
   const RopeConfig rc{c.head_dim, c.head_dim, 10000.0f, 0.5f, c.neox, {}};
   Buffer table(test::vk(), uint64_t{n_pos} * c.head_dim * 4, MemoryUse::Device, "rope table");
   CommandRecorder rec(test::vk(), &test::pipelines());
@@ -172,6 +173,9 @@ TEST_F(AttentionOps, PrefillAndDecodeEveryCacheType) {
       {4, 4, 64, 1, 290, 320, false},               // decode, no GQA
       {8, 2, 128, 1, 300, 320, true},               // decode, head dim 128 (llama-3-8B, qwen3 heads)
       {4, 2, 256, 1, 270, 300, true, 0, 40},        // decode, head dim 256 with a window (gemma2-2B heads)
+      {4, 2, 64, 9, 600, 640, false},               // prefill over ≥ 256 slots: attention_decode in query groups 4, 4, 1
+      {8, 2, 128, 5, 300, 320, true},               // the same, head dim 128, NeoX
+      {4, 2, 64, 12, 400, 420, false, 3, 64},       // prefill over a long prefix with a window and a position jump
   };
   // Both kernels: the GPUs' shared-memory tiles and the CPU drivers' one-slot-per-lane layout (head
   // dims ≤ 64; larger heads get Auto instead, which on a CPU driver takes attention_decode.comp

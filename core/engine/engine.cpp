@@ -28,6 +28,12 @@ bool has_swa_rope(const ModelConfig& c) {
   return c.has_swa() && (c.rope_freq_base_swa != c.rope_freq_base || c.rope_freq_scale_swa != c.rope_freq_scale);
 }
 
+// Floats of an engine's attention scratch: a decode step, or a query group of a prefill chunk.
+uint64_t attention_scratch(const VulkanContext& ctx, const ModelConfig& c, uint32_t capacity) {
+  const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim};
+  return attention_scratch_floats(shape, capacity, attention_query_group(ctx, shape, capacity));
+}
+
 }  // namespace
 
 MemoryPlan plan_memory(const VulkanContext& ctx, const ModelConfig& c, uint64_t weight_bytes, const EngineOptions& o) {
@@ -40,7 +46,7 @@ MemoryPlan plan_memory(const VulkanContext& ctx, const ModelConfig& c, uint64_t 
   const uint64_t rows = logits_rows_for(ctx, c, static_cast<uint32_t>(ub));
   m.activations = F * (ub * c.n_embd + ub * std::max<uint64_t>(c.n_embd, qd) + 2 * ub * qd + 2 * ub * c.n_embd_kv() +
                        2 * ub * c.n_ff + rows * c.n_embd + uint64_t{o.cache.capacity} * c.head_dim * (has_swa_rope(c) ? 2 : 1) +
-                       attention_scratch_floats({c.n_head, c.n_head_kv, c.head_dim}, o.cache.capacity) + rows * c.n_vocab) +
+                       attention_scratch(ctx, c, o.cache.capacity) + rows * c.n_vocab) +
                   3 * ub * 4 + 2 * uint64_t{o.cache.capacity} * 4 + (ring ? ub * 4 + 2 * uint64_t{ring} * 4 : 0);
   return m;
 }
@@ -71,7 +77,7 @@ Engine::Engine(const VulkanContext& ctx, Pipelines& pipelines, const Model& mode
   out_rows_ = dev(uint64_t{logits_rows_} * c.n_embd * F, "out rows");
   rope_table_ = dev(uint64_t{cache_.capacity()} * c.head_dim / 2 * 2 * F, "rope table");
   if (has_swa_rope(c)) rope_table_swa_ = dev(uint64_t{cache_.capacity()} * c.head_dim / 2 * 2 * F, "rope table (window layers)");
-  scratch_ = dev(attention_scratch_floats({c.n_head, c.n_head_kv, c.head_dim}, cache_.capacity()) * F, "attention scratch");
+  scratch_ = dev(attention_scratch(ctx, c, cache_.capacity()) * F, "attention scratch");
   ids_ = host(ub * 4, "ids");
   pos_ = host(ub * 4, "pos");
   slots_ = host(ub * 4, "slots");

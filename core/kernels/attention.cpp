@@ -59,12 +59,16 @@ bool use_simd_kernel(const VulkanContext& ctx, const AttentionShape& shape, uint
 AttentionParams attention_params(const AttentionShape& shape, const RopeConfig& rope, uint32_t n_q, uint32_t n_kv,
                                  uint32_t q_stride, uint32_t out_stride, uint32_t n_split, uint32_t kv_per_split) {
   const float scale = shape.scale > 0.0f ? shape.scale : 1.0f / std::sqrt(float(shape.head_dim));
-  return {n_q, n_kv, shape.n_head, shape.n_head_kv, shape.head_dim, q_stride, out_stride, n_split,
-          kv_per_split, scale, rope.n_rot, rope.neox ? 1u : 0u, rope.attn_factor, shape.softcap, shape.window};
+  return {n_q,   n_kv,       shape.n_head, shape.n_head_kv, shape.head_dim,     q_stride,      out_stride,   n_split,
+          kv_per_split, scale, rope.n_rot,   rope.neox ? 1u : 0u, rope.attn_factor, shape.softcap, shape.window, 0};
 }
 
-// attention_decode.comp: one query token over at least this many slots, on CPU drivers.
+// attention_decode.comp: query tokens over at least this many slots, on CPU drivers.
 constexpr uint32_t k_decode_min_kv = 256;
+// The query tokens an engine's scratch holds the scores of (a prefill chunk runs in groups of
+// them), within k_decode_group_bytes.
+constexpr uint32_t k_decode_max_group = 64;
+constexpr uint64_t k_decode_group_bytes = uint64_t{64} << 20;
 constexpr uint32_t k_decode_per_lane = 64;
 constexpr uint32_t k_decode_dims = 32;  // the values pass's head dims per workgroup
 
@@ -87,29 +91,37 @@ bool use_decode_kernels(const VulkanContext& ctx, const AttentionShape& shape, u
   const DeviceInfo& d = ctx.info();
   const uint32_t g = shape.n_head / shape.n_head_kv;
   const bool cpu_layout = shape.kernel == AttentionKernel::Simd || (shape.kernel == AttentionKernel::Auto && d.type == "cpu");
-  return cpu_layout && d.int64 && n_q == 1 && n_kv >= k_decode_min_kv && g <= 8 && shape.head_dim % k_decode_dims == 0 &&
+  return cpu_layout && d.int64 && n_q >= 1 && n_kv >= k_decode_min_kv && g <= 8 && shape.head_dim % k_decode_dims == 0 &&
          g * shape.head_dim <= k_decode_unroll && scratch.buffer && scratch.range >= decode_scores_floats(shape, n_kv) * 4;
 }
 
 // Scores (a lane per slot), then values (a lane per entry, a workgroup per k_decode_dims dims)
-// through scratch: see attention_decode.comp. One query token, packed heads (strides unused).
+// through scratch: see attention_decode.comp. Query tokens in groups of as many as the scratch
+// holds scores for (grid z), the scores of one group read before the next overwrites them.
 void record_decode_attention(CommandRecorder& rec, CacheType type, const AttentionShape& shape, const RopeConfig& rope,
-                             const BufferView& rope_table, const BufferView& q, const BufferView& q_pos,
-                             const BufferView& k_cache, const BufferView& v_cache, const BufferView& kv_slots,
-                             const BufferView& kv_pos, uint32_t n_kv, const BufferView& out, const BufferView& scratch) {
+                             const BufferView& rope_table, const BufferView& q, uint32_t q_stride, const BufferView& q_pos,
+                             uint32_t n_q, const BufferView& k_cache, const BufferView& v_cache, const BufferView& kv_slots,
+                             const BufferView& kv_pos, uint32_t n_kv, const BufferView& out, uint32_t out_stride,
+                             const BufferView& scratch) {
   const uint32_t sg = rec.context().subgroup_size(), g = shape.n_head / shape.n_head_kv;
-  const uint32_t width = shape.n_head * shape.head_dim;
-  const AttentionParams params = attention_params(shape, rope, 1, n_kv, width, width, 1, n_kv);
+  const uint64_t per_query = decode_scores_floats(shape, n_kv) * 4;
+  const uint32_t group = static_cast<uint32_t>(std::clamp<uint64_t>(scratch.range / per_query, 1, n_q));
   const std::vector<uint32_t> spec = {sg, shape.head_dim, g, rope.n_rot, rope.neox ? 1u : 0u, k_decode_per_lane, k_decode_dims};
-  const BufferView scores = scratch.sub(0, decode_scores_floats(shape, n_kv) * 4);
+  const BufferView scores = scratch.sub(0, per_query * group);
   const std::string ct = cache_type_name(type);
   const Pipeline& ps = rec.pipelines().get("attention_scores_" + ct, 9, sizeof(AttentionParams), spec);
-  rec.dispatch(ps, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, out, scores, rope_table}, params,
-               div_ceil(n_kv, sg * k_decode_per_lane), shape.n_head_kv, 1);
-  rec.barrier();
   const Pipeline& pv = rec.pipelines().get("attention_values_" + ct, 9, sizeof(AttentionParams), spec);
-  rec.dispatch(pv, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, out, scores, rope_table}, params, shape.head_dim / k_decode_dims,
-               shape.n_head_kv, 1);
+  for (uint32_t t = 0; t < n_q; t += group) {
+    const uint32_t n = std::min(group, n_q - t);
+    AttentionParams params = attention_params(shape, rope, n_q, n_kv, q_stride, out_stride, 1, n_kv);
+    params.q_first = t;
+    if (t > 0) rec.barrier();  // the previous group's values pass has read the scores
+    rec.dispatch(ps, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, out, scores, rope_table}, params,
+                 div_ceil(n_kv, sg * k_decode_per_lane), shape.n_head_kv, n);
+    rec.barrier();
+    rec.dispatch(pv, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, out, scores, rope_table}, params, shape.head_dim / k_decode_dims,
+                 shape.n_head_kv, n);
+  }
 }
 
 }  // namespace
@@ -137,10 +149,16 @@ void record_kv_store(CommandRecorder& rec, CacheType type, const BufferView& src
   rec.dispatch(p, {src, slots, cache}, KvStoreParams{n_tokens, row_len, src_stride}, div_ceil(items, 64), n_tokens);
 }
 
-uint64_t attention_scratch_floats(const AttentionShape& shape, uint32_t max_kv) {
+uint32_t attention_query_group(const VulkanContext& ctx, const AttentionShape& shape, uint32_t max_kv) {
+  if (ctx.info().type != "cpu") return 1;
+  const uint64_t per_query = decode_scores_floats(shape, std::max<uint32_t>(max_kv, 1)) * 4;
+  return static_cast<uint32_t>(std::clamp<uint64_t>(k_decode_group_bytes / per_query, 1, k_decode_max_group));
+}
+
+uint64_t attention_scratch_floats(const AttentionShape& shape, uint32_t max_kv, uint32_t queries) {
   // [split][n_head_kv][rows = G][head_dim] outputs plus (max, sum) per row, for one query token;
-  // or attention_decode.comp's scores.
-  return std::max(uint64_t{k_max_split} * shape.n_head * (shape.head_dim + 2), decode_scores_floats(shape, max_kv));
+  // or attention_decode.comp's scores for `queries` query tokens.
+  return std::max(uint64_t{k_max_split} * shape.n_head * (shape.head_dim + 2), uint64_t{queries} * decode_scores_floats(shape, max_kv));
 }
 
 void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape& shape, const RopeConfig& rope,
@@ -152,7 +170,8 @@ void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape
   const uint32_t g = shape.n_head / shape.n_head_kv;
   const uint32_t rows = n_q * g;
   if (use_decode_kernels(rec.context(), shape, n_q, n_kv, scratch)) {
-    record_decode_attention(rec, type, shape, rope, rope_table, q, q_pos, k_cache, v_cache, kv_slots, kv_pos, n_kv, out, scratch);
+    record_decode_attention(rec, type, shape, rope, rope_table, q, q_stride, q_pos, n_q, k_cache, v_cache, kv_slots, kv_pos, n_kv,
+                            out, out_stride, scratch);
     return;
   }
   const bool simd = use_simd_kernel(rec.context(), shape, rope.n_rot);

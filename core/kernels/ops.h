@@ -108,8 +108,13 @@ struct AttentionShape {
 };
 
 // Scratch floats record_attention needs for a decode step over up to max_kv slots (split-KV
-// partials, or the scores of attention_decode.comp on CPU drivers).
-uint64_t attention_scratch_floats(const AttentionShape& shape, uint32_t max_kv);
+// partials, or the scores of attention_decode.comp on CPU drivers), with room for the scores of
+// `queries` query tokens at once (a prefill chunk over a long cached prefix runs in groups of
+// that many on CPU drivers).
+uint64_t attention_scratch_floats(const AttentionShape& shape, uint32_t max_kv, uint32_t queries = 1);
+// The query group an engine sizes its scratch for: up to 64 query tokens within 64 MiB of
+// scores on CPU drivers, 1 elsewhere (GPUs take the tiled kernel for prefill).
+uint32_t attention_query_group(const VulkanContext& ctx, const AttentionShape& shape, uint32_t max_kv);
 
 // Causal grouped-query attention of n_q query tokens over the n_kv cache slots listed in
 // kv_slots (with their positions kv_pos), soft-capped and windowed as `shape` says; K is rotated

@@ -14,6 +14,6 @@ static_assert(sizeof(ScaleParams) == 8);
 static_assert(sizeof(RowParams) == 8);
 static_assert(sizeof(RopeParams) == 40);
 static_assert(sizeof(KvStoreParams) == 12);
-static_assert(sizeof(AttentionParams) == 60);
+static_assert(sizeof(AttentionParams) == 64);
 
 }  // namespace vkllm

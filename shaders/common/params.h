@@ -116,6 +116,7 @@ struct AttentionParams {
   float attn_factor; // the rope table's scale of rotated pairs (attention_simd's angle steps divide it out)
   float softcap;     // scores s become softcap·tanh(s/softcap) before the softmax; 0: none
   u32 window;        // sliding window: a query at position p sees key positions > p − window; 0: all
+  u32 q_first;       // attention_decode: the query token the dispatch's z = 0 is (it takes a group of them)
 };
 
 #ifdef __cplusplus
