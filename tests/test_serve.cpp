@@ -301,6 +301,16 @@ TEST(Serve, RefusesBadRequestsAndKeepsServing) {
     EXPECT_TRUE(!j.is_discarded() && j.contains("error") && j["error"]["message"].is_string()) << k.name << ": " << r->body;
     EXPECT_TRUE(good()) << "after " << k.name;
   }
+  // max_tokens up to the context is accepted, but generation stops where the context is full
+  // rather than running through the ring.
+  const auto full = c.Post("/v1/completions", auth, R"({"prompt":"Once upon a time","max_tokens":128})", "application/json");
+  ASSERT_TRUE(full);
+  ASSERT_EQ(full->status, 200) << full->body;
+  const json u = json::parse(full->body)["usage"];
+  EXPECT_LE(u["prompt_tokens"].get<int>() + u["completion_tokens"].get<int>(), 128) << full->body;
+  if (json::parse(full->body)["choices"][0]["finish_reason"] == "length") {
+    EXPECT_EQ(u["total_tokens"], 128) << full->body;
+  }
   // /health needs no key.
   const auto health = c.Get("/health");
   ASSERT_TRUE(health);

@@ -126,7 +126,11 @@ void Scheduler::admit(Sequence& s, const std::shared_ptr<Job>& job) {
       if (opts_.log)
         for (const std::string& w : pc->take_warnings()) opts_.log("warning: prompt cache: " + w);
     }
-    s.gen->start(job->generate);
+    // A request never runs through the ring: max_tokens stops where the context is full.
+    GenerateOptions go = job->generate;
+    const KvCache& cache = s.engine->cache();
+    if (go.n_predict >= 0) go.n_predict = std::min<int32_t>(go.n_predict, int32_t(cache.capacity() - cache.used()));
+    s.gen->start(go);
   } catch (const std::exception& e) {
     s.engine->cache().clear();  // a failed prefill may have left tokens without their K/V
     complete(s, e.what());
