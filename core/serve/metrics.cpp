@@ -75,28 +75,25 @@ std::string Metrics::render() const {
   std::string out = header("vkllm_requests_total", "counter", "HTTP requests answered, by endpoint and status.");
   for (const auto& [key, n] : requests_)
     out += "vkllm_requests_total{endpoint=\"" + key.first + "\",status=\"" + std::to_string(key.second) + "\"} " + std::to_string(n) + "\n";
-  out += header("vkllm_prompt_tokens_total", "counter", "Prompt tokens of finished generations.");
-  out += "vkllm_prompt_tokens_total " + std::to_string(prompt_tokens_) + "\n";
-  out += header("vkllm_cached_tokens_total", "counter", "Prompt tokens reused from a sequence's cache or the prompt cache.");
-  out += "vkllm_cached_tokens_total " + std::to_string(cached_tokens_) + "\n";
-  out += header("vkllm_generated_tokens_total", "counter", "Tokens generated.");
-  out += "vkllm_generated_tokens_total " + std::to_string(generated_tokens_) + "\n";
-  out += header("vkllm_decode_steps_total", "counter", "Decode steps (forward passes that advance running sequences by one token each).");
-  out += "vkllm_decode_steps_total " + std::to_string(decode_steps_) + "\n";
-  out += header("vkllm_decode_step_sequences_total", "counter", "Sequences advanced, summed over decode steps (divided by the steps: the mean batch).");
-  out += "vkllm_decode_step_sequences_total " + std::to_string(decode_step_sequences_) + "\n";
+  // A metric with one unlabelled value.
+  const auto single = [&out](const std::string& name, const char* type, const char* help, uint64_t value) {
+    out += header(name, type, help) + name + " " + std::to_string(value) + "\n";
+  };
+  single("vkllm_prompt_tokens_total", "counter", "Prompt tokens of finished generations.", prompt_tokens_);
+  single("vkllm_cached_tokens_total", "counter", "Prompt tokens reused from a sequence's cache or the prompt cache.", cached_tokens_);
+  single("vkllm_generated_tokens_total", "counter", "Tokens generated.", generated_tokens_);
+  single("vkllm_decode_steps_total", "counter", "Decode steps (forward passes that advance running sequences by one token each).",
+         decode_steps_);
+  single("vkllm_decode_step_sequences_total", "counter",
+         "Sequences advanced, summed over decode steps (divided by the steps: the mean batch).", decode_step_sequences_);
   out += header("vkllm_ttft_seconds", "histogram", "Time from a request's arrival to its first token.");
   out += ttft_.render("vkllm_ttft_seconds");
   out += header("vkllm_decode_tokens_per_second", "histogram", "Decode rate of each generation after its first token.");
   out += decode_rate_.render("vkllm_decode_tokens_per_second");
-  out += header("vkllm_kv_slots_used", "gauge", "KV cache slots holding tokens, over all sequences.");
-  out += "vkllm_kv_slots_used " + std::to_string(kv_used_) + "\n";
-  out += header("vkllm_kv_slots_total", "gauge", "KV cache slots, over all sequences.");
-  out += "vkllm_kv_slots_total " + std::to_string(kv_total_) + "\n";
-  out += header("vkllm_queue_length", "gauge", "Requests waiting for a sequence.");
-  out += "vkllm_queue_length " + std::to_string(queue_) + "\n";
-  out += header("vkllm_sequences_running", "gauge", "Sequences generating.");
-  out += "vkllm_sequences_running " + std::to_string(running_) + "\n";
+  single("vkllm_kv_slots_used", "gauge", "KV cache slots holding tokens, over all sequences.", kv_used_);
+  single("vkllm_kv_slots_total", "gauge", "KV cache slots, over all sequences.", kv_total_);
+  single("vkllm_queue_length", "gauge", "Requests waiting for a sequence.", queue_);
+  single("vkllm_sequences_running", "gauge", "Sequences generating.", running_);
   return out;
 }
 
