@@ -3,6 +3,8 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -74,15 +76,20 @@ void serve_forever(const ServeCommand& c) {
                so.host.c_str(), port, c.parallel, c.parallel == 1 ? "" : "s", with_commas(api.context).c_str(), c.queue);
   std::fflush(stderr);
 
+  std::atomic<bool> run_returned{false};
   std::thread stopper([&] {
     int sig = 0;
     sigwait(&stop_signals, &sig);
-    std::fprintf(stderr, "vkllm: %s: finishing the running and queued requests, then exiting\n", sig == SIGINT ? "interrupt" : "terminate");
+    if (!run_returned)
+      std::fprintf(stderr, "vkllm: %s: finishing the running and queued requests, then exiting\n", sig == SIGINT ? "interrupt" : "terminate");
     sched.drain();
+    // A signal right after start may come before the server listens, when stop() does nothing.
+    while (!http.running() && !run_returned) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     http.stop();
   });
   http.run();
   // run() returns after stop(), or when listening failed: wake the stopper if it still waits.
+  run_returned = true;
   pthread_kill(stopper.native_handle(), SIGTERM);
   stopper.join();
   if (pc) print_cache_warnings(*pc);

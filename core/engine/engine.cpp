@@ -294,17 +294,20 @@ bool Engine::can_batch_with(const Engine& other) const {
          other.opts_.attention == opts_.attention;
 }
 
+bool Engine::can_decode_batch(std::span<Engine* const> seqs) const {
+  const ModelConfig& c = model_.config();
+  const uint64_t align = std::max<uint64_t>(ctx_.limits().minStorageBufferOffsetAlignment, 4);
+  if (seqs.empty() || seqs[0] != this || seqs.size() > opts_.n_ubatch || seqs.size() > logits_rows_) return false;
+  if (uint64_t{c.n_embd_kv()} * F % align != 0 || uint64_t{c.n_head} * c.head_dim * F % align != 0) return false;
+  return std::all_of(seqs.begin(), seqs.end(), [&](const Engine* e) { return can_batch_with(*e); });
+}
+
 const std::vector<float>& Engine::decode_batch(std::span<Engine* const> seqs, std::span<const int32_t> tokens) {
   VKLLM_CHECK(!seqs.empty() && seqs.size() == tokens.size() && seqs[0] == this, "decode_batch: one token per engine, this engine first");
   if (seqs.size() == 1) return decode(tokens, LogitsMode::Last);
-  const ModelConfig& c = model_.config();
   const uint32_t k = static_cast<uint32_t>(seqs.size());
-  VKLLM_CHECK(k <= opts_.n_ubatch && k <= logits_rows_, "decode_batch: more sequences than activation rows");
   // Each sequence's q, k, v and output rows are bound at their own offset in this engine's buffers.
-  const uint64_t align = std::max<uint64_t>(ctx_.limits().minStorageBufferOffsetAlignment, 4);
-  VKLLM_CHECK(uint64_t{c.n_embd_kv()} * F % align == 0 && uint64_t{c.n_head} * c.head_dim * F % align == 0,
-              "decode_batch: rows not at bindable offsets");
-  for (Engine* e : seqs) VKLLM_CHECK(can_batch_with(*e), "decode_batch: engines of different models or options");
+  VKLLM_CHECK(can_decode_batch(seqs), "decode_batch: engines this device cannot run in one pass (check can_decode_batch)");
   check_tokens(tokens);
   logits_.clear();
   std::vector<int32_t> positions(k);

@@ -51,6 +51,9 @@ class Engine {
   // device and the cache capacity (can_batch_with).
   const std::vector<float>& decode_batch(std::span<Engine* const> seqs, std::span<const int32_t> tokens);
   bool can_batch_with(const Engine& other) const;
+  // Whether decode_batch can run these engines (this one first) on this device: the same model
+  // and options, rows at bindable offsets, and room for their logits.
+  bool can_decode_batch(std::span<Engine* const> seqs) const;
 
   KvCache& cache() { return cache_; }
   const KvCache& cache() const { return cache_; }

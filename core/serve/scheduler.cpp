@@ -162,12 +162,22 @@ void Scheduler::step_all() {
   }
   if (stepping.empty()) return;
   try {
-    const std::vector<float>& logits = engines[0]->decode_batch(engines, tokens);
-    metrics_.decode_step(uint32_t(stepping.size()));
-    const size_t n_vocab = logits.size() / stepping.size();
-    for (size_t i = 0; i < stepping.size(); ++i) {
-      Sequence& s = *stepping[i];
-      if (!s.gen->advance(std::span(logits).subspan(i * n_vocab, n_vocab), sink(*s.job))) complete(s);
+    if (engines[0]->can_decode_batch(engines)) {
+      const std::vector<float>& logits = engines[0]->decode_batch(engines, tokens);
+      metrics_.decode_step(uint32_t(stepping.size()));
+      const size_t n_vocab = logits.size() / stepping.size();
+      for (size_t i = 0; i < stepping.size(); ++i) {
+        Sequence& s = *stepping[i];
+        if (!s.gen->advance(std::span(logits).subspan(i * n_vocab, n_vocab), sink(*s.job))) complete(s);
+      }
+    } else {
+      // A device or shape decode_batch cannot take: a step per sequence.
+      for (size_t i = 0; i < stepping.size(); ++i) {
+        Sequence& s = *stepping[i];
+        const std::vector<float>& logits = s.engine->decode(std::span(&tokens[i], 1), LogitsMode::Last);
+        metrics_.decode_step(1);
+        if (!s.gen->advance(logits, sink(*s.job))) complete(s);
+      }
     }
   } catch (const std::exception& e) {
     // A failed step may have appended tokens whose K/V were never computed: nothing of these

@@ -50,6 +50,7 @@ int HttpServer::bind() {
 
 void HttpServer::run() { svr_->listen_after_bind(); }
 void HttpServer::stop() { svr_->stop(); }
+bool HttpServer::running() const { return svr_->is_running(); }
 
 void HttpServer::routes() {
   httplib::Server& s = *svr_;
@@ -58,6 +59,7 @@ void HttpServer::routes() {
     if (opts_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
     if (req.get_header_value("Authorization") == "Bearer " + opts_.api_key) return httplib::Server::HandlerResponse::Unhandled;
     send_error(res, 401, "missing or wrong API key (send \"Authorization: Bearer KEY\")", "authentication_error");
+    res.set_header("Connection", "close");  // the body was not read: the connection cannot carry another request
     return httplib::Server::HandlerResponse::Handled;
   });
   // Statuses httplib answers itself (404, 413, 400 on a malformed request line) get an error object.

@@ -33,6 +33,7 @@ class HttpServer {
   // Serves until stop() (from another thread).
   void run();
   void stop();
+  bool running() const;
 
  private:
   void routes();
