@@ -1,4 +1,4 @@
-// matmul: Y[t][y_offset + r] = W[r] · X[t] for many activation rows (prefill). A workgroup of 256
+// matmul: y[dest(r, t)] (+)= W[r] · X[t] for many activation rows (prefill; dest and its segments: common/matmul_out.glsl, no glu). A workgroup of 256
 // computes a 64-row × 32-token tile, stepping through the columns 32 at a time with the weight
 // tile dequantized into shared memory; each thread owns 4 rows × 2 tokens.
 // Bindings: 0 W [rows][row_bytes] (weight type), 1 X [n_tokens][x_stride] f32, 2 Y [n_tokens][y_stride] f32.
@@ -18,6 +18,7 @@ layout(local_size_x = 256) in;
 layout(binding = 1) readonly buffer X { float x[]; };
 layout(binding = 2) buffer Y { float y[]; };
 layout(push_constant) uniform Push { MatmulParams p; };
+#include "matmul_out.glsl"
 
 shared float ws[BK][BM + 1];  // [k][row]
 shared float xs[BK][BN + 1];  // [k][token]
@@ -67,8 +68,8 @@ void main() {
     for (uint j = 0; j < TN; ++j) {
       const uint t = tok0 + tc * TN + j;
       if (t < p.n_tokens) {
-        const uint at = t * p.y_stride + p.y_offset + r;
-        y[at] = acc[i][j] + (p.accumulate != 0u ? y[at] : 0.0);
+        const uint at = matmul_dest(r, t);
+        y[at] = matmul_store_value(acc[i][j], y[at]);
       }
     }
   }

@@ -1,4 +1,4 @@
-// matvec_simd: y[y_offset + c·y_stride + r] (+)= W[r] · x_c for COLS activation columns (a decode
+// matvec_simd: y[dest(r, c)] (+)= W[r] · x_c for COLS activation columns (a decode
 // step of several sequences, or a slice of a prefill chunk), every weight type, laid out
 // for CPU drivers (lavapipe), where every load whose address differs per lane is a scalar loop
 // over the lanes and costs per component, and the lanes of a subgroup are the SIMD width. The host
@@ -15,6 +15,8 @@
 //   - applies each block's scale once per block (offsets and mins through the block's sum of x;
 //     Q4_0/Q4_1/Q4_K nibbles masked in place against an x pre-scaled by their bit position);
 // and one subgroupAdd per row and column reduces the lanes. No shared memory, no barriers.
+// Where rows go and the gated activation of a fused gate|up projection: common/matmul_out.glsl
+// (with glu a row is done twice, for the gate row and for the up row, through the same code).
 // The host uses it when cols % 256 == 0 and every row starts on a 16-byte (Q2_K, Q3_K, Q6_K, IQ4_XS:
 // 4-byte) boundary.
 // Bindings: 0 W [rows][row_bytes] (weight type), 1 x [n_tokens][x_stride] f32, 2 y f32.
@@ -35,6 +37,7 @@ layout(constant_id = 3) const uint COLS = 1;
 layout(binding = 1) readonly buffer X { vec4 x4[]; };
 layout(binding = 2) buffer Y { float y[]; };
 layout(push_constant) uniform Push { MatmulParams p; };
+#include "matmul_out.glsl"
 
 #define UNIT 256          // elements per unit
 #define XV (UNIT / 4)     // vec4 of x per unit
@@ -393,23 +396,31 @@ void main() {
   }
   const uint first = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * ROWS;
   const uint last = min(first + ROWS, p.rows);
+  const uint halves = p.glu != 0u ? 2 : 1;
   for (uint r = first; r < last; ++r) {
     // Each unit's bytes are loaded once and multiplied into every column; a column's sum runs in
     // the same order whatever COLS is, so its result does not depend on the batch.
-    float acc[COLS];
-    [[unroll]] for (uint c = 0; c < COLS; ++c) acc[c] = 0.0;
-    [[unroll]] for (uint u = 0; u < UPL; ++u) {
-      const uint unit = u * S + lane;
-      if (unit < n_units) {
-        load_unit(r * p.row_bytes + unit * UNIT_BYTES);
-        [[unroll]] for (uint c = 0; c < COLS; ++c) acc[c] += dot_unit(c, u);
+    float total[COLS], gate[COLS];
+    [[dont_unroll]] for (uint h = 0; h < halves; ++h) {
+      const uint row = r + h * p.rows;
+      float acc[COLS];
+      [[unroll]] for (uint c = 0; c < COLS; ++c) acc[c] = 0.0;
+      [[unroll]] for (uint u = 0; u < UPL; ++u) {
+        const uint unit = u * S + lane;
+        if (unit < n_units) {
+          load_unit(row * p.row_bytes + unit * UNIT_BYTES);
+          [[unroll]] for (uint c = 0; c < COLS; ++c) acc[c] += dot_unit(c, u);
+        }
+      }
+      [[unroll]] for (uint c = 0; c < COLS; ++c) {
+        total[c] = subgroupAdd(acc[c]);
+        if (h == 0) gate[c] = total[c];
       }
     }
     [[unroll]] for (uint c = 0; c < COLS; ++c) {
-      const float total = subgroupAdd(acc[c]);
       if (lane == 0 && c < p.n_tokens) {
-        const uint at = p.y_offset + c * p.y_stride + r;
-        y[at] = total + (p.accumulate != 0u ? y[at] : 0.0);
+        const uint at = matmul_dest(r, c);
+        y[at] = matmul_store_value(halves == 2 ? glu_apply(gate[c], total[c]) : total[c], y[at]);
       }
     }
   }

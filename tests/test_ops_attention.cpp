@@ -76,6 +76,33 @@ TEST_F(AttentionOps, KvStoreMatchesGgmlQuantization) {
       ref::dequantize_row(ref_type(ct), want.data() + s * row_bytes, w.data() + size_t(s) * row_len, row_len);
     }
     EXPECT_LE(test::nmse(g, w), 1e-7) << cache_type_name(ct);
+
+    // K and V of the same tokens in one dispatch: V rows at 512 floats past the K rows in one
+    // buffer, each into its own cache; and with the two caches of different types (two dispatches).
+    const auto v_src = test::random_floats(size_t(n_tokens) * row_len, row_len + 1, -3, 3);
+    std::vector<float> kv(512 + v_src.size());
+    std::copy(src.begin(), src.end(), kv.begin());
+    std::copy(v_src.begin(), v_src.end(), kv.begin() + 512);
+    for (CacheType vt : {ct, ct == CacheType::F16 ? CacheType::Q8_0 : CacheType::F16}) {
+      SCOPED_TRACE(std::string("K ") + cache_type_name(ct) + ", V " + cache_type_name(vt));
+      const uint64_t v_row_bytes = cache_row_bytes(vt, row_len);
+      std::vector<uint8_t> v_want(v_row_bytes * n_slots, 0);
+      ref::kv_store(ref_type(vt), v_src.data(), n_tokens, row_len, slots.data(), v_want.data());
+      Buffer dkv = test::to_device(kv), dk = test::to_device(std::vector<uint8_t>(want.size(), 0)),
+             dv = test::to_device(std::vector<uint8_t>(v_want.size(), 0));
+      CommandRecorder pair(test::vk(), &test::pipelines());
+      record_kv_store_pair(pair, ct, vt, dkv.view(0, src.size() * 4), dkv.view(512 * 4, v_src.size() * 4), row_len, dslots.view(),
+                           n_tokens, row_len, dk.view(), dv.view());
+      pair.submit_and_wait();
+      EXPECT_EQ(test::from_device<uint8_t>(dk, want.size()), got);
+      std::vector<float> gv(size_t(n_slots) * row_len), wv(gv.size());
+      const auto got_v = test::from_device<uint8_t>(dv, v_want.size());
+      for (uint32_t s = 0; s < n_slots; ++s) {
+        ref::dequantize_row(ref_type(vt), got_v.data() + s * v_row_bytes, gv.data() + size_t(s) * row_len, row_len);
+        ref::dequantize_row(ref_type(vt), v_want.data() + s * v_row_bytes, wv.data() + size_t(s) * row_len, row_len);
+      }
+      EXPECT_LE(test::nmse(gv, wv), 1e-7);
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "op_test_util.h"
 #include "kernels/ops.h"
@@ -107,6 +108,99 @@ TEST_P(WeightOps, MatchReference) {
       record_get_rows(rec, dw, dids.view(), uint32_t(ids.size()), dout.view(), s.cols);
       rec.submit_and_wait();
       EXPECT_LE(test::nmse(test::from_device<float>(dout, want.size()), want), 1e-7);
+    }
+  }
+}
+
+// A tensor of rows × cols quantized values, as the GGUF reader describes one.
+gguf::TensorInfo tensor_info(const std::string& name, TensorType t, uint32_t cols, uint32_t rows, const std::vector<uint8_t>& data) {
+  gguf::TensorInfo info;
+  info.name = name;
+  info.n_dims = 2;
+  info.ne[0] = cols;
+  info.ne[1] = rows;
+  info.type = t;
+  info.n_elements = uint64_t{cols} * rows;
+  info.n_bytes = data.size();
+  info.data = data.data();
+  return info;
+}
+
+// Fused projections: q|k|v rows uploaded as one tensor, each piece written to its own region of one
+// buffer by one dispatch; gate|up rows with the gated activation (SiLU, GELU) applied in the matvec
+// kernels' epilogue, or by swiglu / geglu after the tiled matmul. Each against the reference, and
+// against the same projections recorded one by one on the same kernel.
+TEST_P(WeightOps, FusedProjectionsMatchPieces) {
+  const TensorType t = GetParam();
+  VulkanContext& ctx = test::vk();
+  const uint32_t qk = gguf::type_info(static_cast<uint32_t>(t))->block_size;
+  for (uint32_t cols : {qk == 1 ? 256u : 512u, qk == 1 ? 40u : (qk == 32 ? 96u : 256u)}) {  // matvec_simd where it applies, and not
+    SCOPED_TRACE(gguf::type_name(t) + " cols " + std::to_string(cols));
+    const uint32_t rq = 48, rkv = 16, rff = 32;
+    std::vector<std::vector<uint8_t>> data;
+    for (uint32_t rows : {rq, rkv, rkv, rff, rff})
+      data.push_back(quantized(t, test::random_floats(size_t(rows) * cols, rows + cols + data.size()), rows, cols));
+    const gguf::TensorInfo wq = tensor_info("q", t, cols, rq, data[0]), wk = tensor_info("k", t, cols, rkv, data[1]),
+                           wv = tensor_info("v", t, cols, rkv, data[2]), wg = tensor_info("gate", t, cols, rff, data[3]),
+                           wu = tensor_info("up", t, cols, rff, data[4]);
+    WeightArena arena(ctx);
+    const WeightArena::RowRange qkv_ranges[] = {{&wq, 0, rq}, {&wk, 0, rkv}, {&wv, 0, rkv}};
+    const WeightArena::RowRange ffn_ranges[] = {{&wg, 0, rff}, {&wu, 0, rff}};
+    const auto qkv = arena.upload_fused("qkv", qkv_ranges);
+    const auto ffn = arena.upload_fused("gate_up", ffn_ranges);
+    ASSERT_TRUE(qkv && ffn);
+    EXPECT_EQ(qkv->whole.rows, rq + 2 * rkv);
+    EXPECT_EQ(qkv->pieces[1].name, "k");
+    for (uint32_t n : {1u, 3u, 5u, 33u}) {
+      SCOPED_TRACE("tokens " + std::to_string(n));
+      const std::vector<float> x = test::random_floats(size_t(n) * cols, n * 3 + cols);
+      Buffer dx = test::to_device(x);
+      std::vector<std::vector<float>> want(5);
+      for (size_t i = 0; i < 5; ++i) {
+        const uint32_t rows = i == 0 ? rq : i < 3 ? rkv : rff;
+        want[i].resize(size_t(n) * rows);
+        ref::matmul(t, data[i].data(), rows, cols, x.data(), n, want[i].data());
+      }
+      for (Glu act : {Glu::SiLU, Glu::GELU}) {
+        std::vector<float> glu(size_t(n) * rff);
+        for (size_t i = 0; i < glu.size(); ++i) {
+          const float g = want[3][i], u = want[4][i];
+          glu[i] = act == Glu::SiLU ? g / (1.0f + std::exp(-g)) * u
+                                    : 0.5f * g * (1.0f + std::tanh(0.7978845608f * g * (1.0f + 0.044715f * g * g))) * u;
+        }
+        for (MatmulKernel kernel : {MatmulKernel::Auto, MatmulKernel::Portable, MatmulKernel::Columns}) {
+          SCOPED_TRACE(kernel == MatmulKernel::Auto ? "auto" : kernel == MatmulKernel::Portable ? "portable" : "columns");
+          // Regions 1 KiB-aligned past each other's ends, as the engine lays them out.
+          const uint64_t q_at = 0, k_at = (n * rq * 4 + 1023) / 1024 * 1024, kv_bytes = n * rkv * 4,
+                         v_at = k_at + (kv_bytes + 1023) / 1024 * 1024, ff_bytes = n * rff * 4, up_at = (ff_bytes + 1023) / 1024 * 1024;
+          Buffer dqkv = test::to_device(std::vector<float>((v_at + kv_bytes) / 4, 0.0f));
+          Buffer dffn = test::to_device(std::vector<float>((up_at + ff_bytes) / 4, 0.0f));
+          Buffer dsep = test::to_device(std::vector<float>((up_at + ff_bytes) / 4, 0.0f));
+          const BufferView outs[] = {dqkv.view(q_at, n * rq * 4), dqkv.view(k_at, kv_bytes), dqkv.view(v_at, kv_bytes)};
+          const uint32_t rows[] = {rq, rkv, rkv};
+          CommandRecorder rec(ctx, &test::pipelines());
+          record_matmul_split(rec, qkv->whole, dx.view(), cols, n, outs, rows, kernel);
+          record_matmul_glu(rec, ffn->whole, dx.view(), cols, n, dffn.view(0, ff_bytes), dffn.view(up_at, ff_bytes),
+                            dffn.view(0, ff_bytes), act, kernel);
+          // The unfused FFN on the same kernel, from the pieces (views into the fused tensor).
+          record_matmul(rec, ffn->pieces[0], dx.view(), cols, n, dsep.view(0, ff_bytes), rff, MatmulStore::Overwrite, kernel);
+          record_matmul(rec, ffn->pieces[1], dx.view(), cols, n, dsep.view(up_at, ff_bytes), rff, MatmulStore::Overwrite, kernel);
+          rec.barrier();
+          if (act == Glu::SiLU) record_swiglu(rec, dsep.view(0, ff_bytes), dsep.view(up_at, ff_bytes), dsep.view(0, ff_bytes), n * rff);
+          else record_geglu(rec, dsep.view(0, ff_bytes), dsep.view(up_at, ff_bytes), dsep.view(0, ff_bytes), n * rff);
+          rec.submit_and_wait();
+          const auto all = test::from_device<float>(dqkv, (v_at + kv_bytes) / 4);
+          const auto region = [&](uint64_t at, size_t count) {
+            return std::vector<float>(all.begin() + at / 4, all.begin() + at / 4 + count);
+          };
+          EXPECT_LE(test::nmse(region(q_at, want[0].size()), want[0]), 5e-4) << "q";
+          EXPECT_LE(test::nmse(region(k_at, want[1].size()), want[1]), 5e-4) << "k";
+          EXPECT_LE(test::nmse(region(v_at, want[2].size()), want[2]), 5e-4) << "v";
+          const auto fused = test::from_device<float>(dffn, glu.size());
+          EXPECT_LE(test::nmse(fused, glu), 5e-4) << "gate|up";
+          EXPECT_LE(test::nmse(fused, test::from_device<float>(dsep, glu.size())), 1e-12) << "gate|up fused against one by one";
+        }
+      }
     }
   }
 }

@@ -28,6 +28,22 @@ bool has_swa_rope(const ModelConfig& c) {
   return c.has_swa() && (c.rope_freq_base_swa != c.rope_freq_base || c.rope_freq_scale_swa != c.rope_freq_scale);
 }
 
+uint64_t round_up(uint64_t n, uint64_t align) { return (n + align - 1) / align * align; }
+
+// Where the regions of the q|k|v and gate|up buffers start: offsets every binding accepts.
+uint64_t region_alignment(const VulkanContext& ctx) { return std::max<uint64_t>(ctx.limits().minStorageBufferOffsetAlignment, 256); }
+
+// The q|k|v buffer: regions of [ub][n_head · head_dim], [ub][n_embd_kv] and [ub][n_embd_kv] floats.
+uint64_t qkv_buffer_bytes(const VulkanContext& ctx, const ModelConfig& c, uint64_t ub) {
+  const uint64_t a = region_alignment(ctx);
+  return round_up(ub * c.n_head * c.head_dim * F, a) + 2 * round_up(ub * c.n_embd_kv() * F, a);
+}
+
+// The gate|up buffer: two regions of [ub][n_ff] floats.
+uint64_t ffn_buffer_bytes(const VulkanContext& ctx, const ModelConfig& c, uint64_t ub) {
+  return 2 * round_up(ub * c.n_ff * F, region_alignment(ctx));
+}
+
 // Floats of an engine's attention scratch: a decode step, or a query group of a prefill chunk.
 uint64_t attention_scratch(const VulkanContext& ctx, const ModelConfig& c, uint32_t capacity) {
   const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim};
@@ -44,8 +60,8 @@ MemoryPlan plan_memory(const VulkanContext& ctx, const ModelConfig& c, uint64_t 
   // The buffers the Engine constructor allocates, with the same sizes.
   const uint64_t ub = std::max<uint32_t>(o.n_ubatch, 1), qd = uint64_t{c.n_head} * c.head_dim;
   const uint64_t rows = logits_rows_for(ctx, c, static_cast<uint32_t>(ub));
-  m.activations = F * (ub * c.n_embd + ub * std::max<uint64_t>(c.n_embd, qd) + 2 * ub * qd + 2 * ub * c.n_embd_kv() +
-                       2 * ub * c.n_ff + rows * c.n_embd + uint64_t{o.cache.capacity} * c.head_dim * (has_swa_rope(c) ? 2 : 1) +
+  m.activations = qkv_buffer_bytes(ctx, c, ub) + ffn_buffer_bytes(ctx, c, ub) +
+                  F * (ub * c.n_embd + ub * std::max<uint64_t>(c.n_embd, qd) + ub * qd + rows * c.n_embd + uint64_t{o.cache.capacity} * c.head_dim * (has_swa_rope(c) ? 2 : 1) +
                        attention_scratch(ctx, c, o.cache.capacity) + rows * c.n_vocab) +
                   3 * ub * 4 + 2 * uint64_t{o.cache.capacity} * 4 + (ring ? ub * 4 + 2 * uint64_t{ring} * 4 : 0);
   return m;
@@ -68,12 +84,17 @@ Engine::Engine(const VulkanContext& ctx, Pipelines& pipelines, const Model& mode
   };
   x_ = dev(ub * c.n_embd * F, "x");
   xn_ = dev(ub * std::max<uint64_t>(c.n_embd, qd) * F, "xn");
-  q_ = dev(ub * qd * F, "q");
-  k_ = dev(ub * c.n_embd_kv() * F, "k");
-  v_ = dev(ub * c.n_embd_kv() * F, "v");
+  // Regions of one buffer, each starting at a binding-aligned offset.
+  const uint64_t align = region_alignment(ctx);
+  const uint64_t q_bytes = ub * qd * F, kv_bytes = ub * c.n_embd_kv() * F, ff_bytes = ub * c.n_ff * F;
+  qkv_ = dev(qkv_buffer_bytes(ctx, c, ub), "q|k|v");
+  q_ = qkv_.view(0, q_bytes);
+  k_ = qkv_.view(round_up(q_bytes, align), kv_bytes);
+  v_ = qkv_.view(round_up(q_bytes, align) + round_up(kv_bytes, align), kv_bytes);
   attn_ = dev(ub * qd * F, "attn");
-  gate_ = dev(ub * c.n_ff * F, "gate");
-  up_ = dev(ub * c.n_ff * F, "up");
+  ffn_ = dev(ffn_buffer_bytes(ctx, c, ub), "gate|up");
+  gate_ = ffn_.view(0, ff_bytes);
+  up_ = ffn_.view(round_up(ff_bytes, align), ff_bytes);
   out_rows_ = dev(uint64_t{logits_rows_} * c.n_embd * F, "out rows");
   rope_table_ = dev(uint64_t{cache_.capacity()} * c.head_dim / 2 * 2 * F, "rope table");
   if (has_swa_rope(c)) rope_table_swa_ = dev(uint64_t{cache_.capacity()} * c.head_dim / 2 * 2 * F, "rope table (window layers)");
@@ -98,8 +119,8 @@ void Engine::record_forward(std::span<const Member> members, uint32_t n, uint32_
   CommandRecorder& rec = rec_;
   const uint32_t qd = c.n_head * c.head_dim, kvd = c.n_embd_kv();
   const RopeConfig rope_global = rope_config(false), rope_swa = rope_config(true);
-  const BufferView x = x_.view(), xn = xn_.view(), q = q_.view(), k = k_.view(), v = v_.view();
-  const BufferView attn = attn_.view(), gate = gate_.view(), up = up_.view();
+  const BufferView x = x_.view(), xn = xn_.view(), q = q_, k = k_, v = v_;
+  const BufferView attn = attn_.view(), gate = gate_, up = up_;
 
   // Embedding: x = tok_embd[ids] (· √n_embd for Gemma); the first time, the RoPE angles of every
   // position the cache can hold (positions stay below its capacity, so the tables never change)
@@ -121,9 +142,15 @@ void Engine::record_forward(std::span<const Member> members, uint32_t n, uint32_
     record_rms_norm(rec, x, c.n_embd, L.attn_norm.whole(), xn, c.n_embd, n, c.n_embd, c.rms_eps);
     rec.barrier();
     // q, k, v projections (+ biases for qwen2)
-    record_matmul(rec, L.wq, xn, c.n_embd, n, q, qd, MatmulStore::Overwrite, matmul_kernel_);
-    record_matmul(rec, L.wk, xn, c.n_embd, n, k, kvd, MatmulStore::Overwrite, matmul_kernel_);
-    record_matmul(rec, L.wv, xn, c.n_embd, n, v, kvd, MatmulStore::Overwrite, matmul_kernel_);
+    if (!L.wqkv.parts.empty()) {
+      const BufferView outs[] = {q, k, v};
+      const uint32_t rows[] = {qd, kvd, kvd};
+      record_matmul_split(rec, L.wqkv, xn, c.n_embd, n, outs, rows, matmul_kernel_);
+    } else {
+      record_matmul(rec, L.wq, xn, c.n_embd, n, q, qd, MatmulStore::Overwrite, matmul_kernel_);
+      record_matmul(rec, L.wk, xn, c.n_embd, n, k, kvd, MatmulStore::Overwrite, matmul_kernel_);
+      record_matmul(rec, L.wv, xn, c.n_embd, n, v, kvd, MatmulStore::Overwrite, matmul_kernel_);
+    }
     rec.barrier();
     if (c.qkv_bias) {
       record_add(rec, q, L.bq.whole(), q, n * qd, qd);
@@ -149,11 +176,16 @@ void Engine::record_forward(std::span<const Member> members, uint32_t n, uint32_
     // act SiLU (or tanh GELU for Gemma, whose output is normed like the attention's)
     record_rms_norm(rec, x, c.n_embd, L.ffn_norm.whole(), xn, c.n_embd, n, c.n_embd, c.rms_eps);
     rec.barrier();
-    record_matmul(rec, L.w_gate, xn, c.n_embd, n, gate, c.n_ff, MatmulStore::Overwrite, matmul_kernel_);
-    record_matmul(rec, L.w_up, xn, c.n_embd, n, up, c.n_ff, MatmulStore::Overwrite, matmul_kernel_);
-    rec.barrier();
-    if (c.gelu_ffn) record_geglu(rec, gate, up, gate, n * c.n_ff);
-    else record_swiglu(rec, gate, up, gate, n * c.n_ff);
+    const Glu act = c.gelu_ffn ? Glu::GELU : Glu::SiLU;
+    if (!L.w_gate_up.parts.empty()) {
+      record_matmul_glu(rec, L.w_gate_up, xn, c.n_embd, n, gate, up, gate, act, matmul_kernel_);
+    } else {
+      record_matmul(rec, L.w_gate, xn, c.n_embd, n, gate, c.n_ff, MatmulStore::Overwrite, matmul_kernel_);
+      record_matmul(rec, L.w_up, xn, c.n_embd, n, up, c.n_ff, MatmulStore::Overwrite, matmul_kernel_);
+      rec.barrier();
+      if (act == Glu::GELU) record_geglu(rec, gate, up, gate, n * c.n_ff);
+      else record_swiglu(rec, gate, up, gate, n * c.n_ff);
+    }
     rec.barrier();
     record_residual(L.w_down, gate, c.n_ff, n, L.ffn_post_norm);
   }
@@ -183,8 +215,8 @@ void Engine::record_kv_store_of(CommandRecorder& rec, uint32_t l, const Engine& 
   const bool ring = c.is_swa(l) && cache_.window_ring();
   const BufferView store_slots = ring ? slots_win_.view() : slots_.view();
   // (A window layer with its own ring stores at its ring's slots.)
-  record_kv_store(rec, cache_.type_k(), pass.k_.view(at, bytes), kvd, store_slots, n, kvd, cache_.k(l).view());
-  record_kv_store(rec, cache_.type_v(), pass.v_.view(at, bytes), kvd, store_slots, n, kvd, cache_.v(l).view());
+  record_kv_store_pair(rec, cache_.type_k(), cache_.type_v(), pass.k_.sub(at, bytes), pass.v_.sub(at, bytes), kvd, store_slots, n,
+                       kvd, cache_.k(l).view(), cache_.v(l).view());
 }
 
 void Engine::record_attention_of(CommandRecorder& rec, uint32_t l, const Engine& pass, uint32_t first, uint32_t n) const {
@@ -205,7 +237,7 @@ void Engine::record_attention_of(CommandRecorder& rec, uint32_t l, const Engine&
   const BufferView list_slots = ring ? kv_slots_win_.view(0, uint64_t{n_kv} * 4) : kv_slots_.view(uint64_t{list_first} * 4, uint64_t{n_kv} * 4);
   const BufferView list_pos = ring ? kv_pos_win_.view(0, uint64_t{n_kv} * 4) : kv_pos_.view(uint64_t{list_first} * 4, uint64_t{n_kv} * 4);
   const uint64_t at = uint64_t{first} * qd * F, bytes = uint64_t{n} * qd * F;
-  record_attention(rec, cache_.type_k(), shape, rope, rope_table, pass.q_.view(at, bytes), qd, pos_.view(), n, cache_.k(l).view(),
+  record_attention(rec, cache_.type_k(), shape, rope, rope_table, pass.q_.sub(at, bytes), qd, pos_.view(), n, cache_.k(l).view(),
                    cache_.v(l).view(), list_slots, list_pos, n_kv, pass.attn_.view(at, bytes), qd, scratch_.view());
 }
 

@@ -109,10 +109,12 @@ class Engine {
   // Activations, for up to n_ubatch tokens. [n_ubatch][width] f32 unless noted.
   Buffer x_;         // residual stream [n_embd]
   Buffer xn_;        // normed input / projection output [n_embd]
-  Buffer q_;         // queries [n_head * head_dim]
-  Buffer k_, v_;     // new keys, values [n_embd_kv]
+  Buffer qkv_;       // the q, k and v regions below, one after another (one fused projection fills them)
+  BufferView q_;     // queries [n_ubatch][n_head * head_dim]
+  BufferView k_, v_; // new keys, values [n_ubatch][n_embd_kv]
   Buffer attn_;      // attention output [n_head * head_dim]
-  Buffer gate_, up_; // feed-forward [n_ff]
+  Buffer ffn_;       // the gate and up regions below, one after another
+  BufferView gate_, up_;  // feed-forward [n_ubatch][n_ff]
   Buffer out_rows_;  // rows that produce logits [logits_rows][n_embd]
   Buffer rope_table_;  // [capacity][head_dim/2] (cos, sin) of each position's angles
   Buffer rope_table_swa_;  // the same for window layers with their own RoPE base (gemma3), else empty

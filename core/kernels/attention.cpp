@@ -141,12 +141,43 @@ void record_rope_table(CommandRecorder& rec, const BufferView& table, uint32_t n
   rec.dispatch(p, {table, or_dummy(rope.factors, table)}, params, div_ceil(rope.head_dim / 2, 32), n_pos);
 }
 
+namespace {
+
+void check_kv_row(CacheType type, uint32_t row_len) {
+  VKLLM_CHECK(cache_type_fits(type, row_len), "KV row length not a multiple of 32 for a quantized cache");
+}
+
+const Pipeline& kv_store_pipeline(CommandRecorder& rec, CacheType type) {
+  return rec.pipelines().get(std::string("kv_store_") + cache_type_name(type), 4, sizeof(KvStoreParams), {64});
+}
+
+uint32_t kv_store_groups(CacheType type, uint32_t row_len) { return div_ceil(type == CacheType::F16 ? row_len : row_len / 32, 64); }
+
+}  // namespace
+
 void record_kv_store(CommandRecorder& rec, CacheType type, const BufferView& src, uint32_t src_stride,
                      const BufferView& slots, uint32_t n_tokens, uint32_t row_len, const BufferView& cache) {
-  VKLLM_CHECK(cache_type_fits(type, row_len), "KV row length not a multiple of 32 for a quantized cache");
-  const Pipeline& p = rec.pipelines().get(std::string("kv_store_") + cache_type_name(type), 3, sizeof(KvStoreParams), {64});
-  const uint32_t items = type == CacheType::F16 ? row_len : row_len / 32;
-  rec.dispatch(p, {src, slots, cache}, KvStoreParams{n_tokens, row_len, src_stride}, div_ceil(items, 64), n_tokens);
+  check_kv_row(type, row_len);
+  // z = 0 alone (binding 3, unused, bound to the same cache).
+  rec.dispatch(kv_store_pipeline(rec, type), {src, slots, cache, cache}, KvStoreParams{n_tokens, row_len, src_stride, 0},
+               kv_store_groups(type, row_len), n_tokens);
+}
+
+void record_kv_store_pair(CommandRecorder& rec, CacheType type_k, CacheType type_v, const BufferView& k_src,
+                          const BufferView& v_src, uint32_t src_stride, const BufferView& slots, uint32_t n_tokens,
+                          uint32_t row_len, const BufferView& k_cache, const BufferView& v_cache) {
+  const bool one = type_k == type_v && k_src.buffer == v_src.buffer && v_src.offset >= k_src.offset &&
+                   (v_src.offset - k_src.offset) % 4 == 0;
+  if (!one) {
+    record_kv_store(rec, type_k, k_src, src_stride, slots, n_tokens, row_len, k_cache);
+    record_kv_store(rec, type_v, v_src, src_stride, slots, n_tokens, row_len, v_cache);
+    return;
+  }
+  check_kv_row(type_k, row_len);
+  const BufferView src{k_src.buffer, k_src.offset, v_src.offset + v_src.range - k_src.offset};
+  const uint32_t v_offset = static_cast<uint32_t>((v_src.offset - k_src.offset) / 4);
+  rec.dispatch(kv_store_pipeline(rec, type_k), {src, slots, k_cache, v_cache}, KvStoreParams{n_tokens, row_len, src_stride, v_offset},
+               kv_store_groups(type_k, row_len), n_tokens, 2);
 }
 
 uint32_t attention_query_group(const VulkanContext& ctx, const AttentionShape& shape, uint32_t max_kv) {

@@ -65,20 +65,41 @@ bool use_simd_matvec(const VulkanContext& ctx, const DeviceTensor& w, const Weig
 
 }  // namespace
 
-void record_matmul(CommandRecorder& rec, const DeviceTensor& w, const BufferView& x, uint32_t x_stride,
-                   uint32_t n_tokens, const BufferView& y, uint32_t y_stride, MatmulStore store, MatmulKernel kernel) {
+namespace {
+
+// Where the rows of one record go (MatmulParams' segments) and whether a gate|up pair is combined.
+struct MatmulLayout {
+  uint32_t y_stride = 0;
+  uint32_t seg_row = UINT32_MAX, seg_len = 1, seg_base = 0, seg_size = 0, seg_stride = 0;
+  uint32_t glu = 0;  // 0, or a Glu
+};
+
+// Whether record_matmul_layout serves this part with a matvec kernel (the ones that can apply a glu).
+bool uses_matvec(const VulkanContext& ctx, const DeviceTensor& w, const WeightPart& part, const BufferView& x,
+                 uint32_t x_stride, uint32_t n_tokens, MatmulKernel kernel) {
+  if (kernel != MatmulKernel::Portable && use_simd_matvec(ctx, w, part, x, x_stride)) return true;
+  return n_tokens == 1 || kernel == MatmulKernel::Columns;
+}
+
+void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const BufferView& x, uint32_t x_stride,
+                          uint32_t n_tokens, const BufferView& y, const MatmulLayout& out, MatmulStore store,
+                          MatmulKernel kernel) {
   const std::string suffix = weight_kernel_suffix(w);
   const uint32_t max_groups = rec.context().limits().maxComputeWorkGroupCount[0];
+  const uint32_t glu = out.glu;
   for (const WeightPart& part : w.parts) {
-    const MatmulParams params{uint32_t(w.cols), part.n_rows, uint32_t(w.row_bytes), n_tokens,
-                              x_stride,         y_stride,    part.row_begin,         store == MatmulStore::Accumulate};
+    const uint32_t rows = glu ? part.n_rows / 2 : part.n_rows;  // output rows
+    const MatmulParams params{uint32_t(w.cols), rows,         uint32_t(w.row_bytes), n_tokens,      x_stride,
+                              out.y_stride,     part.row_begin, 0,                   store == MatmulStore::Accumulate,
+                              out.seg_row,      out.seg_len,  out.seg_base,          out.seg_size,  out.seg_stride,
+                              glu};
     if (kernel != MatmulKernel::Portable && use_simd_matvec(rec.context(), w, part, x, x_stride)) {
       // One subgroup per workgroup, k_simd_rows rows each; every lane keeps its x slices. One
       // dispatch per group of up to k_simd_cols columns: x from a view at the group's first
-      // column, y through the row offset. Each column's result is the same in any group.
+      // column, y through col_begin. Each column's result is the same in any group.
       const uint32_t sg = rec.context().subgroup_size();
       const uint32_t upl = div_ceil(uint32_t(w.cols) / k_simd_unit, sg);
-      const uint32_t groups = div_ceil(part.n_rows, k_simd_rows);
+      const uint32_t groups = div_ceil(rows, k_simd_rows);
       const uint32_t gx = std::min(groups, max_groups);
       for (uint32_t t = 0; t < n_tokens; t += k_simd_cols) {
         // Two variants only (lavapipe compiles each for seconds): a lone column, or k_simd_cols
@@ -89,7 +110,7 @@ void record_matmul(CommandRecorder& rec, const DeviceTensor& w, const BufferView
         const uint64_t x_at = uint64_t{t} * x_stride * 4;
         MatmulParams group = params;
         group.n_tokens = cols;
-        group.y_offset = t * y_stride + part.row_begin;
+        group.col_begin = t;
         rec.dispatch(p, {part.view, x.sub(x_at, x.range - x_at), y}, group, gx, div_ceil(groups, gx));
       }
     } else if (n_tokens == 1 || kernel == MatmulKernel::Columns) {
@@ -97,14 +118,69 @@ void record_matmul(CommandRecorder& rec, const DeviceTensor& w, const BufferView
       // Columns: one workgroup layer (z) per column.
       const uint32_t rows_per_wg = std::max<uint32_t>(64 / std::max<uint32_t>(rec.context().subgroup_size(), 1), 1);
       const Pipeline& p = rec.pipelines().get("matvec_" + suffix, 3, sizeof(MatmulParams), {64, rows_per_wg});
-      const uint32_t groups = div_ceil(part.n_rows, rows_per_wg);
+      const uint32_t groups = div_ceil(rows, rows_per_wg);
       const uint32_t gx = std::min(groups, max_groups);  // folded into y past the x limit
       rec.dispatch(p, {part.view, x, y}, params, gx, div_ceil(groups, gx), n_tokens);
     } else {
+      VKLLM_CHECK(!glu, "the tiled matmul has no gated activation");
       const Pipeline& p = rec.pipelines().get("matmul_" + suffix, 3, sizeof(MatmulParams), {256});
-      rec.dispatch(p, {part.view, x, y}, params, div_ceil(part.n_rows, 64), div_ceil(n_tokens, 32));
+      rec.dispatch(p, {part.view, x, y}, params, div_ceil(rows, 64), div_ceil(n_tokens, 32));
     }
   }
+}
+
+}  // namespace
+
+void record_matmul(CommandRecorder& rec, const DeviceTensor& w, const BufferView& x, uint32_t x_stride,
+                   uint32_t n_tokens, const BufferView& y, uint32_t y_stride, MatmulStore store, MatmulKernel kernel) {
+  record_matmul_layout(rec, w, x, x_stride, n_tokens, y, MatmulLayout{y_stride}, store, kernel);
+}
+
+void record_matmul_split(CommandRecorder& rec, const DeviceTensor& w, const BufferView& x, uint32_t x_stride,
+                         uint32_t n_tokens, std::span<const BufferView> outs, std::span<const uint32_t> rows,
+                         MatmulKernel kernel) {
+  VKLLM_CHECK(!outs.empty() && outs.size() == rows.size(), "record_matmul_split: one output per piece");
+  MatmulLayout out{rows[0]};
+  const BufferView& first = outs[0];
+  uint64_t end = first.offset + first.range;
+  if (outs.size() > 1) {
+    auto index_of = [&](const BufferView& v) {
+      VKLLM_CHECK(v.buffer == first.buffer && v.offset >= first.offset && (v.offset - first.offset) % 4 == 0,
+                  "record_matmul_split: the pieces' outputs must follow the first in its buffer");
+      return static_cast<uint32_t>((v.offset - first.offset) / 4);
+    };
+    out.seg_row = rows[0];
+    out.seg_len = rows[1];
+    out.seg_stride = rows[1];
+    out.seg_base = index_of(outs[1]);
+    out.seg_size = outs.size() > 2 ? index_of(outs[2]) - out.seg_base : 0;
+    for (size_t i = 1; i < outs.size(); ++i) {
+      VKLLM_CHECK(rows[i] == rows[1], "record_matmul_split: the pieces after the first differ in rows");
+      VKLLM_CHECK(i < 2 || index_of(outs[i]) == out.seg_base + (i - 1) * out.seg_size,
+                  "record_matmul_split: the pieces' outputs are not evenly spaced");
+      end = std::max(end, outs[i].offset + outs[i].range);
+    }
+  }
+  record_matmul_layout(rec, w, x, x_stride, n_tokens, BufferView{first.buffer, first.offset, end - first.offset}, out,
+                       MatmulStore::Overwrite, kernel);
+}
+
+void record_matmul_glu(CommandRecorder& rec, const DeviceTensor& w, const BufferView& x, uint32_t x_stride,
+                       uint32_t n_tokens, const BufferView& gate, const BufferView& up, const BufferView& out, Glu act,
+                       MatmulKernel kernel) {
+  const uint32_t n = static_cast<uint32_t>(w.rows / 2);
+  if (w.parts.size() == 1 && uses_matvec(rec.context(), w, w.parts[0], x, x_stride, n_tokens, kernel)) {
+    MatmulLayout layout{n};
+    layout.glu = static_cast<uint32_t>(act);
+    record_matmul_layout(rec, w, x, x_stride, n_tokens, out, layout, MatmulStore::Overwrite, kernel);
+    return;
+  }
+  const BufferView outs[] = {gate, up};
+  const uint32_t rows[] = {n, n};
+  record_matmul_split(rec, w, x, x_stride, n_tokens, outs, rows, kernel);
+  rec.barrier();
+  if (act == Glu::GELU) record_geglu(rec, gate, up, out, n_tokens * n);
+  else record_swiglu(rec, gate, up, out, n_tokens * n);
 }
 
 uint64_t read_ceiling_out_bytes(uint64_t data_bytes) { return div_ceil(data_bytes, 4096) * uint64_t{4}; }

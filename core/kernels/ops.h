@@ -3,6 +3,7 @@
 // Callers insert rec.barrier() between dependent ops.
 #pragma once
 #include <cstdint>
+#include <span>
 
 #include "kernels/cache_type.h"
 #include "vk/commands.h"
@@ -34,6 +35,25 @@ enum class MatmulStore { Overwrite, Accumulate };
 void record_matmul(CommandRecorder& rec, const DeviceTensor& w, const BufferView& x, uint32_t x_stride,
                    uint32_t n_tokens, const BufferView& y, uint32_t y_stride, MatmulStore store = MatmulStore::Overwrite,
                    MatmulKernel kernel = MatmulKernel::Auto);
+
+// A fused projection (q|k|v rows in one weight): its first rows[0] rows to outs[0] as
+// [n_tokens][rows[0]], the next rows[1] to outs[1] as [n_tokens][rows[1]], and so on, in one
+// dispatch per weight part. The pieces after the first have equal row counts, and their outputs lie
+// after outs[0] in the same buffer.
+void record_matmul_split(CommandRecorder& rec, const DeviceTensor& w, const BufferView& x, uint32_t x_stride,
+                         uint32_t n_tokens, std::span<const BufferView> outs, std::span<const uint32_t> rows,
+                         MatmulKernel kernel = MatmulKernel::Auto);
+
+// The gated activation of a feed-forward block.
+enum class Glu : uint32_t { SiLU = 1, GELU = 2 };
+
+// out[t][r] = act(w[r]·x[t]) · (w[n + r]·x[t]), r < n = w.rows / 2, for a fused gate|up weight (gate
+// rows, then up rows, in one binding). Where a matvec kernel serves the tokens it is one dispatch;
+// elsewhere gate and up are written to `gate` and `up` ([n_tokens][n] each, up after gate in one
+// buffer), then swiglu / geglu writes `out` (which may be `gate`).
+void record_matmul_glu(CommandRecorder& rec, const DeviceTensor& w, const BufferView& x, uint32_t x_stride,
+                       uint32_t n_tokens, const BufferView& gate, const BufferView& up, const BufferView& out, Glu act,
+                       MatmulKernel kernel = MatmulKernel::Auto);
 
 // The read ceiling of `bench --ops`: streams `data` (a multiple of 16 bytes) with uvec4 loads, one
 // 4 KiB run per invocation, XOR-folding each run into out [ceil(bytes / 4096)] u32.
@@ -92,6 +112,11 @@ void record_rope_table(CommandRecorder& rec, const BufferView& table, uint32_t n
 // cache [n_slots][cache_row_bytes(type, row_len)].
 void record_kv_store(CommandRecorder& rec, CacheType type, const BufferView& src, uint32_t src_stride,
                      const BufferView& slots, uint32_t n_tokens, uint32_t row_len, const BufferView& cache);
+// The K and the V rows of the same tokens, in one dispatch where the two caches have one type and
+// v_src follows k_src in its buffer (else two).
+void record_kv_store_pair(CommandRecorder& rec, CacheType type_k, CacheType type_v, const BufferView& k_src,
+                          const BufferView& v_src, uint32_t src_stride, const BufferView& slots, uint32_t n_tokens,
+                          uint32_t row_len, const BufferView& k_cache, const BufferView& v_cache);
 
 // attention.comp (shared-memory tiles: GPUs) or attention_simd.comp (CPU drivers); Auto picks by
 // device type, tests force each.

@@ -6,14 +6,14 @@ namespace vkllm {
 
 static_assert(sizeof(FillParams) == 8);
 static_assert(sizeof(GetRowsParams) == 24);
-static_assert(sizeof(MatmulParams) == 32);
+static_assert(sizeof(MatmulParams) == 60);
 static_assert(sizeof(ReadCeilingParams) == 8);
 static_assert(sizeof(BinaryParams) == 8);
 static_assert(sizeof(NormParams) == 20);
 static_assert(sizeof(ScaleParams) == 8);
 static_assert(sizeof(RowParams) == 8);
 static_assert(sizeof(RopeParams) == 40);
-static_assert(sizeof(KvStoreParams) == 12);
+static_assert(sizeof(KvStoreParams) == 16);
 static_assert(sizeof(AttentionParams) == 64);
 
 }  // namespace vkllm

@@ -77,6 +77,38 @@ DeviceTensor WeightArena::upload_rows_of(const gguf::TensorInfo& info, uint64_t 
                      on_bytes);
 }
 
+std::optional<WeightArena::Fused> WeightArena::upload_fused(const std::string& name, std::span<const RowRange> ranges,
+                                                            const std::function<void(uint64_t)>& on_bytes) {
+  if (ranges.empty()) return std::nullopt;
+  const gguf::TensorInfo& first = *ranges[0].info;
+  const uint64_t row_bytes = gguf::type_bytes(first.type, first.ne[0]);
+  const uint64_t align = std::max<uint64_t>(ctx_.limits().minStorageBufferOffsetAlignment, 16);
+  uint64_t rows = 0;
+  for (const RowRange& r : ranges) {
+    if (r.info->type != first.type || r.info->ne[0] != first.ne[0] || r.row_begin + r.n_rows > tensor_rows(*r.info)) return std::nullopt;
+    if (rows * row_bytes % align != 0) return std::nullopt;
+    rows += r.n_rows;
+  }
+  const uint64_t bytes = rows * row_bytes;
+  if (row_bytes == 0 || bytes > max_part_bytes_ || rows > UINT32_MAX) return std::nullopt;
+  auto [chunk, offset] = allocate(bytes);
+  Fused f;
+  f.whole = DeviceTensor{name, first.type, first.ne[0], rows, row_bytes, {{chunk->view(offset, bytes), 0, uint32_t(rows)}}};
+  uint64_t at = 0;
+  for (const RowRange& r : ranges) {
+    const uint64_t n = r.n_rows * row_bytes;
+    copy_in(*chunk, offset + at, r.info->data + r.row_begin * row_bytes, n, on_bytes);
+    const bool whole_tensor = r.row_begin == 0 && r.n_rows == tensor_rows(*r.info);
+    const std::string piece = whole_tensor ? r.info->name
+                                           : r.info->name + "[" + std::to_string(r.row_begin) + ":" +
+                                                 std::to_string(r.row_begin + r.n_rows) + "]";
+    f.pieces.push_back(DeviceTensor{piece, first.type, first.ne[0], r.n_rows, row_bytes,
+                                    {{chunk->view(offset + at, n), 0, uint32_t(r.n_rows)}}});
+    at += n;
+  }
+  return f;
+}
+
 DeviceTensor WeightArena::upload(const std::string& name, gguf::TensorType type, uint64_t cols, uint64_t rows,
                                  const void* data) {
   return upload_rows(name, type, cols, rows, static_cast<const uint8_t*>(data), {});

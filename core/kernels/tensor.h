@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -44,6 +46,21 @@ class WeightArena {
   // a fused tensor), named "<name>[row_begin:row_end]".
   DeviceTensor upload_rows_of(const gguf::TensorInfo& t, uint64_t row_begin, uint64_t n_rows,
                               const std::function<void(uint64_t)>& on_bytes = {});
+  // A row range of a GGUF matrix: one piece of a fused tensor.
+  struct RowRange {
+    const gguf::TensorInfo* info;
+    uint64_t row_begin, n_rows;
+  };
+  struct Fused {
+    DeviceTensor whole;               // the ranges' rows, one after another, in one binding
+    std::vector<DeviceTensor> pieces; // each range's rows: a view into `whole`
+  };
+  // Uploads `ranges` one after another as one tensor `name`, so one dispatch can read them all
+  // (q|k|v, gate|up). Nothing (and nothing uploaded) when they differ in type or row length, when
+  // the whole does not fit one binding, or when a piece would start off the device's binding
+  // alignment: the caller then uploads them one by one.
+  std::optional<Fused> upload_fused(const std::string& name, std::span<const RowRange> ranges,
+                                    const std::function<void(uint64_t)>& on_bytes = {});
   // Uploads raw rows (tests and synthetic data).
   DeviceTensor upload(const std::string& name, gguf::TensorType type, uint64_t cols, uint64_t rows, const void* data);
   uint64_t bytes_allocated() const { return allocated_; }

@@ -14,6 +14,9 @@ struct Binding {
   bool f32_only;             // norms, biases and rope factors are read as f32 vectors
   // A fused tensor: consecutive row ranges of it go to these tensors instead of dst.
   std::vector<std::pair<DeviceTensor*, uint64_t>> split = {};
+  // Consecutive rows with the same `fuse` are uploaded as one tensor there (one dispatch reads
+  // them all), when WeightArena::upload_fused allows it.
+  DeviceTensor* fuse = nullptr;
 };
 
 std::string shape_str(const std::vector<uint64_t>& ne) {
@@ -32,6 +35,12 @@ void check_tensor(const gguf::File& f, const gguf::TensorInfo& t, const Binding&
     throw Error(f.path() + ": tensor '" + t.name + "' has type " + gguf::type_name(t.type) + ", expected F32");
   if (!weight_type_supported(t.type))
     throw Error(f.path() + ": tensor '" + t.name + "' has type " + gguf::type_name(t.type) + ", which vkllm cannot run yet");
+}
+
+// The name of a fuse group's tensor: "blk.N.attn_qkv" or "blk.N.ffn_gate_up" after its first member.
+std::string fused_name(const std::string& first) {
+  const size_t layer_end = first.find('.', first.find('.') + 1) + 1;
+  return first.substr(0, layer_end) + (first.compare(layer_end, 5, "attn_") == 0 ? "attn_qkv" : "ffn_gate_up");
 }
 
 }  // namespace
@@ -63,11 +72,11 @@ Model::Model(const VulkanContext& ctx, const gguf::File& file, const ProgressFn&
     const std::string p = "blk." + std::to_string(i) + ".";
     table.push_back({p + "attn_norm.weight", {c.n_embd}, &l.attn_norm, true});
     if (file.find_tensor(p + "attn_qkv.weight")) {  // phi3: q, k and v rows in one tensor
-      table.push_back({p + "attn_qkv.weight", {c.n_embd, qd + 2 * kvd}, nullptr, false, {{&l.wq, qd}, {&l.wk, kvd}, {&l.wv, kvd}}});
+      table.push_back({p + "attn_qkv.weight", {c.n_embd, qd + 2 * kvd}, nullptr, false, {{&l.wq, qd}, {&l.wk, kvd}, {&l.wv, kvd}}, &l.wqkv});
     } else {
-      table.push_back({p + "attn_q.weight", {c.n_embd, qd}, &l.wq, false});
-      table.push_back({p + "attn_k.weight", {c.n_embd, kvd}, &l.wk, false});
-      table.push_back({p + "attn_v.weight", {c.n_embd, kvd}, &l.wv, false});
+      table.push_back({p + "attn_q.weight", {c.n_embd, qd}, &l.wq, false, {}, &l.wqkv});
+      table.push_back({p + "attn_k.weight", {c.n_embd, kvd}, &l.wk, false, {}, &l.wqkv});
+      table.push_back({p + "attn_v.weight", {c.n_embd, kvd}, &l.wv, false, {}, &l.wqkv});
     }
     table.push_back({p + "attn_output.weight", {qd, c.n_embd}, &l.wo, false});
     if (c.qkv_bias) {
@@ -85,10 +94,10 @@ Model::Model(const VulkanContext& ctx, const gguf::File& file, const ProgressFn&
       table.push_back({p + "post_ffw_norm.weight", {c.n_embd}, &l.ffn_post_norm, true});
     }
     if (c.arch == Arch::Phi3 && !file.find_tensor(p + "ffn_gate.weight")) {  // gate rows, then up rows
-      table.push_back({p + "ffn_up.weight", {c.n_embd, 2 * uint64_t{c.n_ff}}, nullptr, false, {{&l.w_gate, c.n_ff}, {&l.w_up, c.n_ff}}});
+      table.push_back({p + "ffn_up.weight", {c.n_embd, 2 * uint64_t{c.n_ff}}, nullptr, false, {{&l.w_gate, c.n_ff}, {&l.w_up, c.n_ff}}, &l.w_gate_up});
     } else {
-      table.push_back({p + "ffn_gate.weight", {c.n_embd, c.n_ff}, &l.w_gate, false});
-      table.push_back({p + "ffn_up.weight", {c.n_embd, c.n_ff}, &l.w_up, false});
+      table.push_back({p + "ffn_gate.weight", {c.n_embd, c.n_ff}, &l.w_gate, false, {}, &l.w_gate_up});
+      table.push_back({p + "ffn_up.weight", {c.n_embd, c.n_ff}, &l.w_up, false, {}, &l.w_gate_up});
     }
     table.push_back({p + "ffn_down.weight", {c.n_ff, c.n_embd}, &l.w_down, false});
   }
@@ -109,16 +118,45 @@ Model::Model(const VulkanContext& ctx, const gguf::File& file, const ProgressFn&
     done += n;
     if (progress) progress(done, total);
   };
-  for (size_t i = 0; i < table.size(); ++i) {
+  auto upload_one = [&](size_t i) {
     if (table[i].split.empty()) {
       *table[i].dst = arena_.upload(*infos[i], on_bytes);
-      continue;
+      return;
     }
     uint64_t row = 0;
     for (const auto& [dst, rows] : table[i].split) {
       *dst = arena_.upload_rows_of(*infos[i], row, rows, on_bytes);
       row += rows;
     }
+  };
+  for (size_t i = 0; i < table.size();) {
+    size_t end = i + 1;
+    if (!table[i].fuse) {
+      upload_one(i++);
+      continue;
+    }
+    // A fuse group: its bindings' rows (a split binding's pieces in order) as one tensor.
+    std::vector<WeightArena::RowRange> ranges;
+    std::vector<DeviceTensor*> dsts;
+    for (end = i; end < table.size() && table[end].fuse == table[i].fuse; ++end) {
+      if (table[end].split.empty()) {
+        ranges.push_back({infos[end], 0, infos[end]->ne[1]});
+        dsts.push_back(table[end].dst);
+      }
+      uint64_t row = 0;
+      for (const auto& [dst, rows] : table[end].split) {
+        ranges.push_back({infos[end], row, rows});
+        dsts.push_back(dst);
+        row += rows;
+      }
+    }
+    if (auto fused = arena_.upload_fused(fused_name(table[i].name), ranges, on_bytes)) {
+      *table[i].fuse = std::move(fused->whole);
+      for (size_t k = 0; k < dsts.size(); ++k) *dsts[k] = std::move(fused->pieces[k]);
+    } else {
+      for (size_t k = i; k < end; ++k) upload_one(k);
+    }
+    i = end;
   }
   if (weights_.tied_output) weights_.output = weights_.tok_embd;
 }

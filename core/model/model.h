@@ -28,6 +28,10 @@ struct LayerWeights {
   DeviceTensor w_gate;     // [n_embd, n_ff]
   DeviceTensor w_up;       // [n_embd, n_ff]
   DeviceTensor w_down;     // [n_ff, n_embd]
+  // Fused at upload where the pieces allow (kernels/tensor.h upload_fused), else empty (no parts):
+  // wq, wk and wv are then views of wqkv's rows, w_gate and w_up of w_gate_up's.
+  DeviceTensor wqkv;       // [n_embd, n_head * head_dim + 2 * n_embd_kv]
+  DeviceTensor w_gate_up;  // [n_embd, 2 * n_ff]
 };
 
 struct Weights {

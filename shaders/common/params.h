@@ -29,16 +29,30 @@ struct GetRowsParams {
   u32 out_stride; // floats between output rows
 };
 
-// matvec / matmul: y[t][y_offset + r] (+)= sum_c W[r][c] * x[t][c] for r < rows, t < n_tokens.
+// matvec / matmul: y[dest(r, t)] (+)= sum_c W[r][c] * x[t][c] for r < rows, t < n_tokens, where
+// for global row g = row_begin + r and column c = col_begin + t (shaders/common/matmul_out.glsl):
+//   g < seg_row:  dest = c·y_stride + g
+//   otherwise:    segment s = (g − seg_row) / seg_len, row i = (g − seg_row) % seg_len within it:
+//                 dest = seg_base + s·seg_size + c·seg_stride + i
+// so one fused projection (q|k|v rows, gate|up rows) writes each piece to its own buffer region.
+// glu (matvec kernels only): 1 SiLU, 2 GELU (tanh form); output row r = act(W[r]·x) · (W[rows + r]·x),
+// the binding holding 2·rows weight rows (gate, then up).
 struct MatmulParams {
   u32 cols;       // elements per weight row (= x row length)
-  u32 rows;       // weight rows in this binding
+  u32 rows;       // weight rows in this binding (output rows: half of them with glu)
   u32 row_bytes;  // bytes per weight row
   u32 n_tokens;   // activation rows (1 for matvec)
   u32 x_stride;   // floats between activation rows
   u32 y_stride;   // floats between output rows
-  u32 y_offset;   // first output column written (row offset of this weight part)
+  u32 row_begin;  // global row of this binding's first row (a weight split into parts)
+  u32 col_begin;  // global column of this dispatch's first activation row
   u32 accumulate; // 1: y += W·x (a residual add folded into the projection), 0: y = W·x
+  u32 seg_row;    // first global row of the later segments (0xFFFFFFFF: none)
+  u32 seg_len;    // rows per later segment
+  u32 seg_base;   // y index of the first later segment's column 0
+  u32 seg_size;   // floats between later segments' bases
+  u32 seg_stride; // floats between a later segment's columns
+  u32 glu;        // 0, or the gated activation of a gate|up projection (1 SiLU, 2 GELU)
 };
 
 // read_ceiling: each invocation XORs data[id * per_invocation …] (uvec4 words, < n_words).
@@ -90,11 +104,12 @@ struct RopeParams {
   float attn_factor; // ggml's mscale: rotated pairs' cos and sin are scaled by it
 };
 
-// kv_store: cache[slots[t]] = convert(src[t][0..row_len)) in the cache type.
+// kv_store: cache[slots[t]] = convert(src[t][0..row_len)) in the cache type; K, then V from src[v_offset].
 struct KvStoreParams {
   u32 n_tokens;
   u32 row_len;     // n_head_kv * head_dim
   u32 src_stride;  // floats between rows of src
+  u32 v_offset;    // floats from the K rows to the V rows in src
 };
 
 // attention: see shaders/attention.comp.
