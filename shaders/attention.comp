@@ -13,7 +13,7 @@
 // With n_split > 1 (long contexts, few queries: decode) each split writes its unnormalised output
 // and (max, sum) to scratch and attention_combine.comp merges them.
 //
-// Bindings: 0 q [n_q][q_stride] f32 (rotated), 1 k cache, 2 v cache ([n_slots][row bytes] in the
+// Bindings: 0 q [n_q][q_stride] f32 (un-rotated: each query row is rotated as it is loaded), 1 k cache, 2 v cache ([n_slots][row bytes] in the
 // cache type), 3 kv_slots [n_kv] i32, 4 kv_pos [n_kv] i32, 5 q_pos [n_q] i32,
 // 6 out [n_q][out_stride] f32 (n_split = 1) or partial_o [n_split][n_q·G·n_head_kv][HD] f32,
 // 7 partial_ml [n_split][rows][2] f32, 8 rope table [positions][HD/2] vec2 (cos, sin).
@@ -62,10 +62,19 @@ void main() {
   const uint kv_end = min(p.n_kv, kv_begin + p.kv_per_split);
   const uint row_bytes = cache_row_bytes(p.n_head_kv * HD);
 
+  // Query rows rotated by RoPE at their token's position (q arrives un-rotated), then scaled.
   for (uint e = tid; e < BQ * HD; e += wg) {
     const uint i = e / HD, d = e % HD, r = r0 + i;
     float v = 0.0;
-    if (r < n_rows) v = q[(r / G) * p.q_stride + (hk * G + r % G) * HD + d] * p.scale;
+    if (r < n_rows) {
+      const uint at = (r / G) * p.q_stride + (hk * G + r % G) * HD;
+      v = q[at + d];
+      uint partner, pair;
+      bool first, rotated;
+      rope_partner(d, p.n_rot, p.neox != 0, partner, pair, first, rotated);
+      if (rotated) v = rope_element(v, q[at + partner], rope_table[uint(max(q_pos[r / G], 0)) * (HD / 2) + pair], first);
+      v *= p.scale;
+    }
     qs[e] = v;
   }
   if (tid < BQ) {

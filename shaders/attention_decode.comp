@@ -22,7 +22,7 @@
 //     loop is a per-lane gather on lavapipe, which the first version, a lane per dim, paid for
 //     the scores of every entry), and each exp serves DC dims of one entry.
 //
-// Bindings (both): 0 q [n_q][q_stride] f32 (rotated), 1 k cache, 2 v cache, 3 kv_slots, 4 kv_pos,
+// Bindings (both): 0 q [n_q][q_stride] f32 (un-rotated; OP_SCORES rotates it as it loads it), 1 k cache, 2 v cache, 3 kv_slots, 4 kv_pos,
 // 5 q_pos [n_q], 6 out [n_q][out_stride] f32 (OP_VALUES), 7 scores (scratch), 8 rope table.
 // Push constants: AttentionParams (q_first). Specialization: 0 W (subgroup size), 1 HD, 2 G,
 // 3 N_ROT, 4 NEOX, 5 PER_LANE, 6 DC (divides HD; for f16 a multiple of 8).
@@ -75,6 +75,16 @@ void main() {
   vec4 qv[G * HD / 4];
   const uint q_at = t * (p.q_stride / 4) + hk * (G * HD / 4);
   [[unroll]] for (uint i = 0; i < G * HD / 4; ++i) qv[i] = q4[q_at + i];
+  // RoPE on q at the query's position (q arrives un-rotated).
+  [[unroll]] for (uint i = 0; i < N_ROT / 2; ++i) {
+    const vec2 cs = rope_table[uint(max(qpos, 0)) * (HD / 2) + i];
+    const uint d0 = NEOX ? i : 2 * i, d1 = NEOX ? i + N_ROT / 2 : 2 * i + 1;
+    [[unroll]] for (uint h = 0; h < G; ++h) {
+      const float a = qv[h * (HD / 4) + d0 / 4][d0 % 4], b = qv[h * (HD / 4) + d1 / 4][d1 % 4];
+      qv[h * (HD / 4) + d0 / 4][d0 % 4] = a * cs.x - b * cs.y;
+      qv[h * (HD / 4) + d1 / 4][d1 % 4] = a * cs.y + b * cs.x;
+    }
+  }
   int prev = -2147483647;
   [[dont_unroll]] for (uint t = 0; t < PER_LANE; ++t) {
     const uint e = first + t;

@@ -77,10 +77,22 @@ void main() {
     const bool live = r0 + i < n_rows;
     const uint at = (r / G) * p.q_stride + (hk * G + r % G) * HD;
     [[unroll]] for (uint d = 0; d < HD; ++d) {
-      qv[i * HD + d] = live ? q[at + d] * p.scale : 0.0;
+      qv[i * HD + d] = live ? q[at + d] : 0.0;
       ov[i * HD + d] = 0.0;
     }
     qpos[i] = live ? q_pos[r / G] : -2147483647;
+    // RoPE on the query row at its token's position (q arrives un-rotated), then the scale.
+    [[unroll]] for (uint j = 0; j < N_ROT / 4; ++j) {
+      vec2 cs[2];
+      table_pairs(uint(max(qpos[i], 0)), j, cs[0], cs[1]);
+      [[unroll]] for (uint k = 0; k < 2; ++k) {
+        const uint pr = 2 * j + k, d0 = NEOX ? pr : 2 * pr, d1 = NEOX ? pr + N_ROT / 2 : 2 * pr + 1;
+        const float a = qv[i * HD + d0], b = qv[i * HD + d1];
+        qv[i * HD + d0] = a * cs[k].x - b * cs[k].y;
+        qv[i * HD + d1] = a * cs[k].y + b * cs[k].x;
+      }
+    }
+    [[unroll]] for (uint d = 0; d < HD; ++d) qv[i * HD + d] *= p.scale;
     qmax = max(qmax, qpos[i]);
     if (live) qmin = min(qmin, qpos[i]);
     m[i] = NEG;

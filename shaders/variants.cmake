@@ -29,7 +29,6 @@ vkllm_shader(rms_norm rms_norm.comp)
 vkllm_shader(softmax softmax.comp -DOP_SOFTMAX)
 vkllm_shader(argmax softmax.comp -DOP_ARGMAX)
 vkllm_shader(log_softmax softmax.comp -DOP_LOG_SOFTMAX)
-vkllm_shader(rope rope.comp)
 vkllm_shader(rope_table rope_table.comp)
 
 # KV cache kernels, one variant per cache type.

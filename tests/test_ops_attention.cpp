@@ -1,4 +1,4 @@
-// rope, kv_store and attention shaders against the scalar references: both RoPE layouts with
+// rope table, kv_store and attention shaders against the scalar references: both RoPE layouts with
 // frequency factors, every cache type, grouped-query shapes, ring-ordered slot lists, the
 // split-KV decode path, sliding windows and soft-capped scores.
 #include <gtest/gtest.h>
@@ -33,11 +33,14 @@ ref::RopeParams ref_rope(uint32_t head_dim, uint32_t n_rot, bool neox, const std
   return p;
 }
 
-TEST_F(AttentionOps, RopeBothLayoutsWithFactors) {
+// The rope table (cos, sin of every position's pair angles) rotates like the reference RoPE, in
+// both pair layouts, with per-pair frequency factors and partial rotation: x rotated on the host
+// with the table's entries equals ref::rope.
+TEST_F(AttentionOps, RopeTableBothLayoutsWithFactors) {
   for (bool neox : {false, true}) {
     for (uint32_t n_rot : {64u, 32u}) {
       for (bool with_factors : {false, true}) {
-        const uint32_t n_tokens = 5, n_heads = 3, head_dim = 64;
+        const uint32_t n_tokens = 5, n_heads = 3, head_dim = 64, n_pos = 4096;
         const auto x = test::random_floats(size_t(n_tokens) * n_heads * head_dim, n_rot + neox);
         const std::vector<int32_t> pos = {0, 1, 17, 1000, 4095};
         std::vector<float> factors(n_rot / 2);
@@ -45,13 +48,26 @@ TEST_F(AttentionOps, RopeBothLayoutsWithFactors) {
         std::vector<float> want(x.size());
         ref::rope(x.data(), pos.data(), n_tokens, n_heads, ref_rope(head_dim, n_rot, neox, with_factors ? &factors : nullptr),
                   want.data());
-        Buffer dx = test::to_device(x), dp = test::to_device(pos), df = test::to_device(factors);
+        Buffer df = test::to_device(factors), dt(test::vk(), uint64_t{n_pos} * head_dim * 4, MemoryUse::Device, "rope table");
         RopeConfig rc{head_dim, n_rot, 10000.0f, 0.5f, neox, with_factors ? df.view() : BufferView{}};
         CommandRecorder rec(test::vk(), &test::pipelines());
-        record_rope(rec, dx.view(), n_heads * head_dim, dp.view(), n_tokens, n_heads, rc);
+        record_rope_table(rec, dt.view(), n_pos, rc);
         rec.submit_and_wait();
-        EXPECT_LE(test::nmse(test::from_device<float>(dx, x.size()), want), 1e-7)
-            << "neox " << neox << " n_rot " << n_rot << " factors " << with_factors;
+        const auto table = test::from_device<float>(dt, size_t(n_pos) * head_dim);
+        std::vector<float> got = x;
+        for (uint32_t t = 0; t < n_tokens; ++t) {
+          for (uint32_t h = 0; h < n_heads; ++h) {
+            float* v = got.data() + (size_t(t) * n_heads + h) * head_dim;
+            for (uint32_t i = 0; i < n_rot / 2; ++i) {
+              const uint32_t d0 = neox ? i : 2 * i, d1 = neox ? i + n_rot / 2 : 2 * i + 1;
+              const float c = table[(size_t(pos[t]) * head_dim / 2 + i) * 2], s = table[(size_t(pos[t]) * head_dim / 2 + i) * 2 + 1];
+              const float a = v[d0], b = v[d1];
+              v[d0] = a * c - b * s;
+              v[d1] = a * s + b * c;
+            }
+          }
+        }
+        EXPECT_LE(test::nmse(got, want), 1e-7) << "neox " << neox << " n_rot " << n_rot << " factors " << with_factors;
       }
     }
   }
@@ -152,8 +168,11 @@ void check_attention(CacheType ct, const AttnCase& c, bool split, AttentionKerne
   std::vector<int32_t> slot_pos(c.n_slots, 0);
   for (uint32_t i = 0; i < c.n_kv; ++i) slot_pos[kv_slots[i]] = kv_pos[i];
   ref::rope(kf.data(), slot_pos.data(), c.n_slots, c.n_head_kv, ref_rope(c.head_dim, c.head_dim, c.neox, nullptr), krot.data());
+  // q arrives un-rotated too: the kernels rotate it at its token's position.
+  std::vector<float> qrot(q.size());
+  ref::rope(q.data(), q_pos.data(), c.n_q, c.n_head, ref_rope(c.head_dim, c.head_dim, c.neox, nullptr), qrot.data());
   std::vector<float> want(size_t(c.n_q) * c.n_head * c.head_dim);
-  ref::attention(q.data(), q_pos.data(), c.n_q, TensorType::F32, reinterpret_cast<const uint8_t*>(krot.data()),
+  ref::attention(qrot.data(), q_pos.data(), c.n_q, TensorType::F32, reinterpret_cast<const uint8_t*>(krot.data()),
                  reinterpret_cast<const uint8_t*>(vf.data()), kv_slots.data(), kv_pos.data(), c.n_kv,
                  {c.n_head, c.n_head_kv, c.head_dim, scale, c.softcap, c.window}, want.data());
 

@@ -136,8 +136,6 @@ void Engine::record_forward(std::span<const Member> members, uint32_t n, uint32_
   }
   for (uint32_t l = 0; l < c.n_layer; ++l) {
     const LayerWeights& L = w.layers[l];
-    const bool swa = c.is_swa(l);
-    const RopeConfig& rope = swa ? rope_swa : rope_global;
     // Attention block: xn = rms_norm(x) · attn_norm
     record_rms_norm(rec, x, c.n_embd, L.attn_norm.whole(), xn, c.n_embd, n, c.n_embd, c.rms_eps);
     rec.barrier();
@@ -163,9 +161,8 @@ void Engine::record_forward(std::span<const Member> members, uint32_t n, uint32_
       record_rms_norm(rec, k, c.head_dim, L.k_norm.whole(), k, c.head_dim, n * c.n_head_kv, c.head_dim, c.rms_eps);
       rec.barrier();
     }
-    // Rotate q at the new tokens' positions; store k (un-rotated) and v at their slots, and
-    // attend, each sequence of the batch in its own cache.
-    record_rope(rec, q, qd, pos_.view(), n, c.n_head, rope);
+    // Store k and v at their slots (both un-rotated: attention rotates q and k by RoPE as it reads
+    // them), and attend, each sequence of the batch in its own cache.
     for (const Member& m : members) m.seq->record_kv_store_of(rec, l, *this, m.first, m.n);
     rec.barrier();
     for (const Member& m : members) m.seq->record_attention_of(rec, l, *this, m.first, m.n);

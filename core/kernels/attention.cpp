@@ -126,14 +126,6 @@ void record_decode_attention(CommandRecorder& rec, CacheType type, const Attenti
 
 }  // namespace
 
-void record_rope(CommandRecorder& rec, const BufferView& x, uint32_t token_stride, const BufferView& pos,
-                 uint32_t n_tokens, uint32_t n_heads, const RopeConfig& rope) {
-  const Pipeline& p = rec.pipelines().get("rope", 3, sizeof(RopeParams), {32});
-  const RopeParams params{n_tokens, n_heads, rope.head_dim, rope.n_rot, token_stride, rope.freq_base, rope.freq_scale,
-                          rope.neox ? 1u : 0u, rope.factors.buffer ? 1u : 0u, rope.attn_factor};
-  rec.dispatch(p, {x, pos, or_dummy(rope.factors, pos)}, params, div_ceil(rope.head_dim / 2, 32), n_heads, n_tokens);
-}
-
 void record_rope_table(CommandRecorder& rec, const BufferView& table, uint32_t n_pos, const RopeConfig& rope) {
   const Pipeline& p = rec.pipelines().get("rope_table", 2, sizeof(RopeParams), {32});
   const RopeParams params{n_pos, 1, rope.head_dim, rope.n_rot, 0, rope.freq_base, rope.freq_scale, rope.neox ? 1u : 0u,

@@ -100,11 +100,6 @@ struct RopeConfig {
   float attn_factor = 1.0f;
 };
 
-// Rotates every head of x in place.  x [n_tokens][token_stride] f32 (n_heads × head_dim packed),
-// pos [n_tokens] i32.
-void record_rope(CommandRecorder& rec, const BufferView& x, uint32_t token_stride, const BufferView& pos,
-                 uint32_t n_tokens, uint32_t n_heads, const RopeConfig& rope);
-
 // The cos/sin of every pair angle for positions 0..n_pos-1: table [n_pos][head_dim/2] vec2 f32.
 void record_rope_table(CommandRecorder& rec, const BufferView& table, uint32_t n_pos, const RopeConfig& rope);
 

@@ -18,3 +18,25 @@ void rope_pair(uint i, uint head_dim, uint n_rot, bool neox, out uint d0, out ui
 float rope_theta(float pos, uint i, uint n_rot, float freq_base, float freq_scale, float factor) {
   return pos * freq_scale * pow(freq_base, -2.0 * float(i) / float(n_rot)) / factor;
 }
+
+// Element d of a head after RoPE by (cos, sin) = cs, given the element (self) and its pair partner:
+// the first of a pair becomes self·cos − partner·sin, the second partner·sin + self·cos (as
+// rope.comp and the K rotation of the attention kernels compute them). `partner`, `pair` and
+// `rotated` come from rope_partner.
+void rope_partner(uint d, uint n_rot, bool neox, out uint partner, out uint pair, out bool first, out bool rotated) {
+  rotated = d < n_rot;
+  if (neox) {
+    first = d < n_rot / 2;
+    pair = first ? d : d - n_rot / 2;
+    partner = first ? d + n_rot / 2 : d - n_rot / 2;
+  } else {
+    first = (d & 1u) == 0;
+    pair = d / 2;
+    partner = d ^ 1u;
+  }
+}
+
+float rope_element(float self, float partner, vec2 cs, bool first) {
+  return first ? self * cs.x - partner * cs.y : partner * cs.y + self * cs.x;
+}
+
