@@ -113,7 +113,8 @@ Engine::Engine(const VulkanContext& ctx, Pipelines& pipelines, const Model& mode
   activation_bytes_ += logits_dev_.size();
 }
 
-void Engine::record_forward(std::span<const Member> members, uint32_t n, uint32_t out_begin, uint32_t n_out, bool log_probs) {
+void Engine::record_forward(std::span<const Member> members, uint32_t n, uint32_t out_begin, uint32_t n_out, bool log_probs,
+                            MatmulKernel kernel) {
   const ModelConfig& c = model_.config();
   const Weights& w = model_.weights();
   CommandRecorder& rec = rec_;
@@ -143,11 +144,11 @@ void Engine::record_forward(std::span<const Member> members, uint32_t n, uint32_
     if (!L.wqkv.parts.empty()) {
       const BufferView outs[] = {q, k, v};
       const uint32_t rows[] = {qd, kvd, kvd};
-      record_matmul_split(rec, L.wqkv, xn, c.n_embd, n, outs, rows, matmul_kernel_);
+      record_matmul_split(rec, L.wqkv, xn, c.n_embd, n, outs, rows, kernel);
     } else {
-      record_matmul(rec, L.wq, xn, c.n_embd, n, q, qd, MatmulStore::Overwrite, matmul_kernel_);
-      record_matmul(rec, L.wk, xn, c.n_embd, n, k, kvd, MatmulStore::Overwrite, matmul_kernel_);
-      record_matmul(rec, L.wv, xn, c.n_embd, n, v, kvd, MatmulStore::Overwrite, matmul_kernel_);
+      record_matmul(rec, L.wq, xn, c.n_embd, n, q, qd, MatmulStore::Overwrite, kernel);
+      record_matmul(rec, L.wk, xn, c.n_embd, n, k, kvd, MatmulStore::Overwrite, kernel);
+      record_matmul(rec, L.wv, xn, c.n_embd, n, v, kvd, MatmulStore::Overwrite, kernel);
     }
     rec.barrier();
     if (c.qkv_bias) {
@@ -168,23 +169,23 @@ void Engine::record_forward(std::span<const Member> members, uint32_t n, uint32_
     for (const Member& m : members) m.seq->record_attention_of(rec, l, *this, m.first, m.n);
     rec.barrier();
     // Output projection and residual: x += wo · attn (Gemma: x += rms_norm(wo · attn) · attn_post_norm)
-    record_residual(L.wo, attn, qd, n, L.attn_post_norm);
+    record_residual(L.wo, attn, qd, n, L.attn_post_norm, kernel);
     // Feed-forward block: xn = rms_norm(x) · ffn_norm; x += w_down · (act(w_gate · xn) ⊙ (w_up · xn)),
     // act SiLU (or tanh GELU for Gemma, whose output is normed like the attention's)
     record_rms_norm(rec, x, c.n_embd, L.ffn_norm.whole(), xn, c.n_embd, n, c.n_embd, c.rms_eps);
     rec.barrier();
     const Glu act = c.gelu_ffn ? Glu::GELU : Glu::SiLU;
     if (!L.w_gate_up.parts.empty()) {
-      record_matmul_glu(rec, L.w_gate_up, xn, c.n_embd, n, gate, up, gate, act, matmul_kernel_);
+      record_matmul_glu(rec, L.w_gate_up, xn, c.n_embd, n, gate, up, gate, act, kernel);
     } else {
-      record_matmul(rec, L.w_gate, xn, c.n_embd, n, gate, c.n_ff, MatmulStore::Overwrite, matmul_kernel_);
-      record_matmul(rec, L.w_up, xn, c.n_embd, n, up, c.n_ff, MatmulStore::Overwrite, matmul_kernel_);
+      record_matmul(rec, L.w_gate, xn, c.n_embd, n, gate, c.n_ff, MatmulStore::Overwrite, kernel);
+      record_matmul(rec, L.w_up, xn, c.n_embd, n, up, c.n_ff, MatmulStore::Overwrite, kernel);
       rec.barrier();
       if (act == Glu::GELU) record_geglu(rec, gate, up, gate, n * c.n_ff);
       else record_swiglu(rec, gate, up, gate, n * c.n_ff);
     }
     rec.barrier();
-    record_residual(L.w_down, gate, c.n_ff, n, L.ffn_post_norm);
+    record_residual(L.w_down, gate, c.n_ff, n, L.ffn_post_norm, kernel);
   }
   if (n_out == 0) return;
   // Logits for the rows that need them: copy those rows out, final norm, output projection.
@@ -194,7 +195,7 @@ void Engine::record_forward(std::span<const Member> members, uint32_t n, uint32_
   record_rms_norm(rec, out_rows_.view(), c.n_embd, w.output_norm.whole(), out_rows_.view(), c.n_embd, n_out, c.n_embd,
                   c.rms_eps);
   rec.barrier();
-  record_matmul(rec, w.output, out_rows_.view(), c.n_embd, n_out, logits_dev_.view(), c.n_vocab, MatmulStore::Overwrite, matmul_kernel_);
+  record_matmul(rec, w.output, out_rows_.view(), c.n_embd, n_out, logits_dev_.view(), c.n_vocab, MatmulStore::Overwrite, kernel);
   if (c.final_softcap > 0.0f) {
     rec.barrier();
     record_softcap(rec, logits_dev_.view(), logits_dev_.view(), n_out * c.n_vocab, c.final_softcap);
@@ -256,15 +257,15 @@ RopeConfig Engine::rope_config(bool swa) const {
 }
 
 void Engine::record_residual(const DeviceTensor& w, const BufferView& in, uint32_t in_stride, uint32_t n,
-                             const DeviceTensor& post_norm) {
+                             const DeviceTensor& post_norm, MatmulKernel kernel) {
   const ModelConfig& c = model_.config();
   const BufferView x = x_.view(), xn = xn_.view();
   if (!c.post_norms) {
-    record_matmul(rec_, w, in, in_stride, n, x, c.n_embd, MatmulStore::Accumulate, matmul_kernel_);
+    record_matmul(rec_, w, in, in_stride, n, x, c.n_embd, MatmulStore::Accumulate, kernel);
     rec_.barrier();
     return;
   }
-  record_matmul(rec_, w, in, in_stride, n, xn, c.n_embd, MatmulStore::Overwrite, matmul_kernel_);
+  record_matmul(rec_, w, in, in_stride, n, xn, c.n_embd, MatmulStore::Overwrite, kernel);
   rec_.barrier();
   record_rms_norm(rec_, xn, c.n_embd, post_norm.whole(), xn, c.n_embd, n, c.n_embd, c.rms_eps);
   rec_.barrier();
@@ -301,8 +302,8 @@ void Engine::check_tokens(std::span<const int32_t> tokens) const {
       throw Error("token id " + std::to_string(t) + " is outside the vocabulary (0.." + std::to_string(c.n_vocab - 1) + ")");
 }
 
-void Engine::run_pass(std::span<const Member> members, uint32_t n, uint32_t n_out, bool log_probs) {
-  record_forward(members, n, n - n_out, n_out, log_probs);
+void Engine::run_pass(std::span<const Member> members, uint32_t n, uint32_t n_out, bool log_probs, MatmulKernel kernel) {
+  record_forward(members, n, n - n_out, n_out, log_probs, kernel);
   rec_.submit_and_wait();
   rope_table_filled_ = true;
   for (const DispatchTiming& t : rec_.timings()) timings_.push_back(t);
@@ -349,14 +350,8 @@ const std::vector<float>& Engine::decode_batch(std::span<Engine* const> seqs, st
   // them); its first entries are still its own sequence's, which its attention reads.
   std::memcpy(ids_.mapped(), tokens.data(), k * 4);
   std::memcpy(pos_.mapped(), positions.data(), k * 4);
-  matmul_kernel_ = MatmulKernel::Columns;
-  try {
-    run_pass(members, k, k, false);
-  } catch (...) {
-    matmul_kernel_ = MatmulKernel::Auto;
-    throw;
-  }
-  matmul_kernel_ = MatmulKernel::Auto;
+  // Columns: every sequence's rows computed exactly as they would be alone (batch invariance).
+  run_pass(members, k, k, false, MatmulKernel::Columns);
   return logits_;
 }
 

@@ -74,7 +74,8 @@ class Engine {
   // Records the forward pass of n tokens whose ids/positions are in the upload buffers, each
   // member's slots and lists in its own; logits for rows [out_begin, out_begin + n_out) land in
   // the logits buffer.
-  void record_forward(std::span<const Member> members, uint32_t n, uint32_t out_begin, uint32_t n_out, bool log_probs);
+  void record_forward(std::span<const Member> members, uint32_t n, uint32_t out_begin, uint32_t n_out, bool log_probs,
+                      MatmulKernel kernel);
   // A member's KV store and attention for layer l, on the rows [first, first + n) of the pass's
   // k, v, q and attention buffers.
   void record_kv_store_of(CommandRecorder& rec, uint32_t l, const Engine& pass, uint32_t first, uint32_t n) const;
@@ -84,14 +85,15 @@ class Engine {
   std::vector<int32_t> stage(std::span<const int32_t> tokens);
   void check_tokens(std::span<const int32_t> tokens) const;
   // Records, runs and waits for a forward pass; appends the logits of its last n_out tokens.
-  void run_pass(std::span<const Member> members, uint32_t n, uint32_t n_out, bool log_probs);
+  void run_pass(std::span<const Member> members, uint32_t n, uint32_t n_out, bool log_probs,
+                MatmulKernel kernel = MatmulKernel::Auto);
   // The first entry of the slot list a window layer's attention reads for a chunk of n tokens.
   uint32_t window_list_start(uint32_t n) const;
   // The RoPE of the global layers, or of the sliding-window layers (their own base and scale).
   RopeConfig rope_config(bool swa) const;
   // x += w · in, or for models with post-norms x += rms_norm(w · in) · post_norm (through xn).
   void record_residual(const DeviceTensor& w, const BufferView& in, uint32_t in_stride, uint32_t n,
-                       const DeviceTensor& post_norm);
+                       const DeviceTensor& post_norm, MatmulKernel kernel);
   // Runs one chunk; appends the logits of its last n_out tokens (0: none).
   void run_chunk(std::span<const int32_t> tokens, uint32_t n_out, bool log_probs);
 
@@ -104,7 +106,6 @@ class Engine {
   uint32_t n_kv_window_ = 0;  // entries in kv_slots_win/kv_pos_win (window rings) for this chunk
   bool rope_table_filled_ = false;  // rope_table_ holds every position's angles (after the first step)
   uint32_t logits_rows_;      // rows the logits buffer holds
-  MatmulKernel matmul_kernel_ = MatmulKernel::Auto;  // Columns during decode_batch
 
   // Activations, for up to n_ubatch tokens. [n_ubatch][width] f32 unless noted.
   Buffer x_;         // residual stream [n_embd]
