@@ -376,6 +376,59 @@ TEST(Serve, QueueLimitDisconnectAndDrain) {
   EXPECT_FALSE(text.empty());
 }
 
+// A streaming client that gives up while its request waits in the queue is noticed (the waiting
+// stream writes SSE keep-alive comments, and a write to the closed connection fails): its request
+// is dropped when it reaches a sequence instead of generating for nobody.
+TEST(Serve, QueuedStreamWhoseClientLeftIsDropped) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  Server s("--parallel 1 --queue 1 --temp 0 --ctx 2048");
+  ASSERT_GT(s.port(), 0) << s.log();
+  {
+    httplib::Client c = s.client();
+    const auto t0 = std::chrono::steady_clock::now();
+    bool waiter_gone = false;
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.headers = {{"Content-Type", "application/json"}};
+    req.body = json({{"prompt", "Once upon a time"}, {"max_tokens", 2000}, {"stream", true}}).dump();
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      if (!waiter_gone) {
+        // A second stream waits in the queue; its client stops reading after 0.5 s and hangs up.
+        httplib::Client waiter = s.client();
+        waiter.set_read_timeout(0, 500000);
+        const auto r = waiter.Post("/v1/completions", json({{"prompt", "x"}, {"max_tokens", 2000}, {"stream", true}}).dump(),
+                                   "application/json");
+        EXPECT_FALSE(r && r->body.find("data: {") != std::string::npos) << "the queued stream should not have started";
+        waiter_gone = true;
+      }
+      // Keep the first stream going long enough for the keep-alives to find the closed connection.
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 4.0;
+    };
+    c.send(req);
+    ASSERT_TRUE(waiter_gone);
+  }
+  // Both clients are gone: a new request is served at once, not after the queued one's 2,000
+  // tokens.
+  httplib::Client c = s.client();
+  const auto t0 = std::chrono::steady_clock::now();
+  int status = 0;
+  json answer;
+  for (int i = 0; i < 50 && status != 200; ++i) {
+    answer = post(c, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 4}}, &status);
+    if (status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(status, 200);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  // Both were dropped for their clients: the first while generating, the queued one before it
+  // started, so only the first and the last request's prompts ran.
+  const std::string metrics = c.Get("/metrics")->body;
+  EXPECT_NE(metrics.find("\nvkllm_requests_cancelled_total 2\n"), std::string::npos) << metrics;
+  const int prompt = answer["usage"]["prompt_tokens"].get<int>();
+  EXPECT_NE(metrics.find("\nvkllm_prompt_tokens_total " + std::to_string(2 * prompt) + "\n"), std::string::npos)
+      << "the queued request ran; prompt tokens of the other two: " << 2 * prompt << "\n" << metrics;
+}
+
 // A request sharing a long prefix with an earlier one reports it as cached.
 TEST(Serve, ReportsReusedPrefix) {
   VKLLM_REQUIRE_SHARED("models/stories260K.gguf");

@@ -62,6 +62,11 @@ void Metrics::decode_step(uint32_t sequences) {
   decode_step_sequences_ += sequences;
 }
 
+void Metrics::cancelled() {
+  std::lock_guard lock(mu_);
+  ++cancelled_;
+}
+
 void Metrics::set_gauges(uint64_t kv_slots_used, uint64_t kv_slots_total, uint64_t queue_length, uint64_t running) {
   std::lock_guard lock(mu_);
   kv_used_ = kv_slots_used;
@@ -86,6 +91,7 @@ std::string Metrics::render() const {
          decode_steps_);
   single("vkllm_decode_step_sequences_total", "counter",
          "Sequences advanced, summed over decode steps (divided by the steps: the mean batch).", decode_step_sequences_);
+  single("vkllm_requests_cancelled_total", "counter", "Requests dropped because their client went away.", cancelled_);
   out += header("vkllm_ttft_seconds", "histogram", "Time from a request's arrival to its first token.");
   out += ttft_.render("vkllm_ttft_seconds");
   out += header("vkllm_decode_tokens_per_second", "histogram", "Decode rate of each generation after its first token.");

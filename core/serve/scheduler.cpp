@@ -13,6 +13,14 @@ bool Job::wait_text(std::string& out) {
   return !out.empty() || !done_;
 }
 
+Job::Wait Job::wait_text_for(std::string& out, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return !text_.empty() || done_; })) return Wait::Idle;
+  out = std::move(text_);
+  text_.clear();
+  return !out.empty() ? Wait::Text : Wait::Done;
+}
+
 void Job::push_text(const std::string& text) {
   if (text.empty()) return;
   std::lock_guard lock(mu_);
@@ -198,6 +206,7 @@ TextSink Scheduler::sink(Job& job) {
 
 void Scheduler::complete(Sequence& s, const std::string& error) {
   const std::shared_ptr<Job> job = std::move(s.job);
+  if (job->cancelled()) metrics_.cancelled();
   const GenerationStats st = s.gen ? s.gen->stats() : GenerationStats{};
   if (error.empty() && s.gen)
     metrics_.generation(st.prompt_tokens, st.cached_tokens, st.generated, s.ttft_s,

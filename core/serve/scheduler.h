@@ -47,6 +47,11 @@ class Job {
   // The HTTP side: waits for text released since the last call, or the end. Returns false once
   // everything was taken and the job is over (then stats()/error() are final).
   bool wait_text(std::string& out);
+  // The same, giving up after `timeout` with nothing (Idle): a streaming response writes an SSE
+  // comment then, which is how it notices a client that went away while its request was queued or
+  // being prefilled.
+  enum class Wait { Text, Idle, Done };
+  Wait wait_text_for(std::string& out, std::chrono::milliseconds timeout);
   // The client went away: the device thread drops the sequence at its next step.
   void cancel() { cancelled_ = true; }
   bool cancelled() const { return cancelled_; }

@@ -13,6 +13,10 @@ namespace {
 
 using nlohmann::json;
 
+// A stream with nothing to send for this long writes an SSE comment (see the provider below).
+constexpr std::chrono::milliseconds k_keep_alive{1000};
+constexpr char k_keep_alive_line[] = ": keep-alive\n\n";
+
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 void send_error(httplib::Response& res, int status, const std::string& message, const std::string& type, const std::string& param = "") {
@@ -133,12 +137,16 @@ void HttpServer::routes() {
           };
           bool first = true;
           std::string piece;
-          while (job->wait_text(piece)) {
-            if (!event(dump(chunk_body(e, id, created, model, piece, first, std::nullopt)))) {
+          for (Job::Wait w; (w = job->wait_text_for(piece, k_keep_alive)) != Job::Wait::Done;) {
+            // Nothing for a while (queued, or a long prefill): an SSE comment, which clients skip;
+            // writing to a client that has gone fails, and the job is dropped.
+            const bool ok = w == Job::Wait::Idle ? sink.write(k_keep_alive_line, sizeof(k_keep_alive_line) - 1)
+                                                 : event(dump(chunk_body(e, id, created, model, piece, first, std::nullopt)));
+            if (!ok) {
               job->cancel();
               return false;
             }
-            first = false;
+            if (w == Job::Wait::Text) first = false;
           }
           if (!job->error().empty()) {
             event(dump(error_body(job->error(), "server_error", "", 500)));
