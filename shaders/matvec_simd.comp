@@ -396,31 +396,30 @@ void main() {
   }
   const uint first = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * ROWS;
   const uint last = min(first + ROWS, p.rows);
-  const uint halves = p.glu != 0u ? 2 : 1;
-  for (uint r = first; r < last; ++r) {
+  // With glu each output row takes two weight rows, gate then up, through the same loop body.
+  const uint per_row = p.glu != 0u ? 2 : 1;
+  float gate[COLS];
+  for (uint k = 0; k < (last - first) * per_row; ++k) {
+    const uint r = first + k / per_row, row = r + (k % per_row) * p.rows;
     // Each unit's bytes are loaded once and multiplied into every column; a column's sum runs in
     // the same order whatever COLS is, so its result does not depend on the batch.
-    float total[COLS], gate[COLS];
-    [[dont_unroll]] for (uint h = 0; h < halves; ++h) {
-      const uint row = r + h * p.rows;
-      float acc[COLS];
-      [[unroll]] for (uint c = 0; c < COLS; ++c) acc[c] = 0.0;
-      [[unroll]] for (uint u = 0; u < UPL; ++u) {
-        const uint unit = u * S + lane;
-        if (unit < n_units) {
-          load_unit(row * p.row_bytes + unit * UNIT_BYTES);
-          [[unroll]] for (uint c = 0; c < COLS; ++c) acc[c] += dot_unit(c, u);
-        }
-      }
-      [[unroll]] for (uint c = 0; c < COLS; ++c) {
-        total[c] = subgroupAdd(acc[c]);
-        if (h == 0) gate[c] = total[c];
+    float acc[COLS];
+    [[unroll]] for (uint c = 0; c < COLS; ++c) acc[c] = 0.0;
+    [[unroll]] for (uint u = 0; u < UPL; ++u) {
+      const uint unit = u * S + lane;
+      if (unit < n_units) {
+        load_unit(row * p.row_bytes + unit * UNIT_BYTES);
+        [[unroll]] for (uint c = 0; c < COLS; ++c) acc[c] += dot_unit(c, u);
       }
     }
+    const bool gate_row = per_row == 2 && k % 2 == 0;
     [[unroll]] for (uint c = 0; c < COLS; ++c) {
-      if (lane == 0 && c < p.n_tokens) {
+      const float total = subgroupAdd(acc[c]);
+      if (gate_row) {
+        gate[c] = total;
+      } else if (lane == 0 && c < p.n_tokens) {
         const uint at = matmul_dest(r, c);
-        y[at] = matmul_store_value(halves == 2 ? glu_apply(gate[c], total[c]) : total[c], y[at]);
+        y[at] = matmul_store_value(per_row == 2 ? glu_apply(gate[c], total) : total, y[at]);
       }
     }
   }

@@ -1,6 +1,6 @@
 // rope_table: cos and sin of every (position, pair) angle for positions 0 … n_pos−1, so attention
 // can rotate cached K at read time with one table load per pair instead of a pow, sin and cos.
-// Rotated pairs are scaled by attn_factor (ggml's mscale), as rope.comp scales the queries.
+// Rotated pairs are scaled by attn_factor (ggml's mscale); the attention kernels rotate q and K with it.
 // Bindings: 0 table [n_pos][head_dim/2] vec2 (cos, sin), 1 factors [n_rot/2] f32 (when has_factors).
 // Pairs at or past n_rot/2 get (1, 0): no rotation. Grid: x = pair, y = position.
 #version 450
@@ -16,7 +16,7 @@ layout(push_constant) uniform Push { RopeParams p; };
 void main() {
   const uint i = gl_GlobalInvocationID.x, pos = gl_GlobalInvocationID.y;
   const uint half_dim = p.head_dim / 2;
-  if (i >= half_dim || pos >= p.n_tokens) return;
+  if (i >= half_dim || pos >= p.n_pos) return;
   vec2 cs = vec2(1.0, 0.0);
   if (2 * i < p.n_rot) {
     const float factor = p.has_factors != 0 ? factors[i] : 1.0;

@@ -340,16 +340,14 @@ const std::vector<float>& Engine::decode_batch(std::span<Engine* const> seqs, st
   VKLLM_CHECK(can_decode_batch(seqs), "decode_batch: engines this device cannot run in one pass (check can_decode_batch)");
   check_tokens(tokens);
   logits_.clear();
-  std::vector<int32_t> positions(k);
   std::vector<Member> members(k);
   for (uint32_t i = 0; i < k; ++i) {
-    positions[i] = seqs[i]->stage(tokens.subspan(i, 1))[0];
+    seqs[i]->stage(tokens.subspan(i, 1));
     members[i] = Member{seqs[i], i, 1};
   }
-  // The pass's own upload buffers hold every token and position (the embedding and q's RoPE read
-  // them); its first entries are still its own sequence's, which its attention reads.
+  // The pass's ids hold every sequence's token (the embedding reads them); each member's attention
+  // reads its own position from its own upload buffer.
   std::memcpy(ids_.mapped(), tokens.data(), k * 4);
-  std::memcpy(pos_.mapped(), positions.data(), k * 4);
   // Columns: every sequence's rows computed exactly as they would be alone (batch invariance).
   run_pass(members, k, k, false, MatmulKernel::Columns);
   return logits_;

@@ -128,7 +128,7 @@ void record_decode_attention(CommandRecorder& rec, CacheType type, const Attenti
 
 void record_rope_table(CommandRecorder& rec, const BufferView& table, uint32_t n_pos, const RopeConfig& rope) {
   const Pipeline& p = rec.pipelines().get("rope_table", 2, sizeof(RopeParams), {32});
-  const RopeParams params{n_pos, 1, rope.head_dim, rope.n_rot, 0, rope.freq_base, rope.freq_scale, rope.neox ? 1u : 0u,
+  const RopeParams params{n_pos, rope.head_dim, rope.n_rot, rope.freq_base, rope.freq_scale, rope.neox ? 1u : 0u,
                           rope.factors.buffer ? 1u : 0u, rope.attn_factor};
   rec.dispatch(p, {table, or_dummy(rope.factors, table)}, params, div_ceil(rope.head_dim / 2, 32), n_pos);
 }

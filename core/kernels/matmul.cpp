@@ -140,6 +140,12 @@ void record_matmul_split(CommandRecorder& rec, const DeviceTensor& w, const Buff
                          uint32_t n_tokens, std::span<const BufferView> outs, std::span<const uint32_t> rows,
                          MatmulKernel kernel) {
   VKLLM_CHECK(!outs.empty() && outs.size() == rows.size(), "record_matmul_split: one output per piece");
+  uint64_t total = 0;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    VKLLM_CHECK(outs[i].range >= uint64_t{n_tokens} * rows[i] * 4, "record_matmul_split: an output region is too small");
+    total += rows[i];
+  }
+  VKLLM_CHECK(total == w.rows, "record_matmul_split: the pieces' rows do not add up to the weight's");
   MatmulLayout out{rows[0]};
   const BufferView& first = outs[0];
   uint64_t end = first.offset + first.range;
@@ -161,6 +167,20 @@ void record_matmul_split(CommandRecorder& rec, const DeviceTensor& w, const Buff
       end = std::max(end, outs[i].offset + outs[i].range);
     }
   }
+  if (end - first.offset > rec.context().max_storage_range()) {
+    // The regions together are more than one binding may cover: one record per piece, each on
+    // its rows of the weight (which start on a binding boundary: WeightArena::upload_fused).
+    VKLLM_CHECK(w.parts.size() == 1, "record_matmul_split: a fused weight in several parts");
+    uint64_t row = 0;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      DeviceTensor piece = w;
+      piece.rows = rows[i];
+      piece.parts = {{w.parts[0].view.sub(row * w.row_bytes, rows[i] * w.row_bytes), 0, rows[i]}};
+      record_matmul(rec, piece, x, x_stride, n_tokens, outs[i], rows[i], MatmulStore::Overwrite, kernel);
+      row += rows[i];
+    }
+    return;
+  }
   record_matmul_layout(rec, w, x, x_stride, n_tokens, BufferView{first.buffer, first.offset, end - first.offset}, out,
                        MatmulStore::Overwrite, kernel);
 }
@@ -168,6 +188,7 @@ void record_matmul_split(CommandRecorder& rec, const DeviceTensor& w, const Buff
 void record_matmul_glu(CommandRecorder& rec, const DeviceTensor& w, const BufferView& x, uint32_t x_stride,
                        uint32_t n_tokens, const BufferView& gate, const BufferView& up, const BufferView& out, Glu act,
                        MatmulKernel kernel) {
+  VKLLM_CHECK(w.rows % 2 == 0, "record_matmul_glu: a gate|up weight has an even number of rows");
   const uint32_t n = static_cast<uint32_t>(w.rows / 2);
   if (w.parts.size() == 1 && uses_matvec(rec.context(), w, w.parts[0], x, x_stride, n_tokens, kernel)) {
     MatmulLayout layout{n};

@@ -96,7 +96,7 @@ struct RopeConfig {
   bool neox = false;             // NeoX pairing (i, i + n_rot/2); else (2i, 2i+1)
   BufferView factors;            // [n_rot/2] f32 per-pair frequency divisors; buffer null for none
   // ggml's attn_factor (mscale): the rotated pairs' cos and sin are scaled by it (the pairs past
-  // n_rot are not), in rope.comp and in the rope table.
+  // n_rot are not), in the rope table, so q and K both.
   float attn_factor = 1.0f;
 };
 

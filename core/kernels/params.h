@@ -12,7 +12,7 @@ static_assert(sizeof(BinaryParams) == 8);
 static_assert(sizeof(NormParams) == 20);
 static_assert(sizeof(ScaleParams) == 8);
 static_assert(sizeof(RowParams) == 8);
-static_assert(sizeof(RopeParams) == 40);
+static_assert(sizeof(RopeParams) == 32);
 static_assert(sizeof(KvStoreParams) == 16);
 static_assert(sizeof(AttentionParams) == 64);
 

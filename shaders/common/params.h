@@ -89,14 +89,12 @@ struct RowParams {
   u32 n_cols;
 };
 
-// rope / rope_table (n_tokens = positions in the table): rotates the first n_rot dims of every head of x[t] by pos[t] · freq_scale · base^(−2i/n_rot)
-// / factor[i] (Normal: pairs (2i, 2i+1); NeoX: pairs (i, i + n_rot/2)).
+// rope_table: the (cos, sin) of the first n_rot/2 pairs' angles pos · freq_scale · base^(−2i/n_rot)
+// / factor[i] for positions 0 … n_pos−1 (Normal: pairs (2i, 2i+1); NeoX: pairs (i, i + n_rot/2)).
 struct RopeParams {
-  u32 n_tokens;
-  u32 n_heads;
+  u32 n_pos;
   u32 head_dim;
   u32 n_rot;
-  u32 token_stride;  // floats between tokens
   float freq_base;
   float freq_scale;
   u32 neox;          // 1: NeoX pairing

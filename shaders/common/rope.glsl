@@ -20,9 +20,9 @@ float rope_theta(float pos, uint i, uint n_rot, float freq_base, float freq_scal
 }
 
 // Element d of a head after RoPE by (cos, sin) = cs, given the element (self) and its pair partner:
-// the first of a pair becomes self·cos − partner·sin, the second partner·sin + self·cos (as
-// rope.comp and the K rotation of the attention kernels compute them). `partner`, `pair` and
-// `rotated` come from rope_partner.
+// the first of a pair becomes self·cos − partner·sin, the second partner·sin + self·cos (the
+// pair's own order, as the K rotation of the attention kernels computes it). `partner`, `pair`,
+// `first` and `rotated` come from rope_partner.
 void rope_partner(uint d, uint n_rot, bool neox, out uint partner, out uint pair, out bool first, out bool rotated) {
   rotated = d < n_rot;
   if (neox) {
