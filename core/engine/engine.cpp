@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <vector>
 
 #include "kernels/ops.h"
 
@@ -33,15 +34,30 @@ uint64_t round_up(uint64_t n, uint64_t align) { return (n + align - 1) / align *
 // Where the regions of the q|k|v and gate|up buffers start: offsets every binding accepts.
 uint64_t region_alignment(const VulkanContext& ctx) { return std::max<uint64_t>(ctx.limits().minStorageBufferOffsetAlignment, 256); }
 
-// The q|k|v buffer: regions of [ub][n_head · head_dim], [ub][n_embd_kv] and [ub][n_embd_kv] floats.
-uint64_t qkv_buffer_bytes(const VulkanContext& ctx, const ModelConfig& c, uint64_t ub) {
-  const uint64_t a = region_alignment(ctx);
-  return round_up(ub * c.n_head * c.head_dim * F, a) + 2 * round_up(ub * c.n_embd_kv() * F, a);
+// A buffer of regions one after another, each at a binding-aligned offset: where each starts, and
+// the buffer's size.
+struct Regions {
+  std::vector<uint64_t> at;
+  uint64_t bytes = 0;
+};
+
+Regions regions_of(const VulkanContext& ctx, std::initializer_list<uint64_t> sizes) {
+  Regions r;
+  for (uint64_t size : sizes) {
+    r.at.push_back(r.bytes);
+    r.bytes += round_up(size, region_alignment(ctx));
+  }
+  return r;
+}
+
+// The q|k|v buffer: [ub][n_head · head_dim], [ub][n_embd_kv] and [ub][n_embd_kv] floats.
+Regions qkv_regions(const VulkanContext& ctx, const ModelConfig& c, uint64_t ub) {
+  return regions_of(ctx, {ub * c.n_head * c.head_dim * F, ub * c.n_embd_kv() * F, ub * c.n_embd_kv() * F});
 }
 
 // The gate|up buffer: two regions of [ub][n_ff] floats.
-uint64_t ffn_buffer_bytes(const VulkanContext& ctx, const ModelConfig& c, uint64_t ub) {
-  return 2 * round_up(ub * c.n_ff * F, region_alignment(ctx));
+Regions ffn_regions(const VulkanContext& ctx, const ModelConfig& c, uint64_t ub) {
+  return regions_of(ctx, {ub * c.n_ff * F, ub * c.n_ff * F});
 }
 
 // Floats of an engine's attention scratch: a decode step, or a query group of a prefill chunk.
@@ -60,7 +76,7 @@ MemoryPlan plan_memory(const VulkanContext& ctx, const ModelConfig& c, uint64_t 
   // The buffers the Engine constructor allocates, with the same sizes.
   const uint64_t ub = std::max<uint32_t>(o.n_ubatch, 1), qd = uint64_t{c.n_head} * c.head_dim;
   const uint64_t rows = logits_rows_for(ctx, c, static_cast<uint32_t>(ub));
-  m.activations = qkv_buffer_bytes(ctx, c, ub) + ffn_buffer_bytes(ctx, c, ub) +
+  m.activations = qkv_regions(ctx, c, ub).bytes + ffn_regions(ctx, c, ub).bytes +
                   F * (ub * c.n_embd + ub * std::max<uint64_t>(c.n_embd, qd) + ub * qd + rows * c.n_embd + uint64_t{o.cache.capacity} * c.head_dim * (has_swa_rope(c) ? 2 : 1) +
                        attention_scratch(ctx, c, o.cache.capacity) + rows * c.n_vocab) +
                   3 * ub * 4 + 2 * uint64_t{o.cache.capacity} * 4 + (ring ? ub * 4 + 2 * uint64_t{ring} * 4 : 0);
@@ -85,16 +101,16 @@ Engine::Engine(const VulkanContext& ctx, Pipelines& pipelines, const Model& mode
   x_ = dev(ub * c.n_embd * F, "x");
   xn_ = dev(ub * std::max<uint64_t>(c.n_embd, qd) * F, "xn");
   // Regions of one buffer, each starting at a binding-aligned offset.
-  const uint64_t align = region_alignment(ctx);
   const uint64_t q_bytes = ub * qd * F, kv_bytes = ub * c.n_embd_kv() * F, ff_bytes = ub * c.n_ff * F;
-  qkv_ = dev(qkv_buffer_bytes(ctx, c, ub), "q|k|v");
-  q_ = qkv_.view(0, q_bytes);
-  k_ = qkv_.view(round_up(q_bytes, align), kv_bytes);
-  v_ = qkv_.view(round_up(q_bytes, align) + round_up(kv_bytes, align), kv_bytes);
+  const Regions qkv = qkv_regions(ctx, c, ub), ffn = ffn_regions(ctx, c, ub);
+  qkv_ = dev(qkv.bytes, "q|k|v");
+  q_ = qkv_.view(qkv.at[0], q_bytes);
+  k_ = qkv_.view(qkv.at[1], kv_bytes);
+  v_ = qkv_.view(qkv.at[2], kv_bytes);
   attn_ = dev(ub * qd * F, "attn");
-  ffn_ = dev(ffn_buffer_bytes(ctx, c, ub), "gate|up");
-  gate_ = ffn_.view(0, ff_bytes);
-  up_ = ffn_.view(round_up(ff_bytes, align), ff_bytes);
+  ffn_ = dev(ffn.bytes, "gate|up");
+  gate_ = ffn_.view(ffn.at[0], ff_bytes);
+  up_ = ffn_.view(ffn.at[1], ff_bytes);
   out_rows_ = dev(uint64_t{logits_rows_} * c.n_embd * F, "out rows");
   rope_table_ = dev(uint64_t{cache_.capacity()} * c.head_dim / 2 * 2 * F, "rope table");
   if (has_swa_rope(c)) rope_table_swa_ = dev(uint64_t{cache_.capacity()} * c.head_dim / 2 * 2 * F, "rope table (window layers)");
@@ -181,8 +197,7 @@ void Engine::record_forward(std::span<const Member> members, uint32_t n, uint32_
       record_matmul(rec, L.w_gate, xn, c.n_embd, n, gate, c.n_ff, MatmulStore::Overwrite, kernel);
       record_matmul(rec, L.w_up, xn, c.n_embd, n, up, c.n_ff, MatmulStore::Overwrite, kernel);
       rec.barrier();
-      if (act == Glu::GELU) record_geglu(rec, gate, up, gate, n * c.n_ff);
-      else record_swiglu(rec, gate, up, gate, n * c.n_ff);
+      record_glu(rec, act, gate, up, gate, n * c.n_ff);
     }
     rec.barrier();
     record_residual(L.w_down, gate, c.n_ff, n, L.ffn_post_norm, kernel);

@@ -47,6 +47,11 @@ void record_geglu(CommandRecorder& rec, const BufferView& gate, const BufferView
   dispatch_1d(rec, rec.pipelines().get("geglu", 3, sizeof(ScaleParams), {k_wg}), {gate, up, out}, ScaleParams{n, 0.0f}, n);
 }
 
+void record_glu(CommandRecorder& rec, Glu act, const BufferView& gate, const BufferView& up, const BufferView& out, uint32_t n) {
+  if (act == Glu::GELU) record_geglu(rec, gate, up, out, n);
+  else record_swiglu(rec, gate, up, out, n);
+}
+
 void record_softcap(CommandRecorder& rec, const BufferView& x, const BufferView& out, uint32_t n, float cap) {
   dispatch_1d(rec, rec.pipelines().get("softcap", 2, sizeof(ScaleParams), {k_wg}), {x, out}, ScaleParams{n, cap}, n);
 }

@@ -74,11 +74,13 @@ struct MatmulLayout {
   uint32_t glu = 0;  // 0, or a Glu
 };
 
-// Whether record_matmul_layout serves this part with a matvec kernel (the ones that can apply a glu).
-bool uses_matvec(const VulkanContext& ctx, const DeviceTensor& w, const WeightPart& part, const BufferView& x,
-                 uint32_t x_stride, uint32_t n_tokens, MatmulKernel kernel) {
-  if (kernel != MatmulKernel::Portable && use_simd_matvec(ctx, w, part, x, x_stride)) return true;
-  return n_tokens == 1 || kernel == MatmulKernel::Columns;
+// The kernel that serves a part: matvec_simd, matvec (the two that can apply a glu), or the tiled matmul.
+enum class WeightKernel { Simd, Matvec, Tiled };
+
+WeightKernel weight_kernel_for(const VulkanContext& ctx, const DeviceTensor& w, const WeightPart& part, const BufferView& x,
+                               uint32_t x_stride, uint32_t n_tokens, MatmulKernel kernel) {
+  if (kernel != MatmulKernel::Portable && use_simd_matvec(ctx, w, part, x, x_stride)) return WeightKernel::Simd;
+  return n_tokens == 1 || kernel == MatmulKernel::Columns ? WeightKernel::Matvec : WeightKernel::Tiled;
 }
 
 void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const BufferView& x, uint32_t x_stride,
@@ -88,12 +90,13 @@ void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const Buf
   const uint32_t max_groups = rec.context().limits().maxComputeWorkGroupCount[0];
   const uint32_t glu = out.glu;
   for (const WeightPart& part : w.parts) {
+    const WeightKernel which = weight_kernel_for(rec.context(), w, part, x, x_stride, n_tokens, kernel);
     const uint32_t rows = glu ? part.n_rows / 2 : part.n_rows;  // output rows
     const MatmulParams params{uint32_t(w.cols), rows,         uint32_t(w.row_bytes), n_tokens,      x_stride,
                               out.y_stride,     part.row_begin, 0,                   store == MatmulStore::Accumulate,
                               out.seg_row,      out.seg_len,  out.seg_base,          out.seg_size,  out.seg_stride,
                               glu};
-    if (kernel != MatmulKernel::Portable && use_simd_matvec(rec.context(), w, part, x, x_stride)) {
+    if (which == WeightKernel::Simd) {
       // One subgroup per workgroup, k_simd_rows rows each; every lane keeps its x slices. One
       // dispatch per group of up to k_simd_cols columns: x from a view at the group's first
       // column, y through col_begin. Each column's result is the same in any group.
@@ -113,7 +116,7 @@ void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const Buf
         group.col_begin = t;
         rec.dispatch(p, {part.view, x.sub(x_at, x.range - x_at), y}, group, gx, div_ceil(groups, gx));
       }
-    } else if (n_tokens == 1 || kernel == MatmulKernel::Columns) {
+    } else if (which == WeightKernel::Matvec) {
       // One subgroup per row: a workgroup of 64 covers 64 / subgroup-size rows (at least 1).
       // Columns: one workgroup layer (z) per column.
       const uint32_t rows_per_wg = std::max<uint32_t>(64 / std::max<uint32_t>(rec.context().subgroup_size(), 1), 1);
@@ -190,7 +193,7 @@ void record_matmul_glu(CommandRecorder& rec, const DeviceTensor& w, const Buffer
                        MatmulKernel kernel) {
   VKLLM_CHECK(w.rows % 2 == 0, "record_matmul_glu: a gate|up weight has an even number of rows");
   const uint32_t n = static_cast<uint32_t>(w.rows / 2);
-  if (w.parts.size() == 1 && uses_matvec(rec.context(), w, w.parts[0], x, x_stride, n_tokens, kernel)) {
+  if (w.parts.size() == 1 && weight_kernel_for(rec.context(), w, w.parts[0], x, x_stride, n_tokens, kernel) != WeightKernel::Tiled) {
     MatmulLayout layout{n};
     layout.glu = static_cast<uint32_t>(act);
     record_matmul_layout(rec, w, x, x_stride, n_tokens, out, layout, MatmulStore::Overwrite, kernel);
@@ -200,8 +203,7 @@ void record_matmul_glu(CommandRecorder& rec, const DeviceTensor& w, const Buffer
   const uint32_t rows[] = {n, n};
   record_matmul_split(rec, w, x, x_stride, n_tokens, outs, rows, kernel);
   rec.barrier();
-  if (act == Glu::GELU) record_geglu(rec, gate, up, out, n_tokens * n);
-  else record_swiglu(rec, gate, up, out, n_tokens * n);
+  record_glu(rec, act, gate, up, out, n_tokens * n);
 }
 
 uint64_t read_ceiling_out_bytes(uint64_t data_bytes) { return div_ceil(data_bytes, 4096) * uint64_t{4}; }

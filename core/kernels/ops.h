@@ -74,6 +74,8 @@ void record_scale(CommandRecorder& rec, const BufferView& x, const BufferView& o
 void record_swiglu(CommandRecorder& rec, const BufferView& gate, const BufferView& up, const BufferView& out, uint32_t n);
 // out[i] = gelu(gate[i]) * up[i], GELU's tanh approximation
 void record_geglu(CommandRecorder& rec, const BufferView& gate, const BufferView& up, const BufferView& out, uint32_t n);
+// out[i] = act(gate[i]) * up[i]: record_swiglu or record_geglu.
+void record_glu(CommandRecorder& rec, Glu act, const BufferView& gate, const BufferView& up, const BufferView& out, uint32_t n);
 // out[i] = cap * tanh(x[i] / cap)   (Gemma 2's logit soft-capping)
 void record_softcap(CommandRecorder& rec, const BufferView& x, const BufferView& out, uint32_t n, float cap);
 // out[r] = x[r] / sqrt(mean(x[r]²) + eps) * w.   x [n_rows][x_stride], w [n_cols], out [n_rows][out_stride] f32
