@@ -202,7 +202,7 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "tiled", "simd"}));
   cmd->add_option("-c,--ctx", c->opts.ctx, "KV cache capacity (default: enough for the test)");
   cmd->add_option("--cache-type", c->opts.cache_type, "KV cache type: f16, q8_0, q4_0")->check(CLI::IsMember({"f16", "q8_0", "q4_0"}));
-  cmd->add_option("--ubatch", c->opts.ubatch, "Prompt tokens per prefill chunk");
+  cmd->add_option("--ubatch", c->opts.ubatch, "Prompt tokens per prefill chunk (default: 512 on GPUs, 64 on CPU drivers)");
   cmd->add_flag("--ops", c->ops, "Benchmark the matvec/matmul kernels for every weight type instead");
   cmd->add_option("--ops-size", c->ops_size, "Matrix size for --ops")->check(CLI::Range(64u, 16384u));
   cmd->add_option("--ops-types", c->ops_types, "Weight types for --ops (default: all)")->delimiter(',');

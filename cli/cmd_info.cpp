@@ -20,7 +20,7 @@ struct InfoOptions {
 };
 
 constexpr CacheType k_cache_types[] = {CacheType::F16, CacheType::Q8_0, CacheType::Q4_0};
-constexpr uint32_t k_ubatch = 512;  // the default prefill chunk, which sizes the window layers' rings
+constexpr uint32_t k_ubatch = 512;  // GPUs' default prefill chunk, which sizes the window layers' rings (info opens no device)
 
 uint32_t window_layers(const ModelConfig& c) {
   uint32_t n = 0;
@@ -102,7 +102,7 @@ void print_human(const ModelSummary& s, const InfoOptions& o, uint32_t ctx, Cach
   }
   if (const uint32_t ring = window_ring_slots(c, ctx, k_ubatch))
     std::printf("  per token: every layer; × tokens: the %u window layers keep only a ring of %s slots each (window %s\n"
-                "  + one %u-token prefill chunk), the %u global layers all %s\n",
+                "  + one %u-token prefill chunk, a GPU's default), the %u global layers all %s\n",
                 window_layers(c), with_commas(ring).c_str(), with_commas(c.n_swa).c_str(), k_ubatch, c.n_layer - window_layers(c),
                 with_commas(ctx).c_str());
 }

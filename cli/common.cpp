@@ -32,7 +32,7 @@ void add_model_options(CLI::App* cmd, RunOptions& o) {
   cmd->add_option("--cache-type-k", o.cache_type_k, "KV cache type for K")->check(types);
   cmd->add_option("--cache-type-v", o.cache_type_v, "KV cache type for V")->check(types);
   cmd->add_option("--keep", o.keep, "Tokens pinned at the start of the cache (default: BOS + system prompt)");
-  cmd->add_option("--ubatch", o.ubatch, "Prompt tokens per prefill chunk")->check(CLI::Range(1u, 8192u));
+  cmd->add_option("--ubatch", o.ubatch, "Prompt tokens per prefill chunk (default: 512 on GPUs, 64 on CPU drivers)")->check(CLI::Range(1u, 8192u));
   cmd->add_flag("--swa-full", o.swa_full,
                 "Sliding-window layers keep the whole context instead of their window (more memory; every prompt-cache prefix reusable)");
   cmd->add_flag("-q,--quiet", o.quiet, "No statistics on stderr");

@@ -24,7 +24,7 @@ struct RunOptions {
   uint32_t ctx = 0;  // 0: min(trained context, 4096)
   std::string cache_type, cache_type_k = "f16", cache_type_v = "f16";
   int32_t keep = -1;  // -1: BOS plus the system prompt
-  uint32_t ubatch = 512;
+  uint32_t ubatch = 0;  // 0: the device's (512 on GPUs, 64 on CPU drivers)
   bool swa_full = false;
   bool quiet = false;
   bool profile = false;

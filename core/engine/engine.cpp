@@ -18,10 +18,11 @@ uint32_t logits_rows_for(const VulkanContext& ctx, const ModelConfig& c, uint32_
   return static_cast<uint32_t>(std::clamp<uint64_t>(ctx.max_storage_range() / per_row, 1, n_ubatch));
 }
 
-KvCacheOptions with_ubatch(const EngineOptions& o) {
-  KvCacheOptions c = o.cache;
-  c.n_ubatch = std::max<uint32_t>(o.n_ubatch, 1);
-  return c;
+// The options with the prefill chunk resolved (0: the device's).
+EngineOptions resolved(const VulkanContext& ctx, EngineOptions o) {
+  if (o.n_ubatch == 0) o.n_ubatch = default_ubatch(ctx);
+  o.cache.n_ubatch = o.n_ubatch;
+  return o;
 }
 
 // The window layers rotate with their own base or scale (gemma3), so they need their own table.
@@ -68,13 +69,16 @@ uint64_t attention_scratch(const VulkanContext& ctx, const ModelConfig& c, uint3
 
 }  // namespace
 
-MemoryPlan plan_memory(const VulkanContext& ctx, const ModelConfig& c, uint64_t weight_bytes, const EngineOptions& o) {
+uint32_t default_ubatch(const VulkanContext& ctx) { return ctx.info().type == "cpu" ? 64 : 512; }
+
+MemoryPlan plan_memory(const VulkanContext& ctx, const ModelConfig& c, uint64_t weight_bytes, const EngineOptions& options) {
+  const EngineOptions o = resolved(ctx, options);
   MemoryPlan m;
   m.weights = weight_bytes;
-  const uint32_t ring = window_ring_for(c, with_ubatch(o));
+  const uint32_t ring = window_ring_for(c, o.cache);
   m.kv_cache = kv_cache_bytes(c, o.cache.type_k, o.cache.type_v, o.cache.capacity, ring);
   // The buffers the Engine constructor allocates, with the same sizes.
-  const uint64_t ub = std::max<uint32_t>(o.n_ubatch, 1), qd = uint64_t{c.n_head} * c.head_dim;
+  const uint64_t ub = o.n_ubatch, qd = uint64_t{c.n_head} * c.head_dim;
   const uint64_t rows = logits_rows_for(ctx, c, static_cast<uint32_t>(ub));
   m.activations = qkv_regions(ctx, c, ub).bytes + ffn_regions(ctx, c, ub).bytes +
                   F * (ub * c.n_embd + ub * std::max<uint64_t>(c.n_embd, qd) + ub * qd + rows * c.n_embd + uint64_t{o.cache.capacity} * c.head_dim * (has_swa_rope(c) ? 2 : 1) +
@@ -84,11 +88,10 @@ MemoryPlan plan_memory(const VulkanContext& ctx, const ModelConfig& c, uint64_t 
 }
 
 Engine::Engine(const VulkanContext& ctx, Pipelines& pipelines, const Model& model, const EngineOptions& o)
-    : ctx_(ctx), model_(model), opts_(o), cache_(ctx, model.config(), with_ubatch(o)),
+    : ctx_(ctx), model_(model), opts_(resolved(ctx, o)), cache_(ctx, model.config(), opts_.cache),
       rec_(ctx, &pipelines, o.profile ? 4096 : 0) {
   const ModelConfig& c = model.config();
-  const uint64_t ub = std::max<uint32_t>(opts_.n_ubatch, 1), qd = uint64_t{c.n_head} * c.head_dim;
-  opts_.n_ubatch = static_cast<uint32_t>(ub);
+  const uint64_t ub = opts_.n_ubatch, qd = uint64_t{c.n_head} * c.head_dim;
   logits_rows_ = logits_rows_for(ctx, c, opts_.n_ubatch);
   auto dev = [&](uint64_t bytes, const char* name) {
     activation_bytes_ += bytes;

@@ -16,10 +16,17 @@ namespace vkllm {
 
 struct EngineOptions {
   KvCacheOptions cache;
-  uint32_t n_ubatch = 512;  // tokens per prefill chunk (one command buffer each)
+  uint32_t n_ubatch = 0;    // tokens per prefill chunk (one command buffer each); 0: the device's (default_ubatch)
   bool profile = false;     // collect per-dispatch GPU timings
   AttentionKernel attention = AttentionKernel::Auto;  // which attention kernel (bench compares them)
 };
+
+// The prefill chunk a device gets unless --ubatch says otherwise: 512 tokens on GPUs, where a
+// larger chunk keeps the matmul tiles full; 64 on CPU drivers, where the matmul reads the weights
+// once per 4 columns whatever the chunk, so a smaller one costs no speed and frees activation
+// memory, shows progress more often and lets the server interleave prompts with decode steps
+// (docs/performance.md, "Prefill chunk per device").
+uint32_t default_ubatch(const VulkanContext& ctx);
 
 // Which logits a call to decode() returns: the last token's, every token's, or every token's
 // log-probabilities (log-softmax of the logits, computed on the device; for perplexity).
@@ -58,6 +65,7 @@ class Engine {
   KvCache& cache() { return cache_; }
   const KvCache& cache() const { return cache_; }
   const ModelConfig& config() const { return model_.config(); }
+  uint32_t ubatch() const { return opts_.n_ubatch; }  // tokens per prefill chunk
   uint64_t activation_bytes() const { return activation_bytes_; }
   // Dispatches and barriers recorded since the engine was made.
   uint64_t dispatches_recorded() const { return rec_.dispatches_recorded(); }
