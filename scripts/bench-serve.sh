@@ -3,10 +3,12 @@
 #   1. decode throughput: one stream alone, then STREAMS streams at once (each TOKENS tokens after
 #      a short prompt); aggregate completion tokens per second of each, and the ratio;
 #   2. prefix reuse: a request with a PREFIX-token prompt, then one sharing that prefix with
-#      another question; cached tokens and time to first token of each (max_tokens 1).
+#      another question; cached tokens and time to first token of each (max_tokens 1);
+#   3. a long prompt during a stream: while one stream generates, a LONG-token prompt arrives
+#      (max_tokens 1); the stream's tokens while it is prefilled and the longest wait between them.
 #
 # usage: scripts/bench-serve.sh [MODEL]      (default: the 1b q4_0 benchmark model, made if missing)
-#        STREAMS=4 TOKENS=32 PREFIX=2000 CTX=2560 scripts/bench-serve.sh MODEL
+#        STREAMS=4 TOKENS=32 PREFIX=2000 LONG=300 CTX=2560 scripts/bench-serve.sh MODEL
 set -euo pipefail
 . "$(dirname "$0")/bench-lib.sh"
 model=${1:-$root/models/bench-1b-q4_0.gguf}
@@ -83,3 +85,38 @@ printf '\n| request | prompt tokens | cached | time to first token s |\n|---|---
 printf '| first | %s | %s | %.2f |\n' "$(field "$work/a.json" usage.prompt_tokens)" "$(field "$work/a.json" usage.prompt_tokens_details.cached_tokens)" "$ta"
 printf '| same prefix | %s | %s | %.2f |\n' "$(field "$work/b.json" usage.prompt_tokens)" "$(field "$work/b.json" usage.prompt_tokens_details.cached_tokens)" "$tb"
 printf 'TTFT ratio: %.1f×\n' "$(calc "$ta / $tb")"
+
+# A long prompt while a stream generates: the stream goes on between the prompt's prefill chunks.
+long=${LONG:-300}
+node - "$url" "$(( long * 50 / per50 + 1 ))" "$sentence" <<'JS'
+const [url, n, sentence] = process.argv.slice(2);
+const post = (body) => fetch(url + "/completions", {method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)});
+(async () => {
+  const stamps = [];
+  let long, settled = false;
+  const res = await post({prompt: "Story: once upon a time", max_tokens: 400, stream: true});
+  const reader = res.body.getReader();
+  for (let buf = ""; ;) {
+    const {value, done} = await reader.read();
+    if (done) break;
+    buf += new TextDecoder().decode(value);
+    for (let at; (at = buf.indexOf("\n\n")) >= 0; buf = buf.slice(at + 2))
+      if (buf.startsWith("data: {")) stamps.push(performance.now());
+    if (stamps.length >= 3 && !long) {
+      const t0 = performance.now();
+      long = post({prompt: sentence.repeat(Number(n)), max_tokens: 1}).then(async (r) => {
+        const t1 = performance.now(), j = await r.json();
+        settled = true;
+        return {t0, t1, j};
+      });
+    }
+    if (settled) break;
+  }
+  reader.cancel().catch(() => {});
+  const {t0, t1, j} = await long;
+  const during = stamps.filter((t) => t >= t0 && t <= t1), pts = [t0, ...during, t1];
+  const gap = Math.max(...pts.slice(1).map((t, i) => t - pts[i]));
+  console.log(`\n| long prompt tokens | its time to first token s | stream tokens meanwhile | longest wait between them s |\n|---:|---:|---:|---:|`);
+  console.log(`| ${j.usage.prompt_tokens} | ${((t1 - t0) / 1000).toFixed(2)} | ${during.length} | ${(gap / 1000).toFixed(2)} |`);
+})();
+JS

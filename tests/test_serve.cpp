@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include "test_support.h"
@@ -427,6 +429,90 @@ TEST(Serve, QueuedStreamWhoseClientLeftIsDropped) {
   const int prompt = answer["usage"]["prompt_tokens"].get<int>();
   EXPECT_NE(metrics.find("\nvkllm_prompt_tokens_total " + std::to_string(2 * prompt) + "\n"), std::string::npos)
       << "the queued request ran; prompt tokens of the other two: " << 2 * prompt << "\n" << metrics;
+}
+
+// A response that is not streamed and not ready within a second goes out chunked, with a space
+// (leading JSON whitespace) every second until its body: it still parses as the same answer, and
+// when its client gives up, the failed write drops the request instead of generating for nobody.
+TEST(Serve, UnstreamedRequestWhoseClientLeftIsDropped) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  Server s("--parallel 1 --temp 0 --ctx 4096");
+  ASSERT_GT(s.port(), 0) << s.log();
+  {
+    httplib::Client c = s.client();
+    const auto t0 = std::chrono::steady_clock::now();
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.headers = {{"Content-Type", "application/json"}};
+    req.body = json({{"prompt", "Once upon a time"}, {"max_tokens", 4000}}).dump();
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      EXPECT_EQ(std::string(data, n).find_first_not_of(' '), std::string::npos) << "only spaces before the answer";
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 1.5;  // then hang up
+    };
+    c.send(req);
+  }
+  // 4,000 tokens would take many seconds more; the sequence is free again within a few.
+  httplib::Client c = s.client();
+  const auto t0 = std::chrono::steady_clock::now();
+  int status = 0;
+  const json quick = post(c, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 4}}, &status);
+  ASSERT_EQ(status, 200) << quick.dump();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  const std::string metrics = c.Get("/metrics")->body;
+  EXPECT_NE(metrics.find("\nvkllm_requests_cancelled_total 1\n"), std::string::npos) << metrics;
+  // A long answer that a client waits for: spaces, then the same answer as `vkllm run`.
+  const auto r = c.Post("/v1/completions", json({{"prompt", "Once upon a time"}, {"max_tokens", 1500}}).dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  EXPECT_EQ(r->body.substr(0, 1), " ") << "answered within a second: the chunked path was not taken";
+  const json j = json::parse(r->body, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r->body.substr(0, 200);
+  EXPECT_EQ(j["choices"][0]["text"].get<std::string>(), run_greedy("Once upon a time", 1500));
+  EXPECT_EQ(j["usage"]["completion_tokens"].get<int>(), 1500);
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
+// A long prompt runs one prefill chunk per round between the decode steps of the sequences that
+// are generating: a stream keeps getting tokens while another request's prompt is prefilled.
+TEST(Serve, LongPromptIsPrefilledBetweenOtherStreamsTokens) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  Server s("--parallel 2 --temp 0 --ctx 2048 --ubatch 4");
+  ASSERT_GT(s.port(), 0) << s.log();
+  std::string manual;
+  for (int i = 0; i < 40; ++i) manual += "Lily and Tom played in the park with a red ball. ";
+  std::atomic<int> streamed{0};   // events of the running stream
+  std::atomic<bool> long_done{false};
+  int during = -1, prompt_tokens = 0, status = 0;
+  std::thread long_request;
+  httplib::Client c = s.client();
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.headers = {{"Content-Type", "application/json"}};
+  req.body = json({{"prompt", "Once upon a time"}, {"max_tokens", 1500}, {"stream", true}}).dump();
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    for (std::string_view v(data, n); v.find("data: {") != std::string_view::npos; v.remove_prefix(v.find("data: {") + 7)) ++streamed;
+    if (streamed >= 5 && !long_request.joinable())
+      long_request = std::thread([&] {
+        // ≈ 450 prompt tokens in chunks of 4: ≈ 110 rounds, each advancing the stream by a token.
+        httplib::Client other = s.client();
+        const int before = streamed;
+        const json r = post(other, "/v1/completions", {{"prompt", manual}, {"max_tokens", 1}}, &status);
+        during = streamed - before;
+        if (r.contains("usage")) prompt_tokens = r["usage"]["prompt_tokens"].get<int>();
+        long_done = true;
+      });
+    return !long_done;
+  };
+  c.send(req);
+  ASSERT_TRUE(long_request.joinable()) << "the stream ended before the long request was sent";
+  long_request.join();
+  ASSERT_EQ(status, 200);
+  ASSERT_GT(prompt_tokens, 400);
+  // Prefilled whole, the stream would have stood still for the entire prompt (a token or two).
+  EXPECT_GE(during, prompt_tokens / 4 / 2) << "tokens streamed while " << prompt_tokens << " prompt tokens were prefilled";
+  EXPECT_EQ(s.terminate(), 0) << s.log();
 }
 
 // A request sharing a long prefix with an earlier one reports it as cached.

@@ -51,9 +51,17 @@ uint32_t generation_budget(const KvCache& cache, uint32_t turn_tokens) {
 }
 
 uint32_t Generator::prefill(std::span<const int32_t> prompt, const ProgressFn& progress) {
+  prefill_begin(prompt);
+  while (prefill_step(UINT32_MAX, progress)) {
+  }
+  return stats_.cached_tokens;
+}
+
+uint32_t Generator::prefill_begin(std::span<const int32_t> prompt) {
   // An empty prompt continues from what is cached: its last token's logits are kept from before.
   if (prompt.empty()) {
     stats_ = {};
+    to_run_.clear();
     return 0;
   }
   KvCache& cache = engine_.cache();
@@ -61,22 +69,40 @@ uint32_t Generator::prefill(std::span<const int32_t> prompt, const ProgressFn& p
   // Keep at least one token to run, so its logits are fresh.
   const uint32_t reuse = cache.reusable(m.usable ? std::min<uint32_t>(m.matched, uint32_t(prompt.size()) - 1) : 0);
   cache.truncate(reuse);
-  // The reused tokens still count for the penalties; extend() accepts the rest.
+  // The reused tokens still count for the penalties; extend_begin() accepts the rest.
   for (int32_t t : prompt.first(reuse)) sampler_.accept(t);
-  return extend(prompt.subspan(reuse), progress);
+  return extend_begin(prompt.subspan(reuse));
 }
 
 uint32_t Generator::extend(std::span<const int32_t> tokens, const ProgressFn& progress) {
+  extend_begin(tokens);
+  while (prefill_step(UINT32_MAX, progress)) {
+  }
+  return stats_.cached_tokens;
+}
+
+uint32_t Generator::extend_begin(std::span<const int32_t> tokens) {
   stats_ = {};
-  KvCache& cache = engine_.cache();
+  const KvCache& cache = engine_.cache();
   stats_.cached_tokens = cache.used();
   stats_.prompt_tokens = cache.used() + static_cast<uint32_t>(tokens.size());
-  if (tokens.empty()) return stats_.cached_tokens;
   for (int32_t t : tokens) sampler_.accept(t);
-  const auto t0 = std::chrono::steady_clock::now();
-  logits_ = engine_.decode(tokens, LogitsMode::Last, progress);
-  stats_.prefill_ms = ms_since(t0);
+  to_run_.assign(tokens.begin(), tokens.end());
+  run_done_ = 0;
   return stats_.cached_tokens;
+}
+
+bool Generator::prefill_step(uint32_t max_tokens, const ProgressFn& progress) {
+  if (run_done_ >= to_run_.size()) return false;
+  const size_t n = std::min<size_t>(std::max<uint32_t>(max_tokens, 1), to_run_.size() - run_done_);
+  const auto t0 = std::chrono::steady_clock::now();
+  logits_ = engine_.decode(std::span(to_run_).subspan(run_done_, n), LogitsMode::Last, progress);
+  stats_.prefill_ms += ms_since(t0);
+  run_done_ += n;
+  if (run_done_ < to_run_.size()) return true;
+  to_run_.clear();
+  run_done_ = 0;
+  return false;
 }
 
 void Generator::resume() {

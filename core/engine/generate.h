@@ -66,6 +66,12 @@ class Generator {
   // keeps its own account of what is cached, which still works after the ring has evicted), and
   // leaves the logits of the last one ready. Returns the tokens that were already cached.
   uint32_t extend(std::span<const int32_t> tokens, const ProgressFn& progress = {});
+  // prefill() in steps, for a caller that interleaves a prompt with other work (the server runs
+  // a chunk between decode steps of the other sequences): prefill_begin() keeps the longest
+  // cached prefix as prefill() does and returns the reused tokens; each prefill_step() runs at
+  // most `max_tokens` of the rest and returns whether any remain. The stats cover all steps.
+  uint32_t prefill_begin(std::span<const int32_t> prompt);
+  bool prefill_step(uint32_t max_tokens, const ProgressFn& progress = {});
   // After the cache was restored from disk: recomputes the last cached token's logits (truncate
   // by one, decode it again, the pinned prefix unchanged) so generate() continues exactly where
   // the saved run stopped. The token's K/V rows are rewritten with the same values.
@@ -102,12 +108,16 @@ class Generator {
   };
   // Releases the held-back text and the timing at the end of a run.
   void finish(const TextSink& on_text);
+  // extend()'s bookkeeping: the stats, the sampler's history, the tokens left to run.
+  uint32_t extend_begin(std::span<const int32_t> tokens);
 
   Engine& engine_;
   const Tokenizer& tok_;
   Sampler& sampler_;
   std::vector<float> logits_;  // of the last token in the cache
   std::vector<float> raw_;     // the logits before the sampler's penalties (logprobs)
+  std::vector<int32_t> to_run_;  // the prompt tokens a prefill runs (prefill_step) …
+  size_t run_done_ = 0;          // … and how many of them ran (the cache's count stops at a full ring)
   GenerationStats stats_;
   std::optional<Run> run_;
 };

@@ -39,7 +39,7 @@ void Job::finish(const GenerationStats& stats, std::string error) {
 Scheduler::Scheduler(std::vector<Engine*> engines, const Tokenizer& tok, Metrics& metrics, const SchedulerOptions& o)
     : tok_(tok), metrics_(metrics), opts_(o) {
   VKLLM_CHECK(!engines.empty(), "a scheduler needs at least one engine");
-  for (Engine* e : engines) seqs_.push_back(Sequence{e, nullptr, nullptr, nullptr, 0, -1});
+  for (Engine* e : engines) seqs_.push_back(Sequence{e, nullptr, nullptr, nullptr, 0, -1, false, 0});
   update_gauges();
   thread_ = std::thread([this] { loop(); });
 }
@@ -104,6 +104,7 @@ void Scheduler::loop() {
     }
     update_gauges();
     for (auto& [s, job] : admitted) admit(*s, job);
+    prefill_round();
     step_all();
     update_gauges();
   }
@@ -119,30 +120,53 @@ void Scheduler::admit(Sequence& s, const std::shared_ptr<Job>& job) {
   try {
     s.sampler = std::make_unique<Sampler>(job->sampling);
     s.gen = std::make_unique<Generator>(*s.engine, tok_, *s.sampler);
-    const uint32_t n_prompt = uint32_t(job->prompt.size());
-    PromptCache* pc = opts_.prompt_cache;
-    if (pc) {
+    if (PromptCache* pc = opts_.prompt_cache) {
       // A longer prefix on disk than in this sequence's cache replaces it; one token always runs.
       const PromptCacheMatch m = pc->find(job->prompt, s.engine->cache().window_ring() != 0);
       const PrefixMatch live = match_prefix(s.engine->cache(), job->prompt);
-      const uint32_t n = std::min<uint32_t>(m.matched, n_prompt - 1);
+      const uint32_t n = std::min<uint32_t>(m.matched, uint32_t(job->prompt.size()) - 1);
       if (n > 0 && (!live.usable || n > live.matched)) pc->load(m, n, *s.engine);
     }
-    s.gen->prefill(job->prompt);
-    if (pc) {
-      if (s.gen->stats().cached_tokens + 1 < n_prompt) pc->store(*s.engine, n_prompt);
-      if (opts_.log)
-        for (const std::string& w : pc->take_warnings()) opts_.log("warning: prompt cache: " + w);
-    }
-    // A request never runs through the ring: max_tokens stops where the context is full.
-    GenerateOptions go = job->generate;
-    const KvCache& cache = s.engine->cache();
-    if (go.n_predict >= 0) go.n_predict = std::min<int32_t>(go.n_predict, int32_t(cache.capacity() - cache.used()));
-    s.gen->start(go);
+    s.gen->prefill_begin(job->prompt);
+    s.prefilling = true;
+    s.admitted = ++admissions_;
+  } catch (const std::exception& e) {
+    s.engine->cache().clear();  // a failed load may have left tokens without their K/V
+    complete(s, e.what());
+  }
+}
+
+void Scheduler::prefill_round() {
+  Sequence* next = nullptr;
+  for (Sequence& s : seqs_)
+    if (s.job && s.prefilling && (!next || s.admitted < next->admitted)) next = &s;
+  if (!next) return;
+  Sequence& s = *next;
+  if (s.job->cancelled()) {
+    complete(s);
+    return;
+  }
+  try {
+    if (!s.gen->prefill_step(s.engine->ubatch())) finish_prefill(s);
   } catch (const std::exception& e) {
     s.engine->cache().clear();  // a failed prefill may have left tokens without their K/V
     complete(s, e.what());
   }
+}
+
+void Scheduler::finish_prefill(Sequence& s) {
+  s.prefilling = false;
+  const uint32_t n_prompt = uint32_t(s.job->prompt.size());
+  if (PromptCache* pc = opts_.prompt_cache) {
+    if (s.gen->stats().cached_tokens + 1 < n_prompt) pc->store(*s.engine, n_prompt);
+    if (opts_.log)
+      for (const std::string& w : pc->take_warnings()) opts_.log("warning: prompt cache: " + w);
+  }
+  // A request never runs through the ring: max_tokens stops where the context is full.
+  GenerateOptions go = s.job->generate;
+  const KvCache& cache = s.engine->cache();
+  if (go.n_predict >= 0) go.n_predict = std::min<int32_t>(go.n_predict, int32_t(cache.capacity() - cache.used()));
+  s.gen->start(go);
 }
 
 void Scheduler::step_all() {
@@ -151,7 +175,7 @@ void Scheduler::step_all() {
   std::vector<Engine*> engines;
   std::vector<int32_t> tokens;
   for (Sequence& s : seqs_) {
-    if (!s.job || !s.gen) continue;
+    if (!s.job || !s.gen || s.prefilling) continue;
     Job& job = *s.job;
     try {
       const int32_t tok = job.cancelled() ? (s.gen->interrupt(), -1) : s.gen->sample(sink(job));
@@ -213,6 +237,7 @@ void Scheduler::complete(Sequence& s, const std::string& error) {
                         st.generated > 1 ? (st.generated - 1) * 1000.0 / std::max(st.decode_ms, 1e-3) : 0.0);
   s.gen.reset();
   s.sampler.reset();
+  s.prefilling = false;
   {
     std::lock_guard lock(mu_);
     --running_;

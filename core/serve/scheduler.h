@@ -5,10 +5,13 @@
 // queue until a sequence is free, then takes the free sequence whose cache shares the longest
 // prefix with its prompt (if that reuses at least half of what the cache holds; else, and on
 // ties, the one idle longest), prefills only what differs (or loads a
-// longer prefix from the on-disk prompt cache), and joins the running sequences. The device
-// thread advances every running sequence by one token per round in one decode step that reads
-// the weights once for all of them; every column of that step is computed exactly as it would
-// be alone, so a request's tokens never depend on what else runs (greedy, or a fixed seed).
+// longer prefix from the on-disk prompt cache), and joins the running sequences. Each round the
+// device thread runs one prefill chunk (of the request admitted first among those still
+// prefilling), then advances every generating sequence by one token in one decode step that
+// reads the weights once for all of them: a long prompt delays the others' tokens by a chunk per
+// round instead of stopping them for its whole prefill. Every column of that step is computed
+// exactly as it would be alone, so a request's tokens never depend on what else runs (greedy, or
+// a fixed seed).
 // Design in docs/server.md.
 #pragma once
 #include <atomic>
@@ -100,10 +103,17 @@ class Scheduler {
     std::shared_ptr<Job> job;  // the running request (null: idle)
     uint64_t last_used = 0;    // round of its last request, for the choice among idle ones
     double ttft_s = -1;        // the job's arrival to its first token (< 0: not yet)
+    bool prefilling = false;   // its prompt has tokens left to run
+    uint64_t admitted = 0;     // admission order: the earliest prefilling job runs its chunk first
   };
   void loop();
-  // Starts a job on an idle sequence: prefix reuse, prefill, first step set up.
+  // Starts a job on an idle sequence: prefix reuse (from its cache or the prompt cache); the rest
+  // of the prompt runs in prefill_round().
   void admit(Sequence& s, const std::shared_ptr<Job>& job);
+  // One prefill chunk (the engine's ubatch) of the earliest admitted sequence still prefilling;
+  // the last one sets up its generation.
+  void prefill_round();
+  void finish_prefill(Sequence& s);
   // One token of every running sequence, in one decode step (Engine::decode_batch: the weights
   // read once for all of them); finishes the jobs that end.
   void step_all();
@@ -121,6 +131,7 @@ class Scheduler {
   std::deque<std::shared_ptr<Job>> queue_;
   size_t running_ = 0;
   uint64_t round_ = 0;
+  uint64_t admissions_ = 0;  // device thread only
   std::atomic<bool> draining_{false};
   bool stop_ = false;
   std::thread thread_;

@@ -13,9 +13,13 @@ namespace {
 
 using nlohmann::json;
 
-// A stream with nothing to send for this long writes an SSE comment (see the provider below).
+// A stream with nothing to send for this long writes an SSE comment (see the provider below). A
+// response that is not streamed and not ready by then goes out chunked and writes a space (JSON
+// allows leading whitespace) this often until its body: the write to a client that has gone
+// fails, so the request is dropped instead of running on for nobody.
 constexpr std::chrono::milliseconds k_keep_alive{1000};
 constexpr char k_keep_alive_line[] = ": keep-alive\n\n";
+constexpr char k_keep_alive_space[] = " ";
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
@@ -119,11 +123,49 @@ void HttpServer::routes() {
       return Usage{j.stats().prompt_tokens, j.stats().generated, j.stats().cached_tokens};
     };
     if (!r.stream) {
-      std::string text, piece;
-      while (job->wait_text(piece)) text += piece;
-      if (!job->error().empty()) throw ApiError(500, job->error(), "", "server_error");
-      res.set_content(dump(completion_body(e, id, created, model, text, finish_reason(job->stats().stop_reason), usage(*job))),
-                      "application/json");
+      const auto body = [=](const std::string& text) {
+        return dump(completion_body(e, id, created, model, text, finish_reason(job->stats().stop_reason), usage(*job)));
+      };
+      // Finished within k_keep_alive: a plain response, whose status says how it went.
+      auto text = std::make_shared<std::string>();
+      std::string piece;
+      const auto deadline = std::chrono::steady_clock::now() + k_keep_alive;
+      for (Job::Wait w = Job::Wait::Text; w == Job::Wait::Text;) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        w = job->wait_text_for(piece, std::max(left, std::chrono::milliseconds(0)));
+        *text += piece;
+        piece.clear();
+        if (w != Job::Wait::Done) continue;
+        if (!job->error().empty()) throw ApiError(500, job->error(), "", "server_error");
+        res.set_content(body(*text), "application/json");
+        return;
+      }
+      // Otherwise 200 now, then a space every k_keep_alive until the body. An error that comes
+      // later is the body (an OpenAI error object) under that 200.
+      res.set_chunked_content_provider(
+          "application/json",
+          [=](size_t, httplib::DataSink& sink) {
+            std::string piece;
+            auto last_write = std::chrono::steady_clock::now();
+            for (Job::Wait w; (w = job->wait_text_for(piece, k_keep_alive)) != Job::Wait::Done;) {
+              *text += piece;
+              piece.clear();
+              if (std::chrono::steady_clock::now() - last_write < k_keep_alive) continue;
+              if (!sink.write(k_keep_alive_space, sizeof(k_keep_alive_space) - 1)) {
+                job->cancel();
+                return false;
+              }
+              last_write = std::chrono::steady_clock::now();
+            }
+            *text += piece;
+            const std::string out = job->error().empty() ? body(*text) : dump(error_body(job->error(), "server_error", "", 500));
+            sink.write(out.data(), out.size());
+            sink.done();
+            return true;
+          },
+          [job](bool success) {
+            if (!success) job->cancel();
+          });
       return;
     }
     res.set_header("Cache-Control", "no-cache");
