@@ -62,7 +62,7 @@ TEST_P(WeightOps, MatchReference) {
       ref::get_rows(t, w.data(), s.cols, ids.data(), int64_t(ids.size()), want.data());
       Buffer dids = test::to_device(ids), dout = test::to_device(std::vector<float>(want.size(), 0.0f));
       // matvec (1 token) and matmul (several)
-      for (uint32_t n_tokens : {1u, 3u, 5u, 33u}) {
+      for (uint32_t n_tokens : {1u, 3u, 5u, 33u, 70u}) {  // 70: two token tiles of the tiled matmul
         const std::vector<float> x = test::random_floats(size_t(n_tokens) * s.cols, n_tokens + s.cols);
         std::vector<float> ywant(size_t(n_tokens) * s.rows);
         ref::matmul(t, w.data(), s.rows, s.cols, x.data(), n_tokens, ywant.data());

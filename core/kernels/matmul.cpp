@@ -127,7 +127,7 @@ void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const Buf
     } else {
       VKLLM_CHECK(!glu, "the tiled matmul has no gated activation");
       const Pipeline& p = rec.pipelines().get("matmul_" + suffix, 3, sizeof(MatmulParams), {256});
-      rec.dispatch(p, {part.view, x, y}, params, div_ceil(rows, 64), div_ceil(n_tokens, 32));
+      rec.dispatch(p, {part.view, x, y}, params, div_ceil(rows, 64), div_ceil(n_tokens, 64));
     }
   }
 }
