@@ -10,7 +10,8 @@
 //   void dq_offsets(uint row_base, uint k, out uint base, out uint j8)
 //       where element k (a multiple of 8) of the row starting at byte row_base lives.
 //
-// Every 8-run lies inside one sub-block, so scales are decoded once per call.
+// Every 8-run lies inside one sub-block, so scales are decoded once per call, and its quantized
+// bytes are read as two words (run8).
 #extension GL_EXT_shader_8bit_storage : require
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int8 : require
@@ -21,6 +22,13 @@ layout(binding = WEIGHT_BINDING) readonly buffer WeightU16 { uint16_t w16[]; };
 layout(binding = WEIGHT_BINDING) readonly buffer WeightF32 { float w32[]; };
 
 uint wb(uint byte_index) { return uint(w8[byte_index]); }
+// The 8 bytes at byte o (o even: every run dq8 reads starts on an even byte) as two words, from
+// four 16-bit loads instead of eight byte loads; byte i of the run is run_byte(r, i).
+uvec2 run8(uint o) {
+  const uint h = o >> 1;
+  return uvec2(uint(w16[h]) | (uint(w16[h + 1]) << 16), uint(w16[h + 2]) | (uint(w16[h + 3]) << 16));
+}
+uint run_byte(uvec2 r, uint i) { return ((i < 4 ? r.x : r.y) >> (8 * (i & 3u))) & 0xFFu; }
 // f16 at an even byte offset.
 float wf16(uint byte_index) { return unpackHalf2x16(uint(w16[byte_index >> 1])).x; }
 
@@ -102,11 +110,13 @@ void dq8(uint base, uint j8, uint n_valid, out float v[8]) {
 #elif defined(WTYPE_Q4_0)
   const float d = wf16(base);
   const uint shift = j8 >= 16 ? 4 : 0;
-  for (uint i = 0; i < 8; ++i) v[i] = (float((wb(base + 2 + (j8 & 15) + i) >> shift) & 0xFu) - 8.0) * d;
+  const uvec2 q = run8(base + 2 + (j8 & 15));
+  for (uint i = 0; i < 8; ++i) v[i] = (float((run_byte(q, i) >> shift) & 0xFu) - 8.0) * d;
 #elif defined(WTYPE_Q4_1)
   const float d = wf16(base), m = wf16(base + 2);
   const uint shift = j8 >= 16 ? 4 : 0;
-  for (uint i = 0; i < 8; ++i) v[i] = float((wb(base + 4 + (j8 & 15) + i) >> shift) & 0xFu) * d + m;
+  const uvec2 q = run8(base + 4 + (j8 & 15));
+  for (uint i = 0; i < 8; ++i) v[i] = float((run_byte(q, i) >> shift) & 0xFu) * d + m;
 #elif defined(WTYPE_Q5_0) || defined(WTYPE_Q5_1)
 #if defined(WTYPE_Q5_0)
   const float d = wf16(base), m = -16.0 * d;
@@ -115,16 +125,18 @@ void dq8(uint base, uint j8, uint n_valid, out float v[8]) {
   const float d = wf16(base), m = wf16(base + 2);
   const uint qh_at = base + 4;
 #endif
-  const uint qh = wb(qh_at) | (wb(qh_at + 1) << 8) | (wb(qh_at + 2) << 16) | (wb(qh_at + 3) << 24);
+  const uint qh = uint(w16[qh_at >> 1]) | (uint(w16[(qh_at >> 1) + 1]) << 16);
   const uint shift = j8 >= 16 ? 4 : 0;
+  const uvec2 qs = run8(qh_at + 4 + (j8 & 15));
   for (uint i = 0; i < 8; ++i) {
     const uint j = j8 + i;
-    const uint q = ((wb(qh_at + 4 + (j & 15)) >> shift) & 0xFu) | (((qh >> j) & 1u) << 4);
+    const uint q = ((run_byte(qs, i) >> shift) & 0xFu) | (((qh >> j) & 1u) << 4);
     v[i] = float(q) * d + m;
   }
 #elif defined(WTYPE_Q8_0)
   const float d = wf16(base);
-  for (uint i = 0; i < 8; ++i) v[i] = float(int8_t(w8[base + 2 + j8 + i])) * d;
+  const uvec2 q = run8(base + 2 + j8);
+  for (uint i = 0; i < 8; ++i) v[i] = float(int(run_byte(q, i) << 24) >> 24) * d;
 #elif defined(WTYPE_Q2_K)
   // Element e: half n = e/128, r = e%128, j = r/32, l = r%32; 2 bits at shift 2j of qs[32n + l];
   // scale byte 8n + 2j + l/16.
@@ -132,7 +144,8 @@ void dq8(uint base, uint j8, uint n_valid, out float v[8]) {
   const float d = wf16(base + 80), dmin = wf16(base + 82);
   const uint sc = wb(base + 8 * n + 2 * j + l / 16);
   const float dl = d * float(sc & 0xFu), ml = dmin * float(sc >> 4);
-  for (uint i = 0; i < 8; ++i) v[i] = dl * float((wb(base + 16 + 32 * n + l + i) >> (2 * j)) & 3u) - ml;
+  const uvec2 q = run8(base + 16 + 32 * n + l);
+  for (uint i = 0; i < 8; ++i) v[i] = dl * float((run_byte(q, i) >> (2 * j)) & 3u) - ml;
 #elif defined(WTYPE_Q3_K)
   // Like Q2_K, plus a high bit from hmask[l] bit (4n + j) that, when clear, subtracts 4; scales are
   // 6-bit: low 4 bits from byte i (i < 8) or the high nibble of byte i-8, top 2 bits from byte
@@ -144,8 +157,9 @@ void dq8(uint base, uint j8, uint n_valid, out float v[8]) {
   const uint hi = (wb(s + 8 + is % 4) >> (2 * (is / 4))) & 3u;
   const float dl = wf16(base + 108) * (float(lo | (hi << 4)) - 32.0);
   const uint m = 1u << (4 * n + j);
+  const uvec2 qs = run8(base + 32 + 32 * n + l), hm = run8(base + l);
   for (uint i = 0; i < 8; ++i) {
-    const int q = int((wb(base + 32 + 32 * n + l + i) >> (2 * j)) & 3u) - ((wb(base + l + i) & m) != 0 ? 0 : 4);
+    const int q = int((run_byte(qs, i) >> (2 * j)) & 3u) - ((run_byte(hm, i) & m) != 0 ? 0 : 4);
     v[i] = dl * float(q);
   }
 #elif defined(WTYPE_Q4_K)
@@ -156,7 +170,8 @@ void dq8(uint base, uint j8, uint n_valid, out float v[8]) {
   scale_min_k4(base + 4, 2 * c + r / 32, sc, mn);
   const float d = wf16(base) * sc, m = wf16(base + 2) * mn;
   const uint shift = r >= 32 ? 4 : 0;
-  for (uint i = 0; i < 8; ++i) v[i] = d * float((wb(base + 16 + 32 * c + (r & 31) + i) >> shift) & 0xFu) - m;
+  const uvec2 q = run8(base + 16 + 32 * c + (r & 31));
+  for (uint i = 0; i < 8; ++i) v[i] = d * float((run_byte(q, i) >> shift) & 0xFu) - m;
 #elif defined(WTYPE_Q5_K)
   // As Q4_K with a 5th bit from qh[r%32] bit (2c + r/32).
   const uint c = j8 / 64, r = j8 % 64;
@@ -165,9 +180,9 @@ void dq8(uint base, uint j8, uint n_valid, out float v[8]) {
   const float d = wf16(base) * sc, m = wf16(base + 2) * mn;
   const uint shift = r >= 32 ? 4 : 0;
   const uint hbit = 2 * c + r / 32;
+  const uvec2 qs = run8(base + 48 + 32 * c + (r & 31)), qh = run8(base + 16 + (r & 31));
   for (uint i = 0; i < 8; ++i) {
-    const uint l = (r & 31) + i;
-    const uint q = ((wb(base + 48 + 32 * c + l) >> shift) & 0xFu) | (((wb(base + 16 + l) >> hbit) & 1u) << 4);
+    const uint q = ((run_byte(qs, i) >> shift) & 0xFu) | (((run_byte(qh, i) >> hbit) & 1u) << 4);
     v[i] = d * float(q) - m;
   }
 #elif defined(WTYPE_Q6_K)
@@ -176,15 +191,17 @@ void dq8(uint base, uint j8, uint n_valid, out float v[8]) {
   const uint n = j8 / 128, r = j8 % 128, k = r / 32, l = r % 32;
   const float d = wf16(base + 208) * float(int8_t(w8[base + 192 + 8 * n + l / 16 + 2 * k]));
   const uint shift = k >= 2 ? 4 : 0;
+  const uvec2 ql = run8(base + 64 * n + l + 32 * (k & 1)), qh = run8(base + 128 + 32 * n + l);
   for (uint i = 0; i < 8; ++i) {
-    const uint lo = (wb(base + 64 * n + l + i + 32 * (k & 1)) >> shift) & 0xFu;
-    const uint hi = (wb(base + 128 + 32 * n + l + i) >> (2 * k)) & 3u;
+    const uint lo = (run_byte(ql, i) >> shift) & 0xFu;
+    const uint hi = (run_byte(qh, i) >> (2 * k)) & 3u;
     v[i] = d * float(int(lo | (hi << 4)) - 32);
   }
 #elif defined(WTYPE_IQ4_NL)
   const float d = wf16(base);
   const uint shift = j8 >= 16 ? 4 : 0;
-  for (uint i = 0; i < 8; ++i) v[i] = d * KVALUES_IQ4[(wb(base + 2 + (j8 & 15) + i) >> shift) & 0xFu];
+  const uvec2 q = run8(base + 2 + (j8 & 15));
+  for (uint i = 0; i < 8; ++i) v[i] = d * KVALUES_IQ4[(run_byte(q, i) >> shift) & 0xFu];
 #elif defined(WTYPE_IQ4_XS)
   // Sub-block ib = e/32: scale (4 low bits of scales_l[ib/2] at shift 4(ib%2), 2 high bits of
   // scales_h at shift 2ib) − 32; its 16 bytes of qs laid out as IQ4_NL's.
@@ -192,6 +209,7 @@ void dq8(uint base, uint j8, uint n_valid, out float v[8]) {
   const uint ls = ((wb(base + 4 + ib / 2) >> (4 * (ib % 2))) & 0xFu) | (((uint(w16[(base + 2) >> 1]) >> (2 * ib)) & 3u) << 4);
   const float dl = wf16(base) * (float(ls) - 32.0);
   const uint shift = r >= 16 ? 4 : 0;
-  for (uint i = 0; i < 8; ++i) v[i] = dl * KVALUES_IQ4[(wb(base + 8 + 16 * ib + (r & 15) + i) >> shift) & 0xFu];
+  const uvec2 q = run8(base + 8 + 16 * ib + (r & 15));
+  for (uint i = 0; i < 8; ++i) v[i] = dl * KVALUES_IQ4[(run_byte(q, i) >> shift) & 0xFu];
 #endif
 }
