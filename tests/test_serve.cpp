@@ -125,6 +125,18 @@ json post(httplib::Client& c, const std::string& path, const json& body, int* st
   return j;
 }
 
+// A POST of `body` to /v1/completions whose response arrives through `receive` (which returns
+// false to hang up): send it with Client::send.
+httplib::Request completion_request(const json& body, httplib::ContentReceiverWithProgress receive) {
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.headers = {{"Content-Type", "application/json"}};
+  req.body = body.dump();
+  req.content_receiver = std::move(receive);
+  return req;
+}
+
 // The text of a server-sent event stream of completion chunks; `done` says it ended with [DONE].
 std::string stream_text(const std::string& sse, bool chat, bool* done, json* last_usage = nullptr) {
   std::string text;
@@ -331,12 +343,7 @@ TEST(Serve, QueueLimitDisconnectAndDrain) {
     httplib::Client c = s.client();
     int chunks = 0;
     int busy_status = 0;
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/completions";
-    req.headers = {{"Content-Type", "application/json"}};
-    req.body = json({{"prompt", "Once"}, {"max_tokens", 2000}, {"stream", true}}).dump();
-    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+    const auto receive = [&](const char*, size_t, uint64_t, uint64_t) {
       if (++chunks == 1) {
         // The only sequence is busy and the queue holds none: 503.
         httplib::Client c2 = s.client();
@@ -345,6 +352,7 @@ TEST(Serve, QueueLimitDisconnectAndDrain) {
       }
       return chunks < 3;  // then hang up
     };
+    httplib::Request req = completion_request(json({{"prompt", "Once"}, {"max_tokens", 2000}, {"stream", true}}), receive);
     c.send(req);
     EXPECT_EQ(busy_status, 503);
     EXPECT_EQ(chunks, 3);
@@ -389,12 +397,7 @@ TEST(Serve, QueuedStreamWhoseClientLeftIsDropped) {
     httplib::Client c = s.client();
     const auto t0 = std::chrono::steady_clock::now();
     bool waiter_gone = false;
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/completions";
-    req.headers = {{"Content-Type", "application/json"}};
-    req.body = json({{"prompt", "Once upon a time"}, {"max_tokens", 2000}, {"stream", true}}).dump();
-    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+    const auto receive = [&](const char*, size_t, uint64_t, uint64_t) {
       if (!waiter_gone) {
         // A second stream waits in the queue; its client stops reading after 0.5 s and hangs up.
         httplib::Client waiter = s.client();
@@ -407,6 +410,7 @@ TEST(Serve, QueuedStreamWhoseClientLeftIsDropped) {
       // Keep the first stream going long enough for the keep-alives to find the closed connection.
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 4.0;
     };
+    httplib::Request req = completion_request(json({{"prompt", "Once upon a time"}, {"max_tokens", 2000}, {"stream", true}}), receive);
     c.send(req);
     ASSERT_TRUE(waiter_gone);
   }
@@ -441,15 +445,11 @@ TEST(Serve, UnstreamedRequestWhoseClientLeftIsDropped) {
   {
     httplib::Client c = s.client();
     const auto t0 = std::chrono::steady_clock::now();
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/completions";
-    req.headers = {{"Content-Type", "application/json"}};
-    req.body = json({{"prompt", "Once upon a time"}, {"max_tokens", 4000}}).dump();
-    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    const auto receive = [&](const char* data, size_t n, uint64_t, uint64_t) {
       EXPECT_EQ(std::string(data, n).find_first_not_of(' '), std::string::npos) << "only spaces before the answer";
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 1.5;  // then hang up
     };
+    httplib::Request req = completion_request(json({{"prompt", "Once upon a time"}, {"max_tokens", 4000}}), receive);
     c.send(req);
   }
   // 4,000 tokens would take many seconds more; the sequence is free again within a few.
@@ -486,12 +486,7 @@ TEST(Serve, LongPromptIsPrefilledBetweenOtherStreamsTokens) {
   int during = -1, prompt_tokens = 0, status = 0;
   std::thread long_request;
   httplib::Client c = s.client();
-  httplib::Request req;
-  req.method = "POST";
-  req.path = "/v1/completions";
-  req.headers = {{"Content-Type", "application/json"}};
-  req.body = json({{"prompt", "Once upon a time"}, {"max_tokens", 1500}, {"stream", true}}).dump();
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+  const auto receive = [&](const char* data, size_t n, uint64_t, uint64_t) {
     for (std::string_view v(data, n); v.find("data: {") != std::string_view::npos; v.remove_prefix(v.find("data: {") + 7)) ++streamed;
     if (streamed >= 5 && !long_request.joinable())
       long_request = std::thread([&] {
@@ -505,6 +500,7 @@ TEST(Serve, LongPromptIsPrefilledBetweenOtherStreamsTokens) {
       });
     return !long_done;
   };
+  httplib::Request req = completion_request(json({{"prompt", "Once upon a time"}, {"max_tokens", 1500}, {"stream", true}}), receive);
   c.send(req);
   ASSERT_TRUE(long_request.joinable()) << "the stream ended before the long request was sent";
   long_request.join();
