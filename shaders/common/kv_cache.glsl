@@ -38,7 +38,7 @@ uint cache_row_bytes(uint n) { return n / 32 * 18; }  // f16 d; u8 q[16]: j < 16
 
 // For kernels that enable 64-bit integers: a u64vec2 view of a cache binding, and
 // CACHE_LOAD_RUN(NAME, row_base, e0, n, dst): n elements of a row from element e0 into dst
-// (f16: eight per 128-bit load, so n and e0 multiples of 8; other types element by element).
+// (f16: eight per 128-bit load, so n and e0 multiples of 8; q8_0 / q4_0: word loads per block).
 #define CACHE_WIDE_VIEW(NAME, BINDING) \
   layout(binding = BINDING) readonly buffer NAME##_u64x2_block { u64vec2 NAME##_u64x2[]; };
 #if defined(CACHE_F16)
@@ -51,7 +51,44 @@ uint cache_row_bytes(uint n) { return n / 32 * 18; }  // f16 d; u8 q[16]: j < 16
     dst[8 * t] = h0.x; dst[8 * t + 1] = h0.y; dst[8 * t + 2] = h1.x; dst[8 * t + 3] = h1.y; \
     dst[8 * t + 4] = h2.x; dst[8 * t + 5] = h2.y; dst[8 * t + 6] = h3.x; dst[8 * t + 7] = h3.y; \
   }
+#elif defined(CACHE_Q8_0) || defined(CACHE_Q4_0)
+// Runs of whole 32-element blocks (34 / 18 bytes, 2-byte aligned) are read as the 32-bit words
+// covering each block, realigned by 16 bits when the block starts mid-word: 9 (Q8_0) or 5 (Q4_0)
+// loads per block instead of two per element, the scale once per block. The last word of a block
+// that starts on a word is read as 16 bits, so no load reaches past the block's last byte (the
+// word before a mid-word block is inside the buffer). Other runs go element by element.
+#if defined(CACHE_Q8_0)
+#define CACHE_BLOCK_BYTES 34
+#define CACHE_BLOCK_WORDS 9
+#define CACHE_DECODE_BLOCK(a, d, dst, o)                                                              \
+  [[unroll]] for (uint j_ = 0; j_ < 32; ++j_)                                                         \
+    dst[(o) + j_] = (d) * float(int(a[(2 + j_) >> 2] << (24 - 8 * ((2 + j_) & 3u))) >> 24);
 #else
-#define CACHE_LOAD_RUN(NAME, row_base, e0, n, dst) \
-  [[unroll]] for (uint t = 0; t < (n); ++t) dst[t] = NAME##_at(row_base, (e0) + t);
+#define CACHE_BLOCK_BYTES 18
+#define CACHE_BLOCK_WORDS 5
+#define CACHE_DECODE_BLOCK(a, d, dst, o)                                                              \
+  [[unroll]] for (uint j_ = 0; j_ < 16; ++j_) {                                                       \
+    const uint q_ = (a[(2 + j_) >> 2] >> (8 * ((2 + j_) & 3u))) & 0xFFu;                              \
+    dst[(o) + j_] = (d) * (float(q_ & 0xFu) - 8.0);                                                   \
+    dst[(o) + 16 + j_] = (d) * (float(q_ >> 4) - 8.0);                                                \
+  }
+#endif
+#define CACHE_LOAD_RUN(NAME, row_base, e0, n, dst)                                                    \
+  if ((e0) % 32 == 0 && (n) % 32 == 0) {                                                              \
+    [[unroll]] for (uint blk_ = 0; blk_ < (n) / 32; ++blk_) {                                         \
+      const uint b_ = (row_base) + ((e0) / 32 + blk_) * CACHE_BLOCK_BYTES, w_ = b_ >> 2;              \
+      const bool mid_ = (b_ & 2u) != 0;                                                               \
+      uint a_[CACHE_BLOCK_WORDS], x_[CACHE_BLOCK_WORDS];                                              \
+      [[unroll]] for (uint i_ = 0; i_ + 1 < CACHE_BLOCK_WORDS; ++i_) x_[i_] = NAME##_u32[w_ + i_];    \
+      x_[CACHE_BLOCK_WORDS - 1] = mid_ ? NAME##_u32[w_ + CACHE_BLOCK_WORDS - 1]                       \
+                                       : uint(NAME##_u16[(b_ + 4 * (CACHE_BLOCK_WORDS - 1)) >> 1]);   \
+      [[unroll]] for (uint i_ = 0; i_ + 1 < CACHE_BLOCK_WORDS; ++i_)                                  \
+        a_[i_] = mid_ ? (x_[i_] >> 16) | (x_[i_ + 1] << 16) : x_[i_];                                 \
+      a_[CACHE_BLOCK_WORDS - 1] = mid_ ? x_[CACHE_BLOCK_WORDS - 1] >> 16 : x_[CACHE_BLOCK_WORDS - 1]; \
+      const float d_ = unpackHalf2x16(a_[0]).x;                                                       \
+      CACHE_DECODE_BLOCK(a_, d_, dst, 32 * blk_)                                                      \
+    }                                                                                                 \
+  } else {                                                                                            \
+    [[unroll]] for (uint t = 0; t < (n); ++t) dst[t] = NAME##_at(row_base, (e0) + t);                 \
+  }
 #endif
