@@ -52,8 +52,7 @@ uint32_t generation_budget(const KvCache& cache, uint32_t turn_tokens) {
 
 uint32_t Generator::prefill(std::span<const int32_t> prompt, const ProgressFn& progress) {
   prefill_begin(prompt);
-  while (prefill_step(UINT32_MAX, progress)) {
-  }
+  prefill_step(UINT32_MAX, progress);  // all of it (Engine::decode chunks it)
   return stats_.cached_tokens;
 }
 
@@ -76,8 +75,7 @@ uint32_t Generator::prefill_begin(std::span<const int32_t> prompt) {
 
 uint32_t Generator::extend(std::span<const int32_t> tokens, const ProgressFn& progress) {
   extend_begin(tokens);
-  while (prefill_step(UINT32_MAX, progress)) {
-  }
+  prefill_step(UINT32_MAX, progress);  // all of it (Engine::decode chunks it)
   return stats_.cached_tokens;
 }
 

@@ -5,14 +5,6 @@
 
 namespace vkllm::serve {
 
-bool Job::wait_text(std::string& out) {
-  std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return !text_.empty() || done_; });
-  out = std::move(text_);
-  text_.clear();
-  return !out.empty() || !done_;
-}
-
 Job::Wait Job::wait_text_for(std::string& out, std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
   if (!cv_.wait_for(lock, timeout, [&] { return !text_.empty() || done_; })) return Wait::Idle;

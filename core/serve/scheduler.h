@@ -47,12 +47,10 @@ class Job {
   const GenerateOptions generate;
   const std::chrono::steady_clock::time_point enqueued = std::chrono::steady_clock::now();
 
-  // The HTTP side: waits for text released since the last call, or the end. Returns false once
-  // everything was taken and the job is over (then stats()/error() are final).
-  bool wait_text(std::string& out);
-  // The same, giving up after `timeout` with nothing (Idle): a streaming response writes an SSE
-  // comment then, which is how it notices a client that went away while its request was queued or
-  // being prefilled.
+  // The HTTP side: waits at most `timeout` for text released since the last call (Text: in `out`)
+  // or the end (Done: everything was taken, stats()/error() are final). Idle: nothing came, and
+  // the response writes something its client skips (an SSE comment, a space before the JSON),
+  // which is how it notices a client that went away while its request was queued or running.
   enum class Wait { Text, Idle, Done };
   Wait wait_text_for(std::string& out, std::chrono::milliseconds timeout);
   // The client went away: the device thread drops the sequence at its next step.

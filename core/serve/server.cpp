@@ -130,12 +130,15 @@ void HttpServer::routes() {
       auto text = std::make_shared<std::string>();
       std::string piece;
       const auto deadline = std::chrono::steady_clock::now() + k_keep_alive;
-      for (Job::Wait w = Job::Wait::Text; w == Job::Wait::Text;) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-        w = job->wait_text_for(piece, std::max(left, std::chrono::milliseconds(0)));
-        *text += piece;
-        piece.clear();
-        if (w != Job::Wait::Done) continue;
+      const auto left = [&] {
+        using std::chrono::milliseconds;
+        return std::max(std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now()), milliseconds(0));
+      };
+      for (Job::Wait w; (w = job->wait_text_for(piece, left())) != Job::Wait::Idle;) {
+        if (w == Job::Wait::Text) {
+          *text += piece;
+          continue;
+        }
         if (!job->error().empty()) throw ApiError(500, job->error(), "", "server_error");
         res.set_content(body(*text), "application/json");
         return;
@@ -148,8 +151,7 @@ void HttpServer::routes() {
             std::string piece;
             auto last_write = std::chrono::steady_clock::now();
             for (Job::Wait w; (w = job->wait_text_for(piece, k_keep_alive)) != Job::Wait::Done;) {
-              *text += piece;
-              piece.clear();
+              if (w == Job::Wait::Text) *text += piece;
               if (std::chrono::steady_clock::now() - last_write < k_keep_alive) continue;
               if (!sink.write(k_keep_alive_space, sizeof(k_keep_alive_space) - 1)) {
                 job->cancel();
@@ -157,7 +159,6 @@ void HttpServer::routes() {
               }
               last_write = std::chrono::steady_clock::now();
             }
-            *text += piece;
             const std::string out = job->error().empty() ? body(*text) : dump(error_body(job->error(), "server_error", "", 500));
             sink.write(out.data(), out.size());
             sink.done();
