@@ -45,8 +45,8 @@ layout(push_constant) uniform Push { MatmulParams p; };
 
 // x[at … at+3] (at a multiple of 4).
 vec4 xv(uint at) { return X_VEC4 ? x4[at >> 2] : vec4(x[at], x[at + 1], x[at + 2], x[at + 3]); }
-// The 4 bytes at byte o (o even) as one word, from two 16-bit loads; o a multiple of 4: one 32-bit load.
-uint w2x16(uint o) { return uint(w16[o >> 1]) | (uint(w16[(o >> 1) + 1]) << 16); }
+// The 4 bytes at byte o, o a multiple of 4, from one 32-bit load (dequant.glsl's word_at takes
+// two 16-bit loads for an even o).
 uint w1x32(uint o) { return floatBitsToUint(w32[o >> 2]); }
 // The four bytes (or nibbles at bit `sh`, masked to `mask`) of word q, as floats.
 vec4 bytes_of(uint q, uint sh, uint mask) { return vec4((uvec4(q) >> (uvec4(0, 8, 16, 24) + sh)) & mask); }
@@ -67,7 +67,7 @@ float unit_dot(uint row_base, uint k, uint x_at) {
   const float d = wf16(base);
   vec4 s = vec4(0.0), sx = vec4(0.0);
 #if defined(WTYPE_Q8_0)
-  [[unroll]] for (uint i = 0; i < 8; ++i) s += i8_of(w2x16(base + 2 + 4 * i)) * xv(xa + 4 * i);
+  [[unroll]] for (uint i = 0; i < 8; ++i) s += i8_of(word_at(base + 2 + 4 * i)) * xv(xa + 4 * i);
   return d * sum4(s);
 #else
   // Elements 4i … 4i+3 are the low nibbles of qs bytes 4i … 4i+3, elements 16+4i … the high ones.
@@ -76,12 +76,12 @@ float unit_dot(uint row_base, uint k, uint x_at) {
 #elif defined(WTYPE_Q4_1)
   const uint qs = base + 4;
 #elif defined(WTYPE_Q5_0)
-  const uint qh = w2x16(base + 2), qs = base + 6;
+  const uint qh = word_at(base + 2), qs = base + 6;
 #else  // Q5_1
   const uint qh = w1x32(base + 4), qs = base + 8;
 #endif
   [[unroll]] for (uint i = 0; i < 4; ++i) {
-    const uint q = (qs & 3u) == 0 ? w1x32(qs + 4 * i) : w2x16(qs + 4 * i);
+    const uint q = (qs & 3u) == 0 ? w1x32(qs + 4 * i) : word_at(qs + 4 * i);
     const vec4 xl = xv(xa + 4 * i), xh = xv(xa + 16 + 4 * i);
 #if defined(WTYPE_IQ4_NL)
     s += iq4_of(q, 0) * xl + iq4_of(q, 4) * xh;

@@ -22,12 +22,11 @@ layout(binding = WEIGHT_BINDING) readonly buffer WeightU16 { uint16_t w16[]; };
 layout(binding = WEIGHT_BINDING) readonly buffer WeightF32 { float w32[]; };
 
 uint wb(uint byte_index) { return uint(w8[byte_index]); }
+// The 4 bytes at byte o (o even; blocks start on even bytes) as one word, from two 16-bit loads.
+uint word_at(uint o) { return uint(w16[o >> 1]) | (uint(w16[(o >> 1) + 1]) << 16); }
 // The 8 bytes at byte o (o even: every run dq8 reads starts on an even byte) as two words, from
 // four 16-bit loads instead of eight byte loads; byte i of the run is run_byte(r, i).
-uvec2 run8(uint o) {
-  const uint h = o >> 1;
-  return uvec2(uint(w16[h]) | (uint(w16[h + 1]) << 16), uint(w16[h + 2]) | (uint(w16[h + 3]) << 16));
-}
+uvec2 run8(uint o) { return uvec2(word_at(o), word_at(o + 4)); }
 uint run_byte(uvec2 r, uint i) { return ((i < 4 ? r.x : r.y) >> (8 * (i & 3u))) & 0xFFu; }
 // f16 at an even byte offset.
 float wf16(uint byte_index) { return unpackHalf2x16(uint(w16[byte_index >> 1])).x; }
@@ -125,7 +124,7 @@ void dq8(uint base, uint j8, uint n_valid, out float v[8]) {
   const float d = wf16(base), m = wf16(base + 2);
   const uint qh_at = base + 4;
 #endif
-  const uint qh = uint(w16[qh_at >> 1]) | (uint(w16[(qh_at >> 1) + 1]) << 16);
+  const uint qh = word_at(qh_at);
   const uint shift = j8 >= 16 ? 4 : 0;
   const uvec2 qs = run8(qh_at + 4 + (j8 & 15));
   for (uint i = 0; i < 8; ++i) {
