@@ -20,6 +20,7 @@ namespace {
 struct BenchCommand {
   RunOptions opts;
   uint32_t n_prompt = 512, n_gen = 128, reps = 3, ctx_fill = 0;
+  uint32_t parallel = 1;  // sequences decoded in one step (decode_batch), as `serve --parallel` runs them
   bool json = false, ops = false;
   uint32_t ops_size = 4096;
   bool ops_matmul = true;
@@ -50,46 +51,55 @@ std::vector<int32_t> random_tokens(uint32_t n, uint32_t n_vocab, uint32_t seed) 
 void bench_model(BenchCommand& c) {
   if (c.opts.ctx == 0) c.opts.ctx = c.ctx_fill + std::max(c.n_prompt, c.n_gen) + 16;
   c.opts.quiet = c.json;
+  c.opts.sequences = c.parallel;
   c.opts.attention = c.attention == "tiled" ? AttentionKernel::Tiled
                      : c.attention == "simd" ? AttentionKernel::Simd
                                              : AttentionKernel::Auto;
   Session s = open_session(c.opts);
   Engine& e = *s.engine;
+  std::vector<Engine*> seqs{&e};
+  for (const auto& more : s.more_engines) seqs.push_back(more.get());
   const uint32_t n_vocab = e.config().n_vocab;
   std::vector<double> pp, tg;
-  double dispatches_per_token = 0, barriers_per_token = 0;  // of the decode test
-  // The --ctx-fill tokens are decoded once; each test truncates the cache back to them (or decodes
-  // them again where a window ring no longer holds what they need). One warm-up pass builds the
-  // pipelines; then `reps` measured passes of each.
-  const auto back_to_fill = [&] {
-    KvCache& kv = e.cache();
+  double dispatches_per_step = 0, barriers_per_step = 0;  // of the decode test
+  // The --ctx-fill tokens are decoded once per sequence; each test truncates the caches back to
+  // them (or decodes them again where a window ring no longer holds what they need). One warm-up
+  // pass builds the pipelines; then `reps` measured passes of each.
+  const auto back_to_fill = [&](Engine& en) {
+    KvCache& kv = en.cache();
     if (kv.used() >= c.ctx_fill && kv.reusable(c.ctx_fill) == c.ctx_fill) return kv.truncate(c.ctx_fill);
     kv.clear();
-    if (c.ctx_fill) e.decode(random_tokens(c.ctx_fill, n_vocab, 100), LogitsMode::Last);
+    if (c.ctx_fill) en.decode(random_tokens(c.ctx_fill, n_vocab, 100), LogitsMode::Last);
   };
+  if (c.parallel > 1 && !e.can_decode_batch(seqs))
+    throw Error("--parallel " + std::to_string(c.parallel) + ": this model and device cannot decode the sequences in one step");
   for (uint32_t r = 0; r <= c.reps; ++r) {
     if (c.n_prompt) {
-      back_to_fill();
+      back_to_fill(e);
       const auto t0 = Clock::now();
       e.decode(random_tokens(c.n_prompt, n_vocab, r), LogitsMode::Last);
       if (r) pp.push_back(c.n_prompt / seconds(t0));
     }
     if (c.n_gen) {
-      back_to_fill();
-      const std::vector<int32_t> toks = random_tokens(c.n_gen, n_vocab, 200 + r);
+      for (Engine* en : seqs) back_to_fill(*en);
+      // Step i decodes token i of every sequence (each its own tokens) in one forward pass.
+      const std::vector<int32_t> toks = random_tokens(c.n_gen * c.parallel, n_vocab, 200 + r);
       const uint64_t d0 = e.dispatches_recorded(), b0 = e.barriers_recorded();
       const auto t0 = Clock::now();
-      for (uint32_t i = 0; i < c.n_gen; ++i) e.decode(std::span(&toks[i], 1), LogitsMode::Last);
-      dispatches_per_token = double(e.dispatches_recorded() - d0) / c.n_gen;
-      barriers_per_token = double(e.barriers_recorded() - b0) / c.n_gen;
-      if (r) tg.push_back(c.n_gen / seconds(t0));
+      for (uint32_t i = 0; i < c.n_gen; ++i) e.decode_batch(seqs, std::span(&toks[i * c.parallel], c.parallel));
+      dispatches_per_step = double(e.dispatches_recorded() - d0) / c.n_gen;
+      barriers_per_step = double(e.barriers_recorded() - b0) / c.n_gen;
+      if (r) tg.push_back(double(c.n_gen) * c.parallel / seconds(t0));
     }
   }
-  // Bytes one decode step reads: every weight, plus the K/V of the cache (half full on average).
-  const double kv_avg = double(e.cache().bytes_per_token()) * (c.ctx_fill + c.n_gen / 2.0);
-  const double bytes_per_token = double(s.model->weight_bytes()) + kv_avg;
+  if (c.opts.profile) print_profile(e.timings());
+  // Bytes one decode step reads: every weight, plus the K/V of each sequence's cache (half full on
+  // average). Steps per second are tok/s over the sequences.
+  const double kv_avg = double(e.cache().bytes_per_token()) * (c.ctx_fill + c.n_gen / 2.0) * c.parallel;
+  const double bytes_per_step = double(s.model->weight_bytes()) + kv_avg;
   nlohmann::json j = {{"model", c.opts.model}, {"device", s.ctx->info().name}, {"weight_bytes", s.model->weight_bytes()},
-                      {"kv_cache_type", cache_type_name(e.cache().type_k())}, {"ctx_fill", c.ctx_fill}, {"attention", c.attention}, {"reps", c.reps}};
+                      {"kv_cache_type", cache_type_name(e.cache().type_k())}, {"ctx_fill", c.ctx_fill}, {"attention", c.attention}, {"reps", c.reps},
+                      {"parallel", c.parallel}};
   if (!pp.empty()) {
     const Stat st = stat_of(pp);
     j["prefill"] = {{"tokens", c.n_prompt}, {"tok_s", st.median}, {"tok_s_min", st.min}, {"tok_s_max", st.max}};
@@ -97,8 +107,8 @@ void bench_model(BenchCommand& c) {
   if (!tg.empty()) {
     const Stat st = stat_of(tg);
     j["decode"] = {{"tokens", c.n_gen}, {"tok_s", st.median}, {"tok_s_min", st.min}, {"tok_s_max", st.max},
-                   {"bytes_per_token", bytes_per_token}, {"effective_gb_s", bytes_per_token * st.median / 1e9},
-                   {"dispatches_per_token", dispatches_per_token}, {"barriers_per_token", barriers_per_token}};
+                   {"bytes_per_token", bytes_per_step / c.parallel}, {"effective_gb_s", bytes_per_step * st.median / c.parallel / 1e9},
+                   {"dispatches_per_token", dispatches_per_step / c.parallel}, {"barriers_per_token", barriers_per_step / c.parallel}};
   }
   if (c.json) {
     std::printf("%s\n", j.dump(1).c_str());
@@ -108,6 +118,8 @@ void bench_model(BenchCommand& c) {
   const std::string name = c.opts.model.substr(c.opts.model.find_last_of('/') + 1);
   // llama-bench's names: pp512, tg128, and "@ d4096" for a cache filled before the test.
   const std::string depth = c.ctx_fill ? " @ d" + std::to_string(c.ctx_fill) : "";
+  // Decode of several sequences per step: "tg128 x4", tok/s of all of them together.
+  const std::string streams = c.parallel > 1 ? " x" + std::to_string(c.parallel) : "";
   if (!pp.empty()) {
     const Stat st = stat_of(pp);
     std::printf("%-34s %-14s %12.2f %10.2f … %-10.2f\n", name.c_str(), ("pp" + std::to_string(c.n_prompt) + depth).c_str(), st.median,
@@ -115,11 +127,11 @@ void bench_model(BenchCommand& c) {
   }
   if (!tg.empty()) {
     const Stat st = stat_of(tg);
-    std::printf("%-34s %-14s %12.2f %10.2f … %-10.2f\n", name.c_str(), ("tg" + std::to_string(c.n_gen) + depth).c_str(), st.median,
+    std::printf("%-34s %-14s %12.2f %10.2f … %-10.2f\n", name.c_str(), ("tg" + std::to_string(c.n_gen) + streams + depth).c_str(), st.median,
                 st.min, st.max);
-    std::printf("decode reads %s per token (weights %s + KV %s) → %.2f GB/s effective\n",
-                human_bytes(uint64_t(bytes_per_token)).c_str(), human_bytes(s.model->weight_bytes()).c_str(),
-                human_bytes(uint64_t(kv_avg)).c_str(), bytes_per_token * st.median / 1e9);
+    std::printf("decode reads %s per step (weights %s + KV %s) → %.2f GB/s effective\n",
+                human_bytes(uint64_t(bytes_per_step)).c_str(), human_bytes(s.model->weight_bytes()).c_str(),
+                human_bytes(uint64_t(kv_avg)).c_str(), bytes_per_step * st.median / c.parallel / 1e9);
   }
 }
 
@@ -164,23 +176,32 @@ void bench_ops(const BenchCommand& c) {
   const double ceiling = double(ceiling_bytes) / ceiling_s / 1e9;
   nlohmann::json out = {{"device", ctx.info().name}, {"size", n}, {"read_ceiling_gb_s", ceiling}, {"types", nlohmann::json::array()}};
   if (!c.json)
-    std::printf("%s: %u×%u matrix, matmul with %u tokens\n%-13s %12s %11s %16s\n%-13s %12.2f %11s %16s\n", ctx.info().name.c_str(),
-                n, n, n_tok, "type", "matvec GB/s", "of ceiling", "matmul GFLOP/s", "read ceiling", ceiling, "100%", "-");
+    std::printf("%s: %u×%u matrix, matmul with %u tokens; 4 columns: columns per second of a 4-column matvec over 1\n"
+                "%-13s %12s %11s %13s %16s\n%-13s %12.2f %11s %13s %16s\n",
+                ctx.info().name.c_str(), n, n, n_tok, "type", "matvec GB/s", "of ceiling", "4 columns", "matmul GFLOP/s", "read ceiling",
+                ceiling, "100%", "-", "-");
   for (gguf::TensorType t : types) {
     const uint64_t bytes = gguf::type_bytes(t, uint64_t{n} * n);
     // Bytes of 0x3C: every f16/bf16 scale is a finite ~1.0, so no kernel sees NaN or Inf.
     std::vector<uint8_t> w_data(bytes, 0x3C);
     WeightArena arena(ctx);
     const DeviceTensor w = arena.upload("bench", t, n, n, w_data.data());
-    const double mv = time_it([&] { record_matmul(rec, w, x.view(), n, 1, y.view(), n); }, 5);
+    // One column and four (a decode step of four sequences, MatmulKernel::Columns), in turns, the
+    // fastest of each kept: their ratio is what a 4-sequence step gains over one.
+    double mv = 1e30, mv4 = 1e30;
+    for (uint32_t round = 0; round < 4; ++round) {
+      mv = std::min(mv, time_it([&] { record_matmul(rec, w, x.view(), n, 1, y.view(), n); }, 3));
+      mv4 = std::min(mv4, time_it([&] { record_matmul(rec, w, x.view(), n, 4, y.view(), n, MatmulStore::Overwrite, MatmulKernel::Columns); }, 3));
+    }
     const double mm = c.ops_matmul ? time_it([&] { record_matmul(rec, w, x.view(), n, n_tok, y.view(), n); }, 1) : 0;
     const double gbs = double(bytes) / mv / 1e9, gflops = mm > 0 ? 2.0 * n * n * n_tok / mm / 1e9 : 0;
     out["types"].push_back({{"type", gguf::type_name(t)}, {"matvec_gb_s", gbs}, {"matvec_of_ceiling", gbs / ceiling},
+                            {"columns4_gain", 4 * mv / mv4},
                             {"matmul_gflop_s", gflops}, {"bytes", bytes}});
     if (!c.json) {
       char mm_text[32] = "-";
       if (mm > 0) std::snprintf(mm_text, sizeof mm_text, "%.2f", gflops);
-      std::printf("%-13s %12.2f %10.0f%% %16s\n", gguf::type_name(t).c_str(), gbs, 100 * gbs / ceiling, mm_text);
+      std::printf("%-13s %12.2f %10.0f%% %12.2f× %16s\n", gguf::type_name(t).c_str(), gbs, 100 * gbs / ceiling, 4 * mv / mv4, mm_text);
       std::fflush(stdout);
     }
   }
@@ -207,6 +228,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--ops-size", c->ops_size, "Matrix size for --ops")->check(CLI::Range(64u, 16384u));
   cmd->add_option("--ops-types", c->ops_types, "Weight types for --ops (default: all)")->delimiter(',');
   cmd->add_flag("!--no-matmul", c->ops_matmul, "--ops: matvec and the read ceiling only");
+  cmd->add_option("--parallel", c->parallel, "Sequences decoded together in each decode step (as serve --parallel); tok/s of all")
+      ->check(CLI::Range(1u, 64u));
+  cmd->add_flag("--profile", c->opts.profile, "Print GPU time per op at the end");
   cmd->add_flag("--json", c->json, "Print JSON");
   cmd->callback([c] {
     if (c->ops) return bench_ops(*c);
