@@ -13,7 +13,9 @@
 //     components (scalar block layout), Q2_K/Q3_K/Q6_K as u32 words; the unit's bytes are then
 //     unpacked in registers at constant offsets (every loop but the row loop is unrolled);
 //   - applies each block's scale once per block (offsets and mins through the block's sum of x;
-//     Q4_0/Q4_1/Q4_K nibbles masked in place against an x pre-scaled by their bit position);
+//     Q4_1/Q4_K nibbles masked in place against an x pre-scaled by their bit position; Q4_0 in
+//     integers against x rounded to 9 bits, below);
+//   - decodes each weight once and multiplies it into every column (the column loop innermost);
 // and one subgroupAdd per row and column reduces the lanes. No shared memory, no barriers.
 // Where rows go and the gated activation of a fused gate|up projection: common/matmul_out.glsl
 // (with glu a row is done twice, for the gate row and for the up row, through the same code).
@@ -108,8 +110,23 @@ layout(binding = 0, scalar) readonly buffer WU { Unit units[]; };
 layout(binding = 0) readonly buffer W1 { uint w1[]; };
 #endif
 
+#if defined(WTYPE_Q4_0)
+// Q4_0 multiplies integers, two columns per multiply: each 32-element block of x is quantized to
+// 9 bits (±255, scale max|x|/255, rounded to even), and a block's Σ (q − 8)·x9 is summed in 32-bit
+// integers with column 2p's x9 in the low 16 bits and column 2p + 1's above. A sum of 16 such
+// products stays within ±16·8·255 < 2^15, so the two halves come apart exactly, every column's
+// integer sum is exact whatever COLS is (batch invariance), and one multiply-add serves two
+// columns. (llama.cpp's CPU backend rounds x to 8 bits for its Q4_0 products; 9 bits halve that
+// error.) docs/performance.md, "Four sequences per step".
+#define INT_X 1
+#define X_LEVELS 255.0
+#define PAIRS ((COLS + 1) / 2)
+int xp[PAIRS][UPL][UNIT];      // x9 of columns 2p and 2p + 1 (the latter times 65536)
+float xd[COLS][UPL][8];        // each block's x scale
+#else
 float xs[COLS][UPL][UNIT];     // this lane's x slices, per column (scaled by xs_scale)
 float xsum[COLS][UPL][SUBS];   // sum of x over each block (sub-block for the K-quants)
+#endif
 uint wd[UNIT_WORDS + 1];       // one unit's bytes, as words
 
 // Byte o of the unit (o a constant after unrolling).
@@ -135,10 +152,7 @@ vec4 i8x4(uint q) { return vec4((ivec4(q) << ivec4(24, 16, 8, 0)) >> 24); }
 
 // The factor element e of a unit's x is stored with: 2^-sh for the nibble at bit sh it multiplies.
 float xs_scale(uint e) {
-#if defined(WTYPE_Q4_0)
-  const uint b = e / 32, j = e % 16, at = 18 * b + 2 + j, sh = 8 * (at & 3u) + (e % 32 >= 16 ? 4 : 0);
-  return sh == 28 ? 1.0 : exp2(-float(sh));
-#elif defined(WTYPE_Q4_1)
+#if defined(WTYPE_Q4_1)
   const uint b = e / 32, j = e % 16, at = 20 * b + 4 + j, sh = 8 * (at & 3u) + (e % 32 >= 16 ? 4 : 0);
   return sh == 28 ? 1.0 : exp2(-float(sh));
 #elif defined(WTYPE_Q4_K)
@@ -148,7 +162,9 @@ float xs_scale(uint e) {
   return 1.0;
 #endif
 }
+#if !INT_X
 vec4 x4_at(uint c, uint u, uint e) { return vec4(xs[c][u][e], xs[c][u][e + 1], xs[c][u][e + 2], xs[c][u][e + 3]); }
+#endif
 
 // Loads the unit starting at byte `at` into wd.
 void load_unit(uint at) {
@@ -183,44 +199,66 @@ void load_unit(uint at) {
 #endif
 }
 
-// The unit in wd times this lane's x slice u of column c.
-float dot_unit(uint c, uint u) {
-  float acc = 0.0;
+// The unit in wd times this lane's x slice u of every column: part[c] for column c. Each weight is
+// decoded once and multiplied into all columns while it is in a register (the column loop is the
+// innermost), so COLS columns cost one decode and COLS multiply-adds per weight; each column's sums
+// run in the same order whatever COLS is.
+// MAC(s, w, e): s[c] += w · x[e] for every column c (w a float or, with X4, a vec4 of 4 elements).
+#define MAC(s, w, e) [[unroll]] for (uint c = 0; c < COLS; ++c) s[c] += (w) * xs[c][u][e]
+#define MAC4(s, w, e) [[unroll]] for (uint c = 0; c < COLS; ++c) s[c] += (w) * x4_at(c, u, e)
+#define ZERO(s) [[unroll]] for (uint c = 0; c < COLS; ++c) s[c] = 0.0
+#define ZERO4(s) [[unroll]] for (uint c = 0; c < COLS; ++c) s[c] = vec4(0.0)
+void dot_unit(uint u, out float part[COLS]) {
+  ZERO(part);
 #if defined(WTYPE_Q4_0)
   [[unroll]] for (uint b = 0; b < 8; ++b) {
-    float s = 0.0;
+    // Low and high nibbles (minus 8) in two sums, each of 16 products, within the 16-bit halves.
+    int lo_s[PAIRS], hi_s[PAIRS];
+    [[unroll]] for (uint i = 0; i < PAIRS; ++i) lo_s[i] = hi_s[i] = 0;
     [[unroll]] for (uint j = 0; j < 16; ++j) {
       const uint at = 18 * b + 2 + j, q = wd[at >> 2], sh = 8 * (at & 3u);
-      s += nib_at(q, sh) * xs[c][u][32 * b + j] + nib_at(q, sh + 4) * xs[c][u][32 * b + 16 + j];
+      const int lo = int((q >> sh) & 0xFu) - 8, hi = (int(q >> (sh + 4)) & 0xF) - 8;
+      [[unroll]] for (uint i = 0; i < PAIRS; ++i) {
+        lo_s[i] += lo * xp[i][u][32 * b + j];
+        hi_s[i] += hi * xp[i][u][32 * b + 16 + j];
+      }
     }
-    acc += uh(18 * b) * (s - 8.0 * xsum[c][u][b]);
+    const float d = uh(18 * b);
+    [[unroll]] for (uint c = 0; c < COLS; ++c) {
+      const int l = lo_s[c / 2], h = hi_s[c / 2];
+      // The low half sign-extended; the high half what is left, shifted down.
+      const int l0 = (l << 16) >> 16, h0 = (h << 16) >> 16;
+      const int sum = c % 2 == 0 ? l0 + h0 : ((l - l0) >> 16) + ((h - h0) >> 16);
+      part[c] += d * xd[c][u][b] * float(sum);
+    }
   }
-#elif defined(WTYPE_F32)
-  vec4 s = vec4(0.0);
-  [[unroll]] for (uint k = 0; k < 64; ++k)
-    s += uintBitsToFloat(uvec4(wd[4 * k], wd[4 * k + 1], wd[4 * k + 2], wd[4 * k + 3])) * x4_at(c, u, 4 * k);
-  acc = s.x + s.y + s.z + s.w;
-#elif defined(WTYPE_F16)
-  vec4 s = vec4(0.0);
-  [[unroll]] for (uint k = 0; k < 64; ++k)
-    s += vec4(unpackHalf2x16(wd[2 * k]), unpackHalf2x16(wd[2 * k + 1])) * x4_at(c, u, 4 * k);
-  acc = s.x + s.y + s.z + s.w;
-#elif defined(WTYPE_BF16)
-  vec4 s = vec4(0.0);
+#elif defined(WTYPE_F32) || defined(WTYPE_F16) || defined(WTYPE_BF16)
+  vec4 s[COLS];
+  ZERO4(s);
   [[unroll]] for (uint k = 0; k < 64; ++k) {
+#if defined(WTYPE_F32)
+    const vec4 w = uintBitsToFloat(uvec4(wd[4 * k], wd[4 * k + 1], wd[4 * k + 2], wd[4 * k + 3]));
+#elif defined(WTYPE_F16)
+    const vec4 w = vec4(unpackHalf2x16(wd[2 * k]), unpackHalf2x16(wd[2 * k + 1]));
+#else
     const uint a = wd[2 * k], b = wd[2 * k + 1];
-    s += uintBitsToFloat(uvec4(a << 16, a & 0xFFFF0000u, b << 16, b & 0xFFFF0000u)) * x4_at(c, u, 4 * k);
+    const vec4 w = uintBitsToFloat(uvec4(a << 16, a & 0xFFFF0000u, b << 16, b & 0xFFFF0000u));
+#endif
+    MAC4(s, w, 4 * k);
   }
-  acc = s.x + s.y + s.z + s.w;
+  [[unroll]] for (uint c = 0; c < COLS; ++c) part[c] = s[c].x + s[c].y + s[c].z + s[c].w;
 #elif defined(WTYPE_Q4_1)
   // (q·d + m): d·Σ q x + m·Σ x per block; nibbles masked in place (xs pre-scaled).
   [[unroll]] for (uint b = 0; b < 8; ++b) {
-    float s = 0.0;
+    float s[COLS];
+    ZERO(s);
     [[unroll]] for (uint j = 0; j < 16; ++j) {
       const uint at = 20 * b + 4 + j, q = wd[at >> 2], sh = 8 * (at & 3u);
-      s += nib_at(q, sh) * xs[c][u][32 * b + j] + nib_at(q, sh + 4) * xs[c][u][32 * b + 16 + j];
+      const float lo = nib_at(q, sh), hi = nib_at(q, sh + 4);
+      [[unroll]] for (uint c = 0; c < COLS; ++c) s[c] += lo * xs[c][u][32 * b + j] + hi * xs[c][u][32 * b + 16 + j];
     }
-    acc += uh(20 * b) * s + uh(20 * b + 2) * xsum[c][u][b];
+    const float d = uh(20 * b), m = uh(20 * b + 2);
+    [[unroll]] for (uint c = 0; c < COLS; ++c) part[c] += d * s[c] + m * xsum[c][u][b];
   }
 #elif defined(WTYPE_Q5_0) || defined(WTYPE_Q5_1)
   // q = nibble | (bit j of qh) << 4; Q5_0: (q − 16)·d, Q5_1: q·d + m.
@@ -231,21 +269,25 @@ float dot_unit(uint c, uint u) {
 #endif
   [[unroll]] for (uint b = 0; b < 8; ++b) {
     const uint qh = uw(bb * b + qh_at);
-    float s = 0.0;
+    float s[COLS];
+    ZERO(s);
     [[unroll]] for (uint j = 0; j < 16; ++j) {
       const uint at = bb * b + qh_at + 4 + j, q = wd[at >> 2], sh = 8 * (at & 3u);
       const float lo = float(int((q >> sh) & 0xFu) | int(((qh >> j) & 1u) << 4));
       const float hi = float(int((q >> (sh + 4)) & 0xFu) | int(((qh >> (j + 16)) & 1u) << 4));
-      s += lo * xs[c][u][32 * b + j] + hi * xs[c][u][32 * b + 16 + j];
+      [[unroll]] for (uint c = 0; c < COLS; ++c) s[c] += lo * xs[c][u][32 * b + j] + hi * xs[c][u][32 * b + 16 + j];
     }
+    const float d = uh(bb * b);
 #if defined(WTYPE_Q5_0)
-    acc += uh(bb * b) * (s - 16.0 * xsum[c][u][b]);
+    [[unroll]] for (uint c = 0; c < COLS; ++c) part[c] += d * (s[c] - 16.0 * xsum[c][u][b]);
 #else
-    acc += uh(bb * b) * s + uh(bb * b + 2) * xsum[c][u][b];
+    const float m = uh(bb * b + 2);
+    [[unroll]] for (uint c = 0; c < COLS; ++c) part[c] += d * s[c] + m * xsum[c][u][b];
 #endif
   }
-#elif defined(WTYPE_Q5_K)
-  // As Q4_K, with a 5th bit from qh[l] (byte 16 + l) at bit j for sub-block j.
+#elif defined(WTYPE_Q4_K) || defined(WTYPE_Q5_K)
+  // Sub-block j: 6-bit scale and min (scales at bytes 4…15); nibbles (low for even j, high for odd)
+  // of qs[32 (j/2) …]; Q5_K adds a 5th bit from qh[l] (byte 16 + l) at bit j.
   const float d = uh(0), dmin = uh(2);
   [[unroll]] for (uint j = 0; j < 8; ++j) {
     float sc, mn;
@@ -256,13 +298,19 @@ float dot_unit(uint c, uint u) {
       sc = float(int((ub(8 + j) & 0xFu) | ((ub(j) >> 6) << 4)));
       mn = float(int((ub(8 + j) >> 4) | ((ub(4 + j) >> 6) << 4)));
     }
-    float s = 0.0;
-    [[unroll]] for (uint l = 0; l < 32; ++l) {
-      const uint at = 48 + 32 * (j / 2) + l, q = wd[at >> 2], sh = 8 * (at & 3u) + 4 * (j & 1u);
-      const uint h = (ub(16 + l) >> j) & 1u;
-      s += float(int(((q >> sh) & 0xFu) | (h << 4))) * xs[c][u][32 * j + l];
+    float s[COLS];
+    ZERO(s);
+    [[unroll]] for (uint r = 0; r < 32; ++r) {
+#if defined(WTYPE_Q4_K)
+      const uint at = 16 + 32 * (j / 2) + r;
+      MAC(s, nib_at(wd[at >> 2], 8 * (at & 3u) + 4 * (j & 1u)), 32 * j + r);
+#else
+      const uint at = 48 + 32 * (j / 2) + r, q = wd[at >> 2], sh = 8 * (at & 3u) + 4 * (j & 1u);
+      const uint h = (ub(16 + r) >> j) & 1u;
+      MAC(s, float(int(((q >> sh) & 0xFu) | (h << 4))), 32 * j + r);
+#endif
     }
-    acc += d * sc * s - dmin * mn * xsum[c][u][j];
+    [[unroll]] for (uint c = 0; c < COLS; ++c) part[c] += d * sc * s[c] - dmin * mn * xsum[c][u][j];
   }
 #elif defined(WTYPE_Q2_K)
   // Element e: n = e/128, j = e%128/32, l = e%32: 2 bits at shift 2j of qs[32n + l] (byte 16 + …);
@@ -270,13 +318,11 @@ float dot_unit(uint c, uint u) {
   const float d = uh(80), dmin = uh(82);
   [[unroll]] for (uint g = 0; g < 16; ++g) {
     const uint n = g / 8, j = (g % 8) / 2, l0 = (g % 2) * 16;
-    float s = 0.0;
-    [[unroll]] for (uint i = 0; i < 16; ++i) {
-      const uint at = 16 + 32 * n + l0 + i;
-      s += float(int((ub(at) >> (2 * j)) & 3u)) * xs[c][u][16 * g + i];
-    }
+    float s[COLS];
+    ZERO(s);
+    [[unroll]] for (uint i = 0; i < 16; ++i) MAC(s, float(int((ub(16 + 32 * n + l0 + i) >> (2 * j)) & 3u)), 16 * g + i);
     const uint sc = ub(g);
-    acc += d * float(int(sc & 0xFu)) * s - dmin * float(int(sc >> 4)) * xsum[c][u][g];
+    [[unroll]] for (uint c = 0; c < COLS; ++c) part[c] += d * float(int(sc & 0xFu)) * s[c] - dmin * float(int(sc >> 4)) * xsum[c][u][g];
   }
 #elif defined(WTYPE_Q3_K)
   // Like Q2_K, plus a high bit from hmask[l] bit (4n + j) that, when clear, subtracts 4; 6-bit
@@ -285,51 +331,38 @@ float dot_unit(uint c, uint u) {
   const float d = uh(108);
   [[unroll]] for (uint g = 0; g < 16; ++g) {
     const uint n = g / 8, j = (g % 8) / 2, l0 = (g % 2) * 16;
-    float s = 0.0;
+    float s[COLS];
+    ZERO(s);
     [[unroll]] for (uint i = 0; i < 16; ++i) {
       const uint l = l0 + i;
       const int q = int((ub(32 + 32 * n + l) >> (2 * j)) & 3u) - (((ub(l) >> (4 * n + j)) & 1u) != 0 ? 0 : 4);
-      s += float(q) * xs[c][u][16 * g + i];
+      MAC(s, float(q), 16 * g + i);
     }
     const uint lo = g < 8 ? (ub(96 + g) & 0xFu) : (ub(96 + g - 8) >> 4);
     const uint hi = (ub(104 + g % 4) >> (2 * (g / 4))) & 3u;
-    acc += d * (float(int(lo | (hi << 4))) - 32.0) * s;
+    const float scale = d * (float(int(lo | (hi << 4))) - 32.0);
+    [[unroll]] for (uint c = 0; c < COLS; ++c) part[c] += scale * s[c];
   }
 #elif defined(WTYPE_Q8_0)
   [[unroll]] for (uint b = 0; b < 8; ++b) {
     const uint o = 34 * b;
-    vec4 s = vec4(0.0);
-    [[unroll]] for (uint k = 0; k < 8; ++k) s += i8x4(uw(o + 2 + 4 * k)) * x4_at(c, u, 32 * b + 4 * k);
-    acc += uh(o) * (s.x + s.y + s.z + s.w);
-  }
-#elif defined(WTYPE_Q4_K)
-  const float d = uh(0), dmin = uh(2);
-  [[unroll]] for (uint j = 0; j < 8; ++j) {
-    // 6-bit scale and min of sub-block j (scales at bytes 4…15).
-    float sc, mn;
-    if (j < 4) {
-      sc = float(int(ub(4 + j) & 63u));
-      mn = float(int(ub(8 + j) & 63u));
-    } else {
-      sc = float(int((ub(8 + j) & 0xFu) | ((ub(j) >> 6) << 4)));
-      mn = float(int((ub(8 + j) >> 4) | ((ub(4 + j) >> 6) << 4)));
-    }
-    // Sub-block j: nibbles (low for even j, high for odd) of qs[32 (j/2) …] at byte 16.
-    float s = 0.0;
-    [[unroll]] for (uint r = 0; r < 32; ++r) {
-      const uint at = 16 + 32 * (j / 2) + r;
-      s += nib_at(wd[at >> 2], 8 * (at & 3u) + 4 * (j & 1u)) * xs[c][u][32 * j + r];
-    }
-    acc += d * sc * s - dmin * mn * xsum[c][u][j];
+    vec4 s[COLS];
+    ZERO4(s);
+    [[unroll]] for (uint k = 0; k < 8; ++k) MAC4(s, i8x4(uw(o + 2 + 4 * k)), 32 * b + 4 * k);
+    const float d = uh(o);
+    [[unroll]] for (uint c = 0; c < COLS; ++c) part[c] += d * (s[c].x + s[c].y + s[c].z + s[c].w);
   }
 #elif defined(WTYPE_IQ4_NL)
   [[unroll]] for (uint b = 0; b < 8; ++b) {
-    float s = 0.0;
+    float s[COLS];
+    ZERO(s);
     [[unroll]] for (uint j = 0; j < 16; ++j) {
       const uint at = 18 * b + 2 + j, q = wd[at >> 2] >> (8 * (at & 3u));
-      s += iq4_value(q & 0xFu) * xs[c][u][32 * b + j] + iq4_value((q >> 4) & 0xFu) * xs[c][u][32 * b + 16 + j];
+      const float lo = iq4_value(q & 0xFu), hi = iq4_value((q >> 4) & 0xFu);
+      [[unroll]] for (uint c = 0; c < COLS; ++c) s[c] += lo * xs[c][u][32 * b + j] + hi * xs[c][u][32 * b + 16 + j];
     }
-    acc += uh(18 * b) * s;
+    const float d = uh(18 * b);
+    [[unroll]] for (uint c = 0; c < COLS; ++c) part[c] += d * s[c];
   }
 #elif defined(WTYPE_IQ4_XS)
   // Sub-block ib of 32: 6-bit scale (low 4 bits from scales_l, high 2 from scales_h) − 32; its
@@ -338,12 +371,15 @@ float dot_unit(uint c, uint u) {
   const uint scales_h = ub(2) | (ub(3) << 8);
   [[unroll]] for (uint ib = 0; ib < 8; ++ib) {
     const uint ls = ((ub(4 + ib / 2) >> (4 * (ib % 2))) & 0xFu) | (((scales_h >> (2 * ib)) & 3u) << 4);
-    float s = 0.0;
+    float s[COLS];
+    ZERO(s);
     [[unroll]] for (uint j = 0; j < 16; ++j) {
       const uint at = 8 + 16 * ib + j, q = wd[at >> 2] >> (8 * (at & 3u));
-      s += iq4_value(q & 0xFu) * xs[c][u][32 * ib + j] + iq4_value((q >> 4) & 0xFu) * xs[c][u][32 * ib + 16 + j];
+      const float lo = iq4_value(q & 0xFu), hi = iq4_value((q >> 4) & 0xFu);
+      [[unroll]] for (uint c = 0; c < COLS; ++c) s[c] += lo * xs[c][u][32 * ib + j] + hi * xs[c][u][32 * ib + 16 + j];
     }
-    acc += d * float(int(ls) - 32) * s;
+    const float scale = d * float(int(ls) - 32);
+    [[unroll]] for (uint c = 0; c < COLS; ++c) part[c] += scale * s[c];
   }
 #elif defined(WTYPE_Q6_K)
   // Element e: half n = e/128, quarter j = e%128/32, l = e%32. Low 4 bits: ql[64n + 32(j%2) + l],
@@ -353,23 +389,23 @@ float dot_unit(uint c, uint u) {
   [[unroll]] for (uint n = 0; n < 2; ++n) {
     [[unroll]] for (uint j = 0; j < 4; ++j) {
       [[unroll]] for (uint h = 0; h < 2; ++h) {  // l in [16h, 16h + 16)
-        vec4 s = vec4(0.0);
+        vec4 s[COLS];
+        ZERO4(s);
         [[unroll]] for (uint k = 0; k < 4; ++k) {
           const uint l = 16 * h + 4 * k;
           const uint ql = wd[(64 * n + 32 * (j & 1u) + l) >> 2];
           const uint qh = wd[(128 + 32 * n + l) >> 2];
           const vec4 lo = vec4(ivec4((uvec4(ql) >> (uvec4(0, 8, 16, 24) + 4u * (j >> 1))) & 0xFu));
           const vec4 hi = vec4(ivec4((uvec4(qh) >> (uvec4(0, 8, 16, 24) + 2u * j)) & 3u));
-          s += (lo + 16.0 * hi) * x4_at(c, u, 128 * n + 32 * j + 16 * h + 4 * k);
+          MAC4(s, lo + 16.0 * hi, 128 * n + 32 * j + 16 * h + 4 * k);
         }
         const uint is = 8 * n + 2 * j + h;
-        const float sc = float(int(ub(192 + is) << 24) >> 24);
-        acc += d * sc * (s.x + s.y + s.z + s.w - 32.0 * xsum[c][u][is]);
+        const float scale = d * float(int(ub(192 + is) << 24) >> 24);
+        [[unroll]] for (uint c = 0; c < COLS; ++c) part[c] += scale * (s[c].x + s[c].y + s[c].z + s[c].w - 32.0 * xsum[c][u][is]);
       }
     }
   }
 #endif
-  return acc;
 }
 
 void main() {
@@ -383,6 +419,28 @@ void main() {
       const uint unit = u * S + lane;
       const uint at = col_at + min(unit, n_units - 1) * XV;
       [[unroll]] for (uint b = 0; b < SUBS; ++b) {
+#if INT_X
+        // Quantize the block to ±255.
+        vec4 v[8];
+        float amax = 0.0;
+        [[unroll]] for (uint i = 0; i < 8; ++i) {
+          v[i] = col && unit < n_units ? x4[at + 8 * b + i] : vec4(0.0);
+          const vec4 m = abs(v[i]);
+          amax = max(amax, max(max(m.x, m.y), max(m.z, m.w)));
+        }
+        // The values from the exact scale, the products with the scale rounded to f16 (q8_0 stores it so).
+        const float dx = amax / X_LEVELS, id = amax != 0.0 ? X_LEVELS / amax : 0.0;
+        [[unroll]] for (uint i = 0; i < 8; ++i) {
+          [[unroll]] for (uint k = 0; k < 4; ++k) {
+            const float f = v[i][k] * id;
+            const int xq = int(roundEven(f));
+            const uint e = 32 * b + 4 * i + k;
+            if (c % 2 == 0) xp[c / 2][u][e] = xq;
+            else xp[c / 2][u][e] += xq << 16;
+          }
+        }
+        xd[c][u][b] = dx;
+#else
         vec4 t = vec4(0.0);
         [[unroll]] for (uint i = 0; i < XV / SUBS; ++i) {
           const uint e = (b * (XV / SUBS) + i) * 4;
@@ -391,6 +449,7 @@ void main() {
           [[unroll]] for (uint k = 0; k < 4; ++k) xs[c][u][e + k] = v[k] * xs_scale(e + k);
         }
         xsum[c][u][b] = t.x + t.y + t.z + t.w;
+#endif
       }
     }
   }
@@ -409,7 +468,9 @@ void main() {
       const uint unit = u * S + lane;
       if (unit < n_units) {
         load_unit(row * p.row_bytes + unit * UNIT_BYTES);
-        [[unroll]] for (uint c = 0; c < COLS; ++c) acc[c] += dot_unit(c, u);
+        float part[COLS];
+        dot_unit(u, part);
+        [[unroll]] for (uint c = 0; c < COLS; ++c) acc[c] += part[c];
       }
     }
     const bool gate_row = per_row == 2 && k % 2 == 0;

@@ -240,4 +240,33 @@ TEST_F(WeightKernels, UnsupportedWeightTypeIsNamed) {
   }
 }
 
+// On CPU drivers, Q4_0 rows of whole 256-element units take matvec_simd, which rounds each block of
+// x to 9 bits and sums in integers, two columns per multiply (docs/shaders.md). It must equal that
+// computation to float rounding: far tighter than the 5e-4 allowed against the f32 reference, where
+// the rounding of x alone is ~1e-6.
+TEST_F(WeightKernels, Q4_0OnCpuDriversMatchesNineBitActivations) {
+  VulkanContext& ctx = test::vk();
+  if (ctx.info().type != "cpu") GTEST_SKIP() << "matvec_simd runs on CPU drivers only; this device is " << ctx.info().type;
+  for (const Shape& s : {Shape{37, 512}, Shape{9, 2304}, Shape{2048, 256}}) {
+    const std::vector<uint8_t> w = quantized(TensorType::Q4_0, test::random_floats(size_t(s.rows) * s.cols, s.rows + s.cols), s.rows, s.cols);
+    WeightArena arena(ctx);
+    const DeviceTensor dw = arena.upload("w", TensorType::Q4_0, s.cols, s.rows, w.data());
+    for (uint32_t n_tokens : {1u, 4u, 7u}) {
+      SCOPED_TRACE("rows " + std::to_string(s.rows) + " cols " + std::to_string(s.cols) + " tokens " + std::to_string(n_tokens));
+      std::vector<float> x = test::random_floats(size_t(n_tokens) * s.cols, 3 * n_tokens + s.cols);
+      for (size_t i = 0; i < 32; ++i) x[i] = 0.0f;  // a block of zeros: scale 0
+      std::vector<float> want(size_t(n_tokens) * s.rows), exact(want.size());
+      ref::matmul_q4_0_x9(w.data(), s.rows, s.cols, x.data(), n_tokens, want.data());
+      ref::matmul(TensorType::Q4_0, w.data(), s.rows, s.cols, x.data(), n_tokens, exact.data());
+      Buffer dx = test::to_device(x), dy = test::to_device(std::vector<float>(want.size(), 0.0f));
+      CommandRecorder rec(ctx, &test::pipelines());
+      record_matmul(rec, dw, dx.view(), s.cols, n_tokens, dy.view(), s.rows);
+      rec.submit_and_wait();
+      const std::vector<float> got = test::from_device<float>(dy, want.size());
+      EXPECT_LE(test::nmse(got, want), 1e-11);
+      EXPECT_GT(test::nmse(got, exact), 1e-9) << "not the 9-bit path";
+    }
+  }
+}
+
 }  // namespace

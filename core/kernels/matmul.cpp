@@ -40,7 +40,12 @@ namespace {
 // lane keeps in registers (UPL units of 256 elements). It serves any number of tokens, one
 // dispatch per k_simd_cols of them: on lavapipe reading the weights once per group this way is
 // far faster than the tiled matmul (docs/performance.md).
-constexpr uint32_t k_simd_unit = 256, k_simd_max_upl = 8, k_simd_rows = 32;
+constexpr uint32_t k_simd_unit = 256, k_simd_max_upl = 8;
+// Rows per workgroup: each workgroup first loads its x slices (per-lane loads, the costliest kind on
+// lavapipe, COLS times over), so a large matrix takes 128 rows per workgroup to spread that over
+// more rows; a small one 32, so both threads of a 2-core machine still get work.
+// (docs/performance.md, "Four sequences per step").
+uint32_t simd_rows_per_group(uint32_t rows) { return rows >= 2048 ? 128 : 32; }
 // Columns one matvec_simd dispatch multiplies (each weight unit loaded once for all of them).
 constexpr uint32_t k_simd_cols = 4;
 
@@ -97,19 +102,20 @@ void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const Buf
                               out.seg_row,      out.seg_len,  out.seg_base,          out.seg_size,  out.seg_stride,
                               glu};
     if (which == WeightKernel::Simd) {
-      // One subgroup per workgroup, k_simd_rows rows each; every lane keeps its x slices. One
+      // One subgroup per workgroup, simd_rows_per_group rows each; every lane keeps its x slices. One
       // dispatch per group of up to k_simd_cols columns: x from a view at the group's first
       // column, y through col_begin. Each column's result is the same in any group.
       const uint32_t sg = rec.context().subgroup_size();
       const uint32_t upl = div_ceil(uint32_t(w.cols) / k_simd_unit, sg);
-      const uint32_t groups = div_ceil(rows, k_simd_rows);
+      const uint32_t rows_per_group = simd_rows_per_group(rows);
+      const uint32_t groups = div_ceil(rows, rows_per_group);
       const uint32_t gx = std::min(groups, max_groups);
       for (uint32_t t = 0; t < n_tokens; t += k_simd_cols) {
         // Two variants only (lavapipe compiles each for seconds): a lone column, or k_simd_cols
         // with the columns past n_tokens left dead.
         const uint32_t cols = std::min(k_simd_cols, n_tokens - t);
         const Pipeline& p =
-            rec.pipelines().get("matvec_simd_" + suffix, 3, sizeof(MatmulParams), {sg, k_simd_rows, upl, cols == 1 ? 1u : k_simd_cols});
+            rec.pipelines().get("matvec_simd_" + suffix, 3, sizeof(MatmulParams), {sg, rows_per_group, upl, cols == 1 ? 1u : k_simd_cols});
         const uint64_t x_at = uint64_t{t} * x_stride * 4;
         MatmulParams group = params;
         group.n_tokens = cols;

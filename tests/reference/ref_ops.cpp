@@ -1,6 +1,7 @@
 // Reference float ops: matrix-vector products, embedding lookup, norms, element-wise ops, softmax, argmax, RoPE.
 #include "ref_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <vector>
@@ -32,6 +33,37 @@ void matmul(TensorType t, const uint8_t* w, int64_t n_rows, int64_t n_cols, cons
       float sum = 0.0f;
       for (int64_t c = 0; c < n_cols; ++c) sum += row[static_cast<size_t>(c)] * xi[c];
       y[i * n_rows + r] = sum;
+    }
+  }
+}
+
+void matmul_q4_0_x9(const uint8_t* w, int64_t n_rows, int64_t n_cols, const float* x, int64_t n_tokens, float* y) {
+  const int64_t blocks = n_cols / 32, row_bytes = blocks * 18;
+  for (int64_t i = 0; i < n_tokens; ++i) {
+    // x quantized block by block: [n_cols] values and [blocks] scales.
+    std::vector<int32_t> xq(static_cast<size_t>(n_cols));
+    std::vector<float> xd(static_cast<size_t>(blocks));
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float* xb = x + i * n_cols + 32 * b;
+      float amax = 0.0f;
+      for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(xb[k]));
+      const float id = amax != 0.0f ? 255.0f / amax : 0.0f;
+      xd[size_t(b)] = amax / 255.0f;
+      for (int k = 0; k < 32; ++k) xq[size_t(32 * b + k)] = static_cast<int32_t>(std::nearbyint(xb[k] * id));
+    }
+    for (int64_t r = 0; r < n_rows; ++r) {
+      double sum = 0.0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const uint8_t* blk = w + r * row_bytes + 18 * b;
+        const float d = fp16_to_f32(static_cast<uint16_t>(blk[0] | blk[1] << 8));
+        int32_t s = 0;
+        for (int j = 0; j < 16; ++j) {
+          s += ((blk[2 + j] & 0xF) - 8) * xq[size_t(32 * b + j)];
+          s += ((blk[2 + j] >> 4) - 8) * xq[size_t(32 * b + 16 + j)];
+        }
+        sum += double(d * xd[size_t(b)] * float(s));
+      }
+      y[i * n_rows + r] = static_cast<float>(sum);
     }
   }
 }

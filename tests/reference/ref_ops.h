@@ -48,6 +48,10 @@ void matvec(gguf::TensorType t, const uint8_t* w, int64_t n_rows, int64_t n_cols
 // y: [n_tokens][n_rows] f32.
 void matmul(gguf::TensorType t, const uint8_t* w, int64_t n_rows, int64_t n_cols, const float* x, int64_t n_tokens,
             float* y);
+// Y = X Wᵀ for Q4_0 weights the way matvec_simd.comp computes it on CPU drivers: each 32-element
+// block of x quantized to ±255 (scale max|x|/255, x·(255/max|x|) rounded to even), Σ (q − 8)·x9
+// in integers, times the weight and x scales. Same shapes as matmul.
+void matmul_q4_0_x9(const uint8_t* w, int64_t n_rows, int64_t n_cols, const float* x, int64_t n_tokens, float* y);
 // Embedding lookup. table: [n_table_rows][n_cols] in type t; ids: [n_ids]; out: [n_ids][n_cols] f32.
 void get_rows(gguf::TensorType t, const uint8_t* table, int64_t n_cols, const int32_t* ids, int64_t n_ids, float* out);
 
