@@ -93,6 +93,11 @@ void serve_forever(const ServeCommand& c) {
   pthread_kill(stopper.native_handle(), SIGTERM);
   stopper.join();
   if (pc) print_cache_warnings(*pc);
+  if (o.profile) {  // every sequence's prefills and the batched decode steps (on the first engine)
+    std::vector<DispatchTiming> all;
+    for (const Engine* e : engines) all.insert(all.end(), e->timings().begin(), e->timings().end());
+    print_profile(all);
+  }
   std::fprintf(stderr, "vkllm: server stopped\n");
 }
 

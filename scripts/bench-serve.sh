@@ -9,6 +9,7 @@
 #
 # usage: scripts/bench-serve.sh [MODEL]      (default: the 1b q4_0 benchmark model, made if missing)
 #        STREAMS=4 TOKENS=32 PREFIX=2000 LONG=300 CTX=2560 scripts/bench-serve.sh MODEL
+#        PARTS=throughput scripts/bench-serve.sh     (part 1 only)
 set -euo pipefail
 . "$(dirname "$0")/bench-lib.sh"
 model=${1:-$root/models/bench-1b-q4_0.gguf}
@@ -43,26 +44,46 @@ for i in $(seq "$streams"); do complete "{\"prompt\":\"Warm up $i\",\"max_tokens
 wait_all() { for p in "$@"; do wait "$p"; done; }
 wait_all $(jobs -p | grep -v "^$server$")
 
-run_streams() {  # N: N streams at once; prints aggregate completion tok/s
-  local n=$1 t0 t1 pids=() total=0
-  t0=$(now)
-  for i in $(seq "$n"); do
-    complete "{\"prompt\":\"Story number $i: once upon a time\",\"max_tokens\":$tokens}" "$work/s$n-$i.json" &
-    pids+=($!)
-  done
-  wait_all "${pids[@]}"
-  t1=$(now)
-  for i in $(seq "$n"); do total=$((total + $(field "$work/s$n-$i.json" usage.completion_tokens))); done
-  echo "$total $(calc "$t1 - $t0")"
+# N streams at once, streamed: end to end, all completion tokens over the wall time (prompts
+# included); decode, the tokens that arrive while every stream is generating (after the last
+# stream's first token, up to the first stream's last) over that window, as llama-batched-bench's
+# S_TG counts the decode phase alone. Prints "tokens seconds e2e_tok_s decode_tok_s".
+run_streams() {
+  node - "$url" "$1" "$tokens" <<'JS'
+const [url, n, tokens] = process.argv.slice(2).map((v, i) => (i ? Number(v) : v));
+const stream = async (i) => {
+  const res = await fetch(url + "/completions", {method: "POST", headers: {"Content-Type": "application/json"},
+    body: JSON.stringify({prompt: `Story number ${i}: once upon a time`, max_tokens: tokens, stream: true})});
+  const stamps = [], reader = res.body.getReader(), dec = new TextDecoder();
+  for (let buf = ""; ;) {
+    const {value, done} = await reader.read();
+    if (done) break;
+    buf += dec.decode(value, {stream: true});
+    for (let at; (at = buf.indexOf("\n\n")) >= 0; buf = buf.slice(at + 2)) {
+      const ev = buf.slice(0, at);
+      if (ev.startsWith("data: {") && JSON.parse(ev.slice(6)).choices[0].finish_reason === null) stamps.push(performance.now());
+    }
+  }
+  return stamps;
+};
+(async () => {
+  const t0 = performance.now();
+  const all = await Promise.all(Array.from({length: n}, (_, i) => stream(i + 1)));
+  const t1 = performance.now(), total = all.reduce((s, a) => s + a.length, 0);
+  const w0 = Math.max(...all.map((a) => a[0])), w1 = Math.min(...all.map((a) => a[a.length - 1]));
+  const inside = all.reduce((s, a) => s + a.filter((t) => t > w0 && t <= w1).length, 0);
+  console.log(total, ((t1 - t0) / 1000).toFixed(3), (total / ((t1 - t0) / 1000)).toFixed(3), (inside / ((w1 - w0) / 1000)).toFixed(3));
+})();
+JS
 }
-read -r tok1 s1 < <(run_streams 1)
-read -r tokn sn < <(run_streams "$streams")
-rate1=$(calc "$tok1 / $s1")
-raten=$(calc "$tokn / $sn")
+read -r tok1 s1 e2e1 dec1 < <(run_streams 1)
+read -r tokn sn e2en decn < <(run_streams "$streams")
 printf 'model %s, --parallel %d, %d tokens per stream, greedy\n' "$(basename "$model")" "$streams" "$tokens"
-printf '| streams | tokens | seconds | tok/s | ratio |\n|---:|---:|---:|---:|---:|\n'
-printf '| 1 | %d | %.2f | %.2f | 1.00× |\n' "$tok1" "$s1" "$rate1"
-printf '| %d | %d | %.2f | %.2f | %.2f× |\n' "$streams" "$tokn" "$sn" "$raten" "$(calc "$raten / $rate1")"
+printf '| streams | tokens | seconds | tok/s end to end | ratio | decode tok/s | ratio |\n|---:|---:|---:|---:|---:|---:|---:|\n'
+printf '| 1 | %d | %.2f | %.2f | 1.00× | %.2f | 1.00× |\n' "$tok1" "$s1" "$e2e1" "$dec1"
+printf '| %d | %d | %.2f | %.2f | %.2f× | %.2f | %.2f× |\n' "$streams" "$tokn" "$sn" "$e2en" "$(calc "$e2en / $e2e1")" "$decn" \
+  "$(calc "$decn / $dec1")"
+[ "${PARTS:-all}" = throughput ] && exit 0
 
 # Prefix reuse: PREFIX tokens of a manual (repeated sentences), then two questions.
 sentence="The pump must be primed before the first start, and the valve must be closed while the tank fills. "
