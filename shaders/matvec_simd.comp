@@ -423,17 +423,20 @@ void main() {
         // Quantize the block to ±255.
         vec4 v[8];
         float amax = 0.0;
+        bool finite = true;
         [[unroll]] for (uint i = 0; i < 8; ++i) {
           v[i] = col && unit < n_units ? x4[at + 8 * b + i] : vec4(0.0);
           const vec4 m = abs(v[i]);
           amax = max(amax, max(max(m.x, m.y), max(m.z, m.w)));
+          finite = finite && !any(isnan(v[i])) && !any(isinf(v[i]));
         }
-        // The values from the exact scale, the products with the scale rounded to f16 (q8_0 stores it so).
-        const float dx = amax / X_LEVELS, id = amax != 0.0 ? X_LEVELS / amax : 0.0;
+        // A NaN or an infinity in the block makes its scale NaN (and its values 0): the column's
+        // results are NaN, as they are with float activations.
+        const float dx = finite ? amax / X_LEVELS : uintBitsToFloat(0x7FC00000u);
+        const float id = finite && amax != 0.0 ? X_LEVELS / amax : 0.0;
         [[unroll]] for (uint i = 0; i < 8; ++i) {
           [[unroll]] for (uint k = 0; k < 4; ++k) {
-            const float f = v[i][k] * id;
-            const int xq = int(roundEven(f));
+            const int xq = finite ? int(roundEven(v[i][k] * id)) : 0;  // never garbage in the other column's half
             const uint e = 32 * b + 4 * i + k;
             if (c % 2 == 0) xp[c / 2][u][e] = xq;
             else xp[c / 2][u][e] += xq << 16;

@@ -267,6 +267,26 @@ TEST_F(WeightKernels, Q4_0OnCpuDriversMatchesNineBitActivations) {
       EXPECT_GT(test::nmse(got, exact), 1e-9) << "not the 9-bit path";
     }
   }
+  // A NaN or an infinity in a column's x makes that column's results NaN, as float activations
+  // would, and leaves the column that shares its integers untouched.
+  const Shape s{37, 512};
+  const std::vector<uint8_t> w = quantized(TensorType::Q4_0, test::random_floats(size_t(s.rows) * s.cols, 5), s.rows, s.cols);
+  WeightArena arena(ctx);
+  const DeviceTensor dw = arena.upload("w", TensorType::Q4_0, s.cols, s.rows, w.data());
+  for (float bad : {std::nanf(""), INFINITY}) {
+    std::vector<float> x = test::random_floats(size_t(4) * s.cols, 11);
+    x[40] = bad;  // column 0
+    std::vector<float> want(size_t(4) * s.rows);
+    ref::matmul_q4_0_x9(w.data(), s.rows, s.cols, x.data() + s.cols, 3, want.data() + s.rows);  // columns 1–3
+    Buffer dx = test::to_device(x), dy = test::to_device(std::vector<float>(want.size(), 0.0f));
+    CommandRecorder rec(ctx, &test::pipelines());
+    record_matmul(rec, dw, dx.view(), s.cols, 4, dy.view(), s.rows);
+    rec.submit_and_wait();
+    const std::vector<float> got = test::from_device<float>(dy, want.size());
+    for (uint32_t r = 0; r < s.rows; ++r) EXPECT_TRUE(std::isnan(got[r])) << "row " << r << " of the column with " << bad;
+    const std::vector<float> rest(got.begin() + s.rows, got.end()), rest_want(want.begin() + s.rows, want.end());
+    EXPECT_LE(test::nmse(rest, rest_want), 1e-11) << "the other columns, with " << bad << " in column 0";
+  }
 }
 
 }  // namespace
