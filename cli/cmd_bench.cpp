@@ -194,14 +194,14 @@ void bench_ops(const BenchCommand& c) {
       mv4 = std::min(mv4, time_it([&] { record_matmul(rec, w, x.view(), n, 4, y.view(), n, MatmulStore::Overwrite, MatmulKernel::Columns); }, 3));
     }
     const double mm = c.ops_matmul ? time_it([&] { record_matmul(rec, w, x.view(), n, n_tok, y.view(), n); }, 1) : 0;
-    const double gbs = double(bytes) / mv / 1e9, gflops = mm > 0 ? 2.0 * n * n * n_tok / mm / 1e9 : 0;
+    const double gbs = double(bytes) / mv / 1e9, gflops = mm > 0 ? 2.0 * n * n * n_tok / mm / 1e9 : 0, columns4 = 4 * mv / mv4;
     out["types"].push_back({{"type", gguf::type_name(t)}, {"matvec_gb_s", gbs}, {"matvec_of_ceiling", gbs / ceiling},
-                            {"columns4_gain", 4 * mv / mv4},
+                            {"columns4_gain", columns4},
                             {"matmul_gflop_s", gflops}, {"bytes", bytes}});
     if (!c.json) {
       char mm_text[32] = "-";
       if (mm > 0) std::snprintf(mm_text, sizeof mm_text, "%.2f", gflops);
-      std::printf("%-13s %12.2f %10.0f%% %12.2f× %16s\n", gguf::type_name(t).c_str(), gbs, 100 * gbs / ceiling, 4 * mv / mv4, mm_text);
+      std::printf("%-13s %12.2f %10.0f%% %12.2f× %16s\n", gguf::type_name(t).c_str(), gbs, 100 * gbs / ceiling, columns4, mm_text);
       std::fflush(stdout);
     }
   }

@@ -203,7 +203,7 @@ void load_unit(uint at) {
 // decoded once and multiplied into all columns while it is in a register (the column loop is the
 // innermost), so COLS columns cost one decode and COLS multiply-adds per weight; each column's sums
 // run in the same order whatever COLS is.
-// MAC(s, w, e): s[c] += w · x[e] for every column c (w a float or, with X4, a vec4 of 4 elements).
+// MAC(s, w, e): s[c] += w · x[e] for every column c; MAC4 the same for a vec4 w of elements e … e+3.
 #define MAC(s, w, e) [[unroll]] for (uint c = 0; c < COLS; ++c) s[c] += (w) * xs[c][u][e]
 #define MAC4(s, w, e) [[unroll]] for (uint c = 0; c < COLS; ++c) s[c] += (w) * x4_at(c, u, e)
 #define ZERO(s) [[unroll]] for (uint c = 0; c < COLS; ++c) s[c] = 0.0
