@@ -46,10 +46,8 @@ const float RESCALE_AT = 8.0;
 const uint ANCHOR_EVERY = 32;
 
 layout(binding = 0) readonly buffer Q { vec4 q4[]; };
-CACHE_READER(kc, 1)
-CACHE_READER(vc, 2)
-CACHE_WIDE_VIEW(kc, 1)
-CACHE_WIDE_VIEW(vc, 2)
+CACHE_RUN_READER(kc, 1)
+CACHE_RUN_READER(vc, 2)
 layout(binding = 3) readonly buffer KvSlots { int kv_slots[]; };
 layout(binding = 4) readonly buffer KvPos { int kv_pos[]; };
 layout(binding = 5) readonly buffer QPos { int q_pos[]; };

@@ -38,16 +38,14 @@ const float NEG = -1.0e30;
 const float RESCALE_AT = 8.0;  // probabilities stay below e^8 before the running max is raised
 
 layout(binding = 0) readonly buffer Q { float q[]; };
-CACHE_READER(kc, 1)
-CACHE_READER(vc, 2)
 layout(binding = 3) readonly buffer KvSlots { int kv_slots[]; };
 layout(binding = 4) readonly buffer KvPos { int kv_pos[]; };
 layout(binding = 5) readonly buffer QPos { int q_pos[]; };
 layout(binding = 6) writeonly buffer Out { float out_[]; };
 layout(binding = 7) writeonly buffer PartialMl { float partial_ml[]; };
 layout(binding = 8) readonly buffer RopeTable { u64vec2 rope_table[]; };  // [pos][HD/2] (cos, sin), two pairs per element
-CACHE_WIDE_VIEW(kc, 1)
-CACHE_WIDE_VIEW(vc, 2)
+CACHE_RUN_READER(kc, 1)
+CACHE_RUN_READER(vc, 2)
 const uint ANCHOR_EVERY = 16;  // blocks between reloads of the angles from the table
 layout(push_constant) uniform Push { AttentionParams p; };
 

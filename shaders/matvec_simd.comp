@@ -9,8 +9,8 @@
 // l owns units l, l + S, l + 2S, … (UPL of them, S = subgroup size). So each lane:
 //   - loads its slice of every column's x once (vec4 loads), with each block's sum of x, and
 //     keeps them in registers (or the stack, for long rows) for all ROWS rows;
-//   - reads each weight byte once for all columns: units of a multiple of 16 bytes as 32-byte words of 64-bit
-//     components (scalar block layout), Q2_K/Q3_K/Q6_K as u32 words; the unit's bytes are then
+//   - reads each weight byte once for all columns: units of a multiple of 16 bytes as 16-byte
+//     texels (binding 0 a storage texel buffer), Q2_K/Q3_K/Q6_K/IQ4_XS as u32 words; the unit's bytes are then
 //     unpacked in registers at constant offsets (every loop but the row loop is unrolled);
 //   - applies each block's scale once per block (offsets and mins through the block's sum of x;
 //     Q4_1/Q4_K nibbles masked in place against an x pre-scaled by their bit position; Q4_0 in
@@ -21,7 +21,7 @@
 // (with glu a row is done twice, for the gate row and for the up row, through the same code).
 // The host uses it when cols % 256 == 0 and every row starts on a 16-byte (Q2_K, Q3_K, Q6_K, IQ4_XS:
 // 4-byte) boundary.
-// Bindings: 0 W [rows][row_bytes] (weight type), 1 x [n_tokens][x_stride] f32, 2 y f32.
+// Bindings: 0 W [rows][row_bytes] (weight type; rgba32ui texels for 16-byte units), 1 x [n_tokens][x_stride] f32, 2 y f32.
 // Specialization: 0 workgroup size (= subgroup size), 1 ROWS, 2 UPL (units per lane), 3 COLS
 // (columns per dispatch; n_tokens ≤ COLS of them are live).
 #version 450
@@ -89,23 +89,17 @@ layout(push_constant) uniform Push { MatmulParams p; };
 #else
 #error "matvec_simd: define one WTYPE_*"
 #endif
-// Units of a multiple of 16 bytes are read as 64-bit words in the scalar layout; the others
-// (Q2_K: 84, Q3_K: 110, Q6_K: 210, IQ4_XS: 136 bytes) as u32 words, realigned when a unit starts
-// mid-word.
+// Units of a multiple of 16 bytes are read as 16-byte texels; the others (Q2_K: 84, Q3_K: 110,
+// Q6_K: 210, IQ4_XS: 136 bytes) as u32 words, realigned when a unit starts mid-word.
 #define WIDE_UNITS (UNIT_BYTES % 16 == 0)
 #define UNIT_WORDS ((UNIT_BYTES + 3) / 4)
 
 #if WIDE_UNITS
-// One unit as 32-byte words plus a 16-byte tail where needed (scalar layout: the array's stride is
-// the unit's size), so a lane reads e.g. 144 bytes in 5 loads of 64-bit components, the cheapest
-// per byte on lavapipe.
-struct Unit {
-  u64vec4 q[UNIT_BYTES / 32];
-#if UNIT_BYTES % 32 == 16
-  u64vec2 tail;
-#endif
-};
-layout(binding = 0, scalar) readonly buffer WU { Unit units[]; };
+// Units of a multiple of 16 bytes are read as 16-byte texels of a storage texel buffer: lavapipe
+// serves a per-lane texel load (one uvec4) several times faster than the same bytes through
+// storage-buffer loads, which it splits into per-lane scalar loads per component
+// (docs/performance.md, "Texel loads"). A 144-byte unit is 9 loads.
+layout(binding = 0, rgba32ui) uniform readonly restrict uimageBuffer wtex;
 #else
 layout(binding = 0) readonly buffer W1 { uint w1[]; };
 #endif
@@ -181,21 +175,11 @@ void load_unit(uint at) {
   }
   wd[UNIT_WORDS - 1] = mid ? prev >> 16 : prev;
 #else
-  const uint index = at / UNIT_BYTES;
-  [[unroll]] for (uint i = 0; i < UNIT_BYTES / 32; ++i) {
-    const u64vec4 v = units[index].q[i];
-    [[unroll]] for (uint k = 0; k < 4; ++k) {
-      wd[8 * i + 2 * k] = uint(v[k]);
-      wd[8 * i + 2 * k + 1] = uint(v[k] >> 32);
-    }
+  const int first = int(at / 16);
+  [[unroll]] for (uint i = 0; i < UNIT_BYTES / 16; ++i) {
+    const uvec4 v = imageLoad(wtex, first + int(i));
+    [[unroll]] for (uint k = 0; k < 4; ++k) wd[4 * i + k] = v[k];
   }
-#if UNIT_BYTES % 32 == 16
-  const u64vec2 t = units[index].tail;
-  wd[UNIT_WORDS - 4] = uint(t.x);
-  wd[UNIT_WORDS - 3] = uint(t.x >> 32);
-  wd[UNIT_WORDS - 2] = uint(t.y);
-  wd[UNIT_WORDS - 1] = uint(t.y >> 32);
-#endif
 #endif
 }
 

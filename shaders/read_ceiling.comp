@@ -1,14 +1,24 @@
 // read_ceiling: streams a buffer with uvec4 loads and nothing else, for `vkllm bench --ops`'s
-// "read ceiling" row: the device's read rate for the bytes a matvec reads, with no arithmetic.
+// "read ceiling" rows: the device's read rate for the bytes a matvec reads, with no arithmetic.
 // Each invocation reads one contiguous run of per_invocation vec4 words (4 KiB by default, where
 // CPU drivers read fastest) and writes their XOR, so the loads cannot be dropped.
-// Bindings: 0 data [n_words] uvec4, 1 out [invocations] u32. Specialization: 0 workgroup size.
+// Two variants: storage-buffer loads (read_ceiling), and with TEXEL texel loads of a storage texel
+// buffer (read_ceiling_texel), the way the CPU-driver kernels read weights and the f16 cache;
+// lavapipe serves the latter several times faster.
+// Bindings: 0 data [n_words] uvec4 (TEXEL: rgba32ui texels), 1 out [invocations] u32.
+// Specialization: 0 workgroup size.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "params.h"
 
 layout(local_size_x_id = 0) in;
+#if defined(TEXEL)
+layout(binding = 0, rgba32ui) uniform readonly restrict uimageBuffer data;
+#define LOAD(i) imageLoad(data, int(i))
+#else
 layout(binding = 0) readonly buffer Data { uvec4 data[]; };
+#define LOAD(i) data[i]
+#endif
 layout(binding = 1) writeonly buffer Out { uint out_[]; };
 layout(push_constant) uniform Push { ReadCeilingParams p; };
 
@@ -16,6 +26,6 @@ void main() {
   const uint id = gl_GlobalInvocationID.x;
   const uint begin = id * p.per_invocation, end = min(begin + p.per_invocation, p.n_words);
   uvec4 acc = uvec4(0);
-  for (uint i = begin; i < end; ++i) acc ^= data[i];
+  for (uint i = begin; i < end; ++i) acc ^= LOAD(i);
   if (begin < p.n_words) out_[id] = acc.x ^ acc.y ^ acc.z ^ acc.w;
 }

@@ -17,6 +17,7 @@ endforeach()
 
 # `bench --ops`'s read ceiling: the same bytes streamed with no arithmetic.
 vkllm_shader(read_ceiling read_ceiling.comp)
+vkllm_shader(read_ceiling_texel read_ceiling.comp -DTEXEL)
 
 # Element-wise and row kernels.
 vkllm_shader(add binary.comp -DOP_ADD)

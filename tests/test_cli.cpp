@@ -124,12 +124,15 @@ TEST(Cli, BenchOpsReportsTheReadCeiling) {
   ASSERT_EQ(r.status, 0) << r.err;
   const json j = json::parse(r.out);
   EXPECT_GT(j["read_ceiling_gb_s"].get<double>(), 0.0);
+  EXPECT_GT(j["texel_ceiling_gb_s"].get<double>(), 0.0);
   ASSERT_EQ(j["types"].size(), 2u);
   EXPECT_EQ(j["types"][0]["type"], "Q4_0");
   EXPECT_EQ(j["types"][1]["type"], "F16");
   for (const json& t : j["types"]) {
     EXPECT_GT(t["matvec_gb_s"].get<double>(), 0.0);
     EXPECT_NEAR(t["matvec_of_ceiling"].get<double>(), t["matvec_gb_s"].get<double>() / j["read_ceiling_gb_s"].get<double>(), 1e-9);
+    EXPECT_NEAR(t["matvec_of_texel_ceiling"].get<double>(), t["matvec_gb_s"].get<double>() / j["texel_ceiling_gb_s"].get<double>(),
+                1e-9);
     EXPECT_EQ(t["matmul_gflop_s"], 0);
   }
   const Result bad = vkllm("bench --ops --ops-types q4_9");

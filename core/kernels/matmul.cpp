@@ -216,8 +216,8 @@ void record_matmul_glu(CommandRecorder& rec, const DeviceTensor& w, const Buffer
 
 uint64_t read_ceiling_out_bytes(uint64_t data_bytes) { return div_ceil(data_bytes, 4096) * uint64_t{4}; }
 
-void record_read_ceiling(CommandRecorder& rec, const BufferView& data, const BufferView& out) {
-  const Pipeline& p = rec.pipelines().get("read_ceiling", 2, sizeof(ReadCeilingParams), {64});
+void record_read_ceiling(CommandRecorder& rec, const BufferView& data, const BufferView& out, bool texel) {
+  const Pipeline& p = rec.pipelines().get(texel ? "read_ceiling_texel" : "read_ceiling", 2, sizeof(ReadCeilingParams), {64});
   const ReadCeilingParams params{uint32_t(data.range / 16), 4096 / 16};
   rec.dispatch(p, {data, out}, params, div_ceil(div_ceil(data.range, 4096), 64));
 }

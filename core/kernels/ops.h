@@ -56,8 +56,10 @@ void record_matmul_glu(CommandRecorder& rec, const DeviceTensor& w, const Buffer
                        MatmulKernel kernel = MatmulKernel::Auto);
 
 // The read ceiling of `bench --ops`: streams `data` (a multiple of 16 bytes) with uvec4 loads, one
-// 4 KiB run per invocation, XOR-folding each run into out [ceil(bytes / 4096)] u32.
-void record_read_ceiling(CommandRecorder& rec, const BufferView& data, const BufferView& out);
+// 4 KiB run per invocation, XOR-folding each run into out [ceil(bytes / 4096)] u32. `texel`: the
+// loads are texel loads of a storage texel buffer (as the CPU-driver kernels read), else
+// storage-buffer loads.
+void record_read_ceiling(CommandRecorder& rec, const BufferView& data, const BufferView& out, bool texel);
 uint64_t read_ceiling_out_bytes(uint64_t data_bytes);
 
 // ---- element-wise and row ops (out may alias an input) -----------------------------------------

@@ -28,7 +28,8 @@ int find_memory_type(const VkPhysicalDeviceMemoryProperties& mem, uint32_t bits,
 Buffer::Buffer(const VulkanContext& ctx, uint64_t size, MemoryUse use, const std::string& name) : ctx_(&ctx), size_(size) {
   VkBufferCreateInfo bci{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
   bci.size = size ? size : 4;
-  bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+  bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_STORAGE_TEXEL_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+              VK_BUFFER_USAGE_TRANSFER_DST_BIT;
   bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
   VK_CHECK(vkCreateBuffer(ctx.device(), &bci, nullptr, &buffer_));
   ctx.set_name(VK_OBJECT_TYPE_BUFFER, reinterpret_cast<uint64_t>(buffer_), name);
@@ -92,6 +93,7 @@ Buffer::~Buffer() { release(); }
 
 void Buffer::release() {
   if (!ctx_) return;
+  if (buffer_) ctx_->drop_texel_views(buffer_);
   if (memory_ && mapped_) vkUnmapMemory(ctx_->device(), memory_);
   if (buffer_) vkDestroyBuffer(ctx_->device(), buffer_, nullptr);
   if (memory_) vkFreeMemory(ctx_->device(), memory_, nullptr);

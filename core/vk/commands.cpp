@@ -56,15 +56,22 @@ void CommandRecorder::dispatch_raw(const Pipeline& p, std::initializer_list<Buff
   VkWriteDescriptorSet writes[16];
   VKLLM_CHECK(buffers.size() <= 16, "too many bindings");
   uint32_t i = 0;
+  VkBufferView texels[16];
   for (const BufferView& b : buffers) {
-    VKLLM_CHECK(b.range <= ctx_.max_storage_range(), p.name() + ": binding " + std::to_string(i) + " range " +
-                                                         std::to_string(b.range) + " exceeds maxStorageBufferRange");
-    infos[i] = {b.buffer, b.offset, b.range ? b.range : VK_WHOLE_SIZE};
     writes[i] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
     writes[i].dstBinding = i;
     writes[i].descriptorCount = 1;
-    writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-    writes[i].pBufferInfo = &infos[i];
+    if (const VkFormat f = p.texel_format(i); f != VK_FORMAT_UNDEFINED) {
+      texels[i] = ctx_.texel_view(b.buffer, b.offset, b.range, f);
+      writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_TEXEL_BUFFER;
+      writes[i].pTexelBufferView = &texels[i];
+    } else {
+      VKLLM_CHECK(b.range <= ctx_.max_storage_range(), p.name() + ": binding " + std::to_string(i) + " range " +
+                                                           std::to_string(b.range) + " exceeds maxStorageBufferRange");
+      infos[i] = {b.buffer, b.offset, b.range ? b.range : VK_WHOLE_SIZE};
+      writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+      writes[i].pBufferInfo = &infos[i];
+    }
     ++i;
   }
   vkCmdBindPipeline(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, p.handle());

@@ -299,6 +299,9 @@ VulkanContext::VulkanContext(const ContextOptions& o) {
 VulkanContext::~VulkanContext() { release(); }
 
 void VulkanContext::release() {
+  for (auto& [buffer, views] : texel_views_)
+    for (auto& [key, view] : views) vkDestroyBufferView(device_, view, nullptr);
+  texel_views_.clear();
   if (device_) vkDestroyDevice(device_, nullptr);
   device_ = VK_NULL_HANDLE;
   if (messenger_) {
@@ -309,6 +312,37 @@ void VulkanContext::release() {
   }
   if (instance_) vkDestroyInstance(instance_, nullptr);
   instance_ = VK_NULL_HANDLE;
+}
+
+VkBufferView VulkanContext::texel_view(VkBuffer buffer, uint64_t offset, uint64_t range, VkFormat format) const {
+  VKLLM_CHECK(format == VK_FORMAT_R32G32B32A32_UINT || format == VK_FORMAT_R32_UINT, "texel views are r32ui or rgba32ui");
+  const uint64_t texel = format == VK_FORMAT_R32_UINT ? 4 : 16;
+  VKLLM_CHECK(offset % std::max<uint64_t>(limits_.minTexelBufferOffsetAlignment, 1) == 0,
+              "texel view at offset " + std::to_string(offset) + " is not aligned to minTexelBufferOffsetAlignment");
+  const uint64_t whole = range == 0 ? VK_WHOLE_SIZE : range / texel * texel;
+  VKLLM_CHECK(whole != 0, "texel view of fewer bytes than one texel");
+  VKLLM_CHECK(whole == VK_WHOLE_SIZE || whole / texel <= limits_.maxTexelBufferElements,
+              "texel view of " + std::to_string(whole / texel) + " texels exceeds maxTexelBufferElements (" +
+                  std::to_string(limits_.maxTexelBufferElements) + ")");
+  std::lock_guard<std::mutex> lock(texel_mutex_);
+  VkBufferView& view = texel_views_[buffer][{offset, whole, format}];
+  if (!view) {
+    VkBufferViewCreateInfo ci{VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO};
+    ci.buffer = buffer;
+    ci.format = format;
+    ci.offset = offset;
+    ci.range = whole;
+    VK_CHECK(vkCreateBufferView(device_, &ci, nullptr, &view));
+  }
+  return view;
+}
+
+void VulkanContext::drop_texel_views(VkBuffer buffer) const {
+  std::lock_guard<std::mutex> lock(texel_mutex_);
+  auto it = texel_views_.find(buffer);
+  if (it == texel_views_.end()) return;
+  for (auto& [key, view] : it->second) vkDestroyBufferView(device_, view, nullptr);
+  texel_views_.erase(it);
 }
 
 void VulkanContext::set_name(VkObjectType type, uint64_t handle, const std::string& name) const {

@@ -4,8 +4,11 @@
 #include <vulkan/vulkan.h>
 
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/error.h"
@@ -70,6 +73,14 @@ class VulkanContext {
   float timestamp_period_ns() const { return limits_.timestampPeriod; }
   PFN_vkCmdPushDescriptorSetKHR push_descriptor_fn() const { return push_descriptor_; }
 
+  // The storage texel buffer view of bytes [offset, offset + range) of `buffer` (range 0: to its
+  // end) in `format`, made on first use and kept until drop_texel_views(buffer): what a kernel's
+  // `uimageBuffer` binding reads (lavapipe serves texel loads several times faster than storage
+  // buffer loads, docs/performance.md). The range is cut to whole texels. Thread-safe.
+  VkBufferView texel_view(VkBuffer buffer, uint64_t offset, uint64_t range, VkFormat format) const;
+  // Destroys the texel views of `buffer` (Buffer does, before it destroys the buffer).
+  void drop_texel_views(VkBuffer buffer) const;
+
   // Validation messages seen since creation (only with validation on). Tests require none.
   const std::vector<std::string>& validation_messages() const { return messages_; }
   // Names a Vulkan object for validation messages and debuggers (no-op without debug utils).
@@ -92,6 +103,8 @@ class VulkanContext {
   PFN_vkCmdPushDescriptorSetKHR push_descriptor_ = nullptr;
   PFN_vkSetDebugUtilsObjectNameEXT set_name_ = nullptr;
   std::vector<std::string> messages_;
+  mutable std::mutex texel_mutex_;
+  mutable std::map<VkBuffer, std::map<std::tuple<uint64_t, uint64_t, VkFormat>, VkBufferView>> texel_views_;
 };
 
 // Every physical device with what vkllm needs to know about it; creates its own instance.

@@ -11,6 +11,41 @@
 #include "shader_registry.h"
 
 namespace vkllm {
+namespace {
+
+// The format of each of the first `n` bindings (set 0) that the module declares as a storage
+// texel buffer (an OpVariable of an OpTypeImage with Dim Buffer and Sampled 2), else UNDEFINED.
+std::vector<VkFormat> texel_bindings(const uint32_t* code, size_t n_words, uint32_t n, const std::string& name) {
+  constexpr uint32_t kDecorate = 71, kTypeImage = 25, kTypePointer = 32, kVariable = 59;
+  constexpr uint32_t kDecorationBinding = 33, kDimBuffer = 5, kFormatRgba32ui = 30, kFormatR32ui = 33;
+  std::map<uint32_t, uint32_t> binding_of, pointee, var_type;
+  std::map<uint32_t, VkFormat> image_format;
+  for (size_t at = 5; at < n_words;) {
+    const uint32_t op = code[at] & 0xFFFFu, len = code[at] >> 16;
+    VKLLM_CHECK(len > 0 && at + len <= n_words, name + ": malformed SPIR-V at word " + std::to_string(at));
+    const uint32_t* w = code + at;
+    if (op == kDecorate && len >= 4 && w[2] == kDecorationBinding) binding_of[w[1]] = w[3];
+    if (op == kTypeImage && len >= 9 && w[3] == kDimBuffer && w[7] == 2)
+      image_format[w[1]] = w[8] == kFormatRgba32ui ? VK_FORMAT_R32G32B32A32_UINT
+                           : w[8] == kFormatR32ui  ? VK_FORMAT_R32_UINT
+                                                   : VK_FORMAT_UNDEFINED;
+    if (op == kTypePointer && len >= 4) pointee[w[1]] = w[3];
+    if (op == kVariable && len >= 3) var_type[w[2]] = w[1];
+    at += len;
+  }
+  std::vector<VkFormat> formats(n, VK_FORMAT_UNDEFINED);
+  for (const auto& [var, ptr] : var_type) {
+    const auto image = image_format.find(pointee.count(ptr) ? pointee[ptr] : 0);
+    const auto binding = binding_of.find(var);
+    if (image == image_format.end() || binding == binding_of.end() || binding->second >= n) continue;
+    VKLLM_CHECK(image->second != VK_FORMAT_UNDEFINED, name + ": texel buffer binding " + std::to_string(binding->second) +
+                                                          " is neither r32ui nor rgba32ui");
+    formats[binding->second] = image->second;
+  }
+  return formats;
+}
+
+}  // namespace
 
 Pipeline::Pipeline(const VulkanContext& ctx, VkPipelineCache cache, const std::string& shader, uint32_t n_buffers,
                    uint32_t push_size, const std::vector<uint32_t>& spec)
@@ -26,9 +61,13 @@ Pipeline::Pipeline(const VulkanContext& ctx, VkPipelineCache cache, const std::s
   smci.pCode = m->code;
   VK_CHECK(vkCreateShaderModule(ctx.device(), &smci, nullptr, &module_));
 
+  texel_formats_ = texel_bindings(m->code, m->n_words, n_buffers, shader);
   std::vector<VkDescriptorSetLayoutBinding> bindings(n_buffers);
-  for (uint32_t i = 0; i < n_buffers; ++i)
-    bindings[i] = {i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
+  for (uint32_t i = 0; i < n_buffers; ++i) {
+    const VkDescriptorType type =
+        texel_formats_[i] != VK_FORMAT_UNDEFINED ? VK_DESCRIPTOR_TYPE_STORAGE_TEXEL_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    bindings[i] = {i, type, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
+  }
   VkDescriptorSetLayoutCreateInfo dslci{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
   dslci.flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR;
   dslci.bindingCount = n_buffers;

@@ -11,8 +11,9 @@
 
 namespace vkllm {
 
-// One compute pipeline: `n_buffers` storage buffers at bindings 0..n-1 (push descriptors) and one
-// push-constant struct of `push_size` bytes. Specialization constant 0 is the workgroup size x;
+// One compute pipeline: `n_buffers` buffer bindings 0..n-1 (push descriptors) and one
+// push-constant struct of `push_size` bytes. A binding the shader declares as an r32ui or rgba32ui
+// `uimageBuffer` is a storage texel buffer (found in the SPIR-V), every other one a storage buffer. Specialization constant 0 is the workgroup size x;
 // the others are the kernel's own (documented in its .comp file).
 class Pipeline {
  public:
@@ -28,6 +29,8 @@ class Pipeline {
   uint32_t push_size() const { return push_size_; }
   uint32_t workgroup_size() const { return workgroup_size_; }
   const std::string& name() const { return name_; }
+  // The format of binding i when it is a storage texel buffer, else VK_FORMAT_UNDEFINED.
+  VkFormat texel_format(uint32_t i) const { return texel_formats_[i]; }
 
  private:
   const VulkanContext& ctx_;
@@ -35,6 +38,7 @@ class Pipeline {
   uint32_t n_buffers_ = 0;
   uint32_t push_size_ = 0;
   uint32_t workgroup_size_ = 0;
+  std::vector<VkFormat> texel_formats_;
   VkShaderModule module_ = VK_NULL_HANDLE;
   VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
   VkPipelineLayout layout_ = VK_NULL_HANDLE;

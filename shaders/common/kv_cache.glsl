@@ -36,22 +36,24 @@ uint cache_row_bytes(uint n) { return n / 32 * 18; }  // f16 d; u8 q[16]: j < 16
    (float((uint(u8[(row_base) + ((e) / 32) * 18 + 2 + (e) % 16]) >> (((e) % 32) >= 16 ? 4 : 0)) & 0xFu) - 8.0))
 #endif
 
-// For kernels that enable 64-bit integers: a u64vec2 view of a cache binding, and
-// CACHE_LOAD_RUN(NAME, row_base, e0, n, dst): n elements of a row from element e0 into dst
-// (f16: eight per 128-bit load, so n and e0 multiples of 8; q8_0 / q4_0: word loads per block).
-#define CACHE_WIDE_VIEW(NAME, BINDING) \
-  layout(binding = BINDING) readonly buffer NAME##_u64x2_block { u64vec2 NAME##_u64x2[]; };
+// CACHE_RUN_READER(NAME, BINDING) declares what CACHE_LOAD_RUN(NAME, row_base, e0, n, dst) reads:
+// n elements of a row from element e0 into dst. f16: the binding is a storage texel buffer of
+// 16-byte texels, eight halves per load (n and e0 multiples of 8, rows 16-byte aligned); lavapipe
+// serves a texel load several times faster than storage-buffer loads of the same bytes
+// (docs/performance.md, "Texel loads"). q8_0 / q4_0: word loads per block (CACHE_READER).
 #if defined(CACHE_F16)
+#define CACHE_RUN_READER(NAME, BINDING) \
+  layout(binding = BINDING, rgba32ui) uniform readonly restrict uimageBuffer NAME##_tex;
 #define CACHE_LOAD_RUN(NAME, row_base, e0, n, dst)                                          \
   [[unroll]] for (uint t = 0; t < (n) / 8; ++t) {                                           \
-    const u64vec2 w = NAME##_u64x2[((row_base) + 2 * (e0) + 16 * t) >> 4];                  \
-    const uvec2 a = unpackUint2x32(w.x), b = unpackUint2x32(w.y);                           \
-    const vec2 h0 = unpackHalf2x16(a.x), h1 = unpackHalf2x16(a.y);                          \
-    const vec2 h2 = unpackHalf2x16(b.x), h3 = unpackHalf2x16(b.y);                          \
+    const uvec4 w = imageLoad(NAME##_tex, int(((row_base) + 2 * (e0) + 16 * t) >> 4));      \
+    const vec2 h0 = unpackHalf2x16(w.x), h1 = unpackHalf2x16(w.y);                          \
+    const vec2 h2 = unpackHalf2x16(w.z), h3 = unpackHalf2x16(w.w);                          \
     dst[8 * t] = h0.x; dst[8 * t + 1] = h0.y; dst[8 * t + 2] = h1.x; dst[8 * t + 3] = h1.y; \
     dst[8 * t + 4] = h2.x; dst[8 * t + 5] = h2.y; dst[8 * t + 6] = h3.x; dst[8 * t + 7] = h3.y; \
   }
 #elif defined(CACHE_Q8_0) || defined(CACHE_Q4_0)
+#define CACHE_RUN_READER(NAME, BINDING) CACHE_READER(NAME, BINDING)
 // Runs of whole 32-element blocks (34 / 18 bytes, 2-byte aligned) are read as the 32-bit words
 // covering each block, realigned by 16 bits when the block starts mid-word: 9 (Q8_0) or 5 (Q4_0)
 // loads per block instead of two per element, the scale once per block. The last word of a block
