@@ -13,12 +13,14 @@
 //     per position while positions are consecutive and reloaded every ANCHOR_EVERY entries) and
 //     writes the G scores q_h·k (scaled, soft-capped; masked ones as NEG) of the entry side by
 //     side: scores[z][head_kv][entry][GP], GP = G rounded up to even, so that the values pass reads
-//     two scores per 64-bit component.
-//   OP_VALUES: a workgroup per DC dims of a KV head (grid x = HD / DC, y = KV head); lane l takes
-//     entries l, l + W, …: it reads the entry's G scores and DC dims of its V row, keeps an
-//     online softmax per head (the running max raised only when a score exceeds it by
-//     RESCALE_AT, as attention_simd.comp) and accumulates; the lanes merge once at the end through
-//     shared memory. Each lane load is useful (a load at the same address in every lane inside a
+//     two scores per 64-bit component; and then the G maxima of its block of entries, as entry
+//     n_kv + block (the rows of scores are n_kv + blocks long).
+//   OP_VALUES: a workgroup per DC dims of a KV head (grid x = HD / DC, y = KV head). It first
+//     takes each head's maximum score M over the blocks' maxima (a lane per block, one subgroupMax
+//     per head); then lane l takes entries l, l + W, …: it reads the entry's G scores and DC dims
+//     of its V row and accumulates exp(s − M) and exp(s − M)·v; the lanes sum once at the end
+//     through shared memory. (An online softmax, whose running max is raised inside the loop, cost
+//     a third of this pass: lavapipe runs a branch's body for every lane, taken or not.) Each lane load is useful (a load at the same address in every lane inside a
 //     loop is a per-lane gather on lavapipe, which the first version, a lane per dim, paid for
 //     the scores of every entry), and each exp serves DC dims of one entry.
 //
@@ -30,6 +32,7 @@
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
 #include "kv_cache.glsl"
 #include "params.h"
 #include "softcap.glsl"
@@ -42,7 +45,6 @@ layout(constant_id = 4) const bool NEOX = false;
 layout(constant_id = 5) const uint PER_LANE = 8;
 layout(constant_id = 6) const uint DC = 16;  // OP_VALUES: dims per workgroup
 const float NEG = -1.0e30;
-const float RESCALE_AT = 8.0;
 const uint ANCHOR_EVERY = 32;
 
 layout(binding = 0) readonly buffer Q { vec4 q4[]; };
@@ -52,8 +54,10 @@ layout(binding = 3) readonly buffer KvSlots { int kv_slots[]; };
 layout(binding = 4) readonly buffer KvPos { int kv_pos[]; };
 layout(binding = 5) readonly buffer QPos { int q_pos[]; };
 layout(binding = 6) writeonly buffer Out { float out_[]; };
-layout(binding = 7) buffer Scores { uint64_t scores[]; };  // [z][head_kv][entry][GP / 2] pairs of f32
+layout(binding = 7) buffer Scores { uint64_t scores[]; };  // [z][head_kv][n_kv + blocks][GP / 2] pairs of f32
 const uint GP = G + (G & 1);
+// Entries of a row of scores: one per slot, then one per block of PER_LANE (the block's maxima).
+uint score_row(uint n_kv) { return n_kv + (n_kv + PER_LANE - 1) / PER_LANE; }
 layout(binding = 8) readonly buffer RopeTable { vec2 rope_table[]; };  // [pos][HD/2] (cos, sin)
 layout(push_constant) uniform Push { AttentionParams p; };
 
@@ -83,6 +87,9 @@ void main() {
       qv[h * (HD / 4) + d1 / 4][d1 % 4] = a * cs.y + b * cs.x;
     }
   }
+  const uint row = (z * p.n_head_kv + hk) * score_row(p.n_kv);
+  float mx[GP];
+  [[unroll]] for (uint h = 0; h < GP; ++h) mx[h] = NEG;
   int prev = -2147483647;
   [[dont_unroll]] for (uint t = 0; t < PER_LANE; ++t) {
     const uint e = first + t;
@@ -113,22 +120,45 @@ void main() {
       if (p.softcap > 0.0) acc = p.softcap * safe_tanh(acc / p.softcap);
       if (visible) s[h] = acc;
     }
+    [[unroll]] for (uint h = 0; h < GP; ++h) mx[h] = max(mx[h], s[h]);
     [[unroll]] for (uint w = 0; w < GP / 2; ++w)
-      scores[((z * p.n_head_kv + hk) * p.n_kv + e) * (GP / 2) + w] = packUint2x32(uvec2(floatBitsToUint(s[2 * w]), floatBitsToUint(s[2 * w + 1])));
+      scores[(row + e) * (GP / 2) + w] = packUint2x32(uvec2(floatBitsToUint(s[2 * w]), floatBitsToUint(s[2 * w + 1])));
+  }
+  if (first < p.n_kv) {
+    [[unroll]] for (uint w = 0; w < GP / 2; ++w)
+      scores[(row + p.n_kv + first / PER_LANE) * (GP / 2) + w] = packUint2x32(uvec2(floatBitsToUint(mx[2 * w]), floatBitsToUint(mx[2 * w + 1])));
   }
 }
 #elif defined(OP_VALUES)
-// The lanes' running maxima [G][W], then sums and outputs [G][1 + DC][W], merged at the end.
+// The lanes' sums and outputs [G][1 + DC][W], added up at the end.
 shared float part[G * (DC + 1) * gl_WorkGroupSize.x];
+
+// The G scores (or block maxima) at entry e of a row of scores.
+void read_scores(uint row, uint e, out float sc[GP]) {
+  [[unroll]] for (uint w = 0; w < GP / 2; ++w) {
+    const uvec2 pair = unpackUint2x32(scores[(row + e) * (GP / 2) + w]);
+    sc[2 * w] = uintBitsToFloat(pair.x);
+    sc[2 * w + 1] = uintBitsToFloat(pair.y);
+  }
+}
 
 void main() {
   const uint lane = gl_LocalInvocationID.x, W = gl_WorkGroupSize.x, hk = gl_WorkGroupID.y;
   const uint row_bytes = cache_row_bytes(p.n_head_kv * HD);
   const uint d0 = hk * HD + gl_WorkGroupID.x * DC;
   const uint z = gl_WorkGroupID.z, t = p.q_first + z;
-  float m[G], l[G], o[G][DC];
+  const uint row = (z * p.n_head_kv + hk) * score_row(p.n_kv), n_blocks = score_row(p.n_kv) - p.n_kv;
+  // Each head's maximum score, from the blocks' maxima.
+  float m[G];
+  [[unroll]] for (uint h = 0; h < G; ++h) m[h] = NEG;
+  [[dont_unroll]] for (uint b = lane; b < n_blocks; b += W) {
+    float mb[GP];
+    read_scores(row, p.n_kv + b, mb);
+    [[unroll]] for (uint h = 0; h < G; ++h) m[h] = max(m[h], mb[h]);
+  }
+  [[unroll]] for (uint h = 0; h < G; ++h) m[h] = subgroupMax(m[h]);
+  float l[G], o[G][DC];
   [[unroll]] for (uint h = 0; h < G; ++h) {
-    m[h] = NEG;
     l[h] = 0.0;
     [[unroll]] for (uint j = 0; j < DC; ++j) o[h][j] = 0.0;
   }
@@ -136,37 +166,15 @@ void main() {
     float v[DC];
     CACHE_LOAD_RUN(vc, uint(kv_slots[e]) * row_bytes, d0, DC, v)
     float sc[GP];
-    [[unroll]] for (uint w = 0; w < GP / 2; ++w) {
-      const uvec2 pair = unpackUint2x32(scores[((z * p.n_head_kv + hk) * p.n_kv + e) * (GP / 2) + w]);
-      sc[2 * w] = uintBitsToFloat(pair.x);
-      sc[2 * w + 1] = uintBitsToFloat(pair.y);
-    }
+    read_scores(row, e, sc);
     [[unroll]] for (uint h = 0; h < G; ++h) {
-      const float s = sc[h];
-      if (s > m[h] + RESCALE_AT) {
-        const float corr = exp(m[h] - s);
-        l[h] *= corr;
-        [[unroll]] for (uint j = 0; j < DC; ++j) o[h][j] *= corr;
-        m[h] = s;
-      }
-      const float pr = s <= NEG ? 0.0 : exp(s - m[h]);
+      const float pr = sc[h] <= NEG ? 0.0 : exp(sc[h] - m[h]);
       l[h] += pr;
       [[unroll]] for (uint j = 0; j < DC; ++j) o[h][j] += pr * v[j];
     }
   }
-  // Merge across the lanes in straight-line code whose shared loads are at uniform addresses (one
-  // load and a broadcast each on lavapipe): the max of each head, then every lane's sum and
-  // output rescaled to it, then summed; lane j % W writes output dim j.
-  [[unroll]] for (uint h = 0; h < G; ++h) part[h * W + lane] = m[h];
-  barrier();
-  [[unroll]] for (uint h = 0; h < G; ++h) {
-    float mx = NEG;
-    [[unroll]] for (uint w = 0; w < W; ++w) mx = max(mx, part[h * W + w]);
-    const float c = exp(m[h] - mx);
-    l[h] *= c;
-    [[unroll]] for (uint j = 0; j < DC; ++j) o[h][j] *= c;
-  }
-  barrier();
+  // Sum across the lanes in straight-line code whose shared loads are at uniform addresses (one
+  // load and a broadcast each on lavapipe); lane j % W writes output dim j.
   [[unroll]] for (uint h = 0; h < G; ++h) {
     part[(h * (DC + 1)) * W + lane] = l[h];
     [[unroll]] for (uint j = 0; j < DC; ++j) part[(h * (DC + 1) + 1 + j) * W + lane] = o[h][j];

@@ -72,10 +72,11 @@ constexpr uint64_t k_decode_group_bytes = uint64_t{64} << 20;
 constexpr uint32_t k_decode_per_lane = 64;
 constexpr uint32_t k_decode_dims = 32;  // the values pass's head dims per workgroup
 
-// Floats of attention_decode's scores: [n_head_kv][n_kv][G rounded up to even].
+// Floats of attention_decode's scratch per query token: [n_head_kv][n_kv + blocks][G rounded up to
+// even], the scores of every entry then the maximum of each lane's block of k_decode_per_lane.
 uint64_t decode_scores_floats(const AttentionShape& shape, uint32_t n_kv) {
   const uint32_t g = shape.n_head / shape.n_head_kv;
-  return uint64_t{shape.n_head_kv} * n_kv * (g + (g & 1));
+  return uint64_t{shape.n_head_kv} * (n_kv + div_ceil(n_kv, k_decode_per_lane)) * (g + (g & 1));
 }
 
 // The scores pass unrolls G × head_dim multiply-adds and holds the G query heads in registers;
