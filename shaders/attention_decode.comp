@@ -12,8 +12,8 @@
 //     by RoPE at the slot's position: angles from the rope table, advanced by one complex product
 //     per position while positions are consecutive and reloaded every ANCHOR_EVERY entries) and
 //     writes the G scores q_h·k (scaled, soft-capped; masked ones as NEG) of the entry side by
-//     side: scores[z][head_kv][entry][GP], GP = G rounded up to even, so that the values pass reads
-//     two scores per 64-bit component; and then the G maxima of its block of entries, as entry
+//     side: scores[z][head_kv][entry][GP], GP = G rounded up to a multiple of 4, so that an entry
+//     is GP / 4 whole 16-byte texels (the scratch is a storage texel buffer in both passes); and then the G maxima of its block of entries, as entry
 //     n_kv + block (the rows of scores are n_kv + blocks long).
 //   OP_VALUES: a workgroup per DC dims of a KV head (grid x = HD / DC, y = KV head). It first
 //     takes each head's maximum score M over the blocks' maxima (a lane per block, one subgroupMax
@@ -31,7 +31,6 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
-#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "kv_cache.glsl"
 #include "params.h"
@@ -54,10 +53,22 @@ layout(binding = 3) readonly buffer KvSlots { int kv_slots[]; };
 layout(binding = 4) readonly buffer KvPos { int kv_pos[]; };
 layout(binding = 5) readonly buffer QPos { int q_pos[]; };
 layout(binding = 6) writeonly buffer Out { float out_[]; };
-layout(binding = 7) buffer Scores { uint64_t scores[]; };  // [z][head_kv][n_kv + blocks][GP / 2] pairs of f32
-const uint GP = G + (G & 1);
+// [z][head_kv][n_kv + blocks][GP] f32, as texels of 4.
+layout(binding = 7, rgba32ui) uniform restrict uimageBuffer scores;
+const uint GP = (G + 3) / 4 * 4;
 // Entries of a row of scores: one per slot, then one per block of PER_LANE (the block's maxima).
 uint score_row(uint n_kv) { return n_kv + (n_kv + PER_LANE - 1) / PER_LANE; }
+// The GP scores (or block maxima) of entry e of a row of scores.
+void write_scores(uint row, uint e, float sc[GP]) {
+  [[unroll]] for (uint w = 0; w < GP / 4; ++w)
+    imageStore(scores, int((row + e) * (GP / 4) + w), floatBitsToUint(vec4(sc[4 * w], sc[4 * w + 1], sc[4 * w + 2], sc[4 * w + 3])));
+}
+void read_scores(uint row, uint e, out float sc[GP]) {
+  [[unroll]] for (uint w = 0; w < GP / 4; ++w) {
+    const vec4 v = uintBitsToFloat(imageLoad(scores, int((row + e) * (GP / 4) + w)));
+    [[unroll]] for (uint k = 0; k < 4; ++k) sc[4 * w + k] = v[k];
+  }
+}
 layout(binding = 8) readonly buffer RopeTable { vec2 rope_table[]; };  // [pos][HD/2] (cos, sin)
 layout(push_constant) uniform Push { AttentionParams p; };
 
@@ -121,26 +132,15 @@ void main() {
       if (visible) s[h] = acc;
     }
     [[unroll]] for (uint h = 0; h < GP; ++h) mx[h] = max(mx[h], s[h]);
-    [[unroll]] for (uint w = 0; w < GP / 2; ++w)
-      scores[(row + e) * (GP / 2) + w] = packUint2x32(uvec2(floatBitsToUint(s[2 * w]), floatBitsToUint(s[2 * w + 1])));
+    write_scores(row, e, s);
   }
   if (first < p.n_kv) {
-    [[unroll]] for (uint w = 0; w < GP / 2; ++w)
-      scores[(row + p.n_kv + first / PER_LANE) * (GP / 2) + w] = packUint2x32(uvec2(floatBitsToUint(mx[2 * w]), floatBitsToUint(mx[2 * w + 1])));
+    write_scores(row, p.n_kv + first / PER_LANE, mx);
   }
 }
 #elif defined(OP_VALUES)
 // The lanes' sums and outputs [G][1 + DC][W], added up at the end.
 shared float part[G * (DC + 1) * gl_WorkGroupSize.x];
-
-// The G scores (or block maxima) at entry e of a row of scores.
-void read_scores(uint row, uint e, out float sc[GP]) {
-  [[unroll]] for (uint w = 0; w < GP / 2; ++w) {
-    const uvec2 pair = unpackUint2x32(scores[(row + e) * (GP / 2) + w]);
-    sc[2 * w] = uintBitsToFloat(pair.x);
-    sc[2 * w + 1] = uintBitsToFloat(pair.y);
-  }
-}
 
 void main() {
   const uint lane = gl_LocalInvocationID.x, W = gl_WorkGroupSize.x, hk = gl_WorkGroupID.y;

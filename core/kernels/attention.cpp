@@ -73,10 +73,11 @@ constexpr uint32_t k_decode_per_lane = 64;
 constexpr uint32_t k_decode_dims = 32;  // the values pass's head dims per workgroup
 
 // Floats of attention_decode's scratch per query token: [n_head_kv][n_kv + blocks][G rounded up to
-// even], the scores of every entry then the maximum of each lane's block of k_decode_per_lane.
+// a multiple of 4], the scores of every entry then the maximum of each lane's block of
+// k_decode_per_lane.
 uint64_t decode_scores_floats(const AttentionShape& shape, uint32_t n_kv) {
   const uint32_t g = shape.n_head / shape.n_head_kv;
-  return uint64_t{shape.n_head_kv} * (n_kv + div_ceil(n_kv, k_decode_per_lane)) * (g + (g & 1));
+  return uint64_t{shape.n_head_kv} * (n_kv + div_ceil(n_kv, k_decode_per_lane)) * ((g + 3) / 4 * 4);
 }
 
 // The scores pass unrolls G × head_dim multiply-adds and holds the G query heads in registers;
@@ -108,7 +109,6 @@ void record_decode_attention(CommandRecorder& rec, CacheType type, const Attenti
   const uint64_t per_query = decode_scores_floats(shape, n_kv) * 4;
   const uint32_t group = static_cast<uint32_t>(std::clamp<uint64_t>(scratch.range / per_query, 1, n_q));
   const std::vector<uint32_t> spec = {sg, shape.head_dim, g, rope.n_rot, rope.neox ? 1u : 0u, k_decode_per_lane, k_decode_dims};
-  const BufferView scores = scratch.sub(0, per_query * group);
   const std::string ct = cache_type_name(type);
   const Pipeline& ps = rec.pipelines().get("attention_scores_" + ct, 9, sizeof(AttentionParams), spec);
   const Pipeline& pv = rec.pipelines().get("attention_values_" + ct, 9, sizeof(AttentionParams), spec);
@@ -117,10 +117,11 @@ void record_decode_attention(CommandRecorder& rec, CacheType type, const Attenti
     AttentionParams params = attention_params(shape, rope, n_q, n_kv, q_stride, out_stride, 1, n_kv);
     params.q_first = t;
     if (t > 0) rec.barrier();  // the previous group's values pass has read the scores
-    rec.dispatch(ps, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, out, scores, rope_table}, params,
+    // The whole scratch is bound (a storage texel buffer; one view for every n_kv).
+    rec.dispatch(ps, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, out, scratch, rope_table}, params,
                  div_ceil(n_kv, sg * k_decode_per_lane), shape.n_head_kv, n);
     rec.barrier();
-    rec.dispatch(pv, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, out, scores, rope_table}, params, shape.head_dim / k_decode_dims,
+    rec.dispatch(pv, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, out, scratch, rope_table}, params, shape.head_dim / k_decode_dims,
                  shape.n_head_kv, n);
   }
 }

@@ -325,7 +325,11 @@ VkBufferView VulkanContext::texel_view(VkBuffer buffer, uint64_t offset, uint64_
               "texel view of " + std::to_string(whole / texel) + " texels exceeds maxTexelBufferElements (" +
                   std::to_string(limits_.maxTexelBufferElements) + ")");
   std::lock_guard<std::mutex> lock(texel_mutex_);
-  VkBufferView& view = texel_views_[buffer][{offset, whole, format}];
+  auto& views = texel_views_[buffer];
+  // A view per bound range: callers bind stable ranges (a tensor, a layer's cache, a whole
+  // scratch buffer), so the count stays small; this catches one that does not.
+  VKLLM_CHECK(views.size() < 4096, "more than 4096 texel views of one buffer: a kernel binds a varying range as a texel buffer");
+  VkBufferView& view = views[{offset, whole, format}];
   if (!view) {
     VkBufferViewCreateInfo ci{VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO};
     ci.buffer = buffer;
