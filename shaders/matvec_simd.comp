@@ -9,8 +9,8 @@
 // l owns units l, l + S, l + 2S, … (UPL of them, S = subgroup size). So each lane:
 //   - loads its slice of every column's x once (vec4 loads), with each block's sum of x, and
 //     keeps them in registers (or the stack, for long rows) for all ROWS rows;
-//   - reads each weight byte once for all columns: units of a multiple of 16 bytes as 16-byte
-//     texels (binding 0 a storage texel buffer), Q2_K/Q3_K/Q6_K/IQ4_XS as u32 words; the unit's bytes are then
+//   - reads each weight byte once for all columns as 16-byte texels (binding 0 a storage texel
+//     buffer), realigned in registers for the units that are not a multiple of 16 bytes; the unit's bytes are then
 //     unpacked in registers at constant offsets (every loop but the row loop is unrolled);
 //   - applies each block's scale once per block (offsets and mins through the block's sum of x;
 //     Q4_1/Q4_K nibbles masked in place against an x pre-scaled by their bit position; Q4_0 in
@@ -21,7 +21,7 @@
 // (with glu a row is done twice, for the gate row and for the up row, through the same code).
 // The host uses it when cols % 256 == 0 and every row starts on a 16-byte (Q2_K, Q3_K, Q6_K, IQ4_XS:
 // 4-byte) boundary.
-// Bindings: 0 W [rows][row_bytes] (weight type; rgba32ui texels for 16-byte units), 1 x [n_tokens][x_stride] f32, 2 y f32.
+// Bindings: 0 W [rows][row_bytes] (weight type, as rgba32ui texels; the bound range a whole number of them), 1 x [n_tokens][x_stride] f32, 2 y f32.
 // Specialization: 0 workgroup size (= subgroup size), 1 ROWS, 2 UPL (units per lane), 3 COLS
 // (columns per dispatch; n_tokens ≤ COLS of them are live).
 #version 450
@@ -89,20 +89,16 @@ layout(push_constant) uniform Push { MatmulParams p; };
 #else
 #error "matvec_simd: define one WTYPE_*"
 #endif
-// Units of a multiple of 16 bytes are read as 16-byte texels; the others (Q2_K: 84, Q3_K: 110,
-// Q6_K: 210, IQ4_XS: 136 bytes) as u32 words, realigned when a unit starts mid-word.
+// Units of a multiple of 16 bytes are read as whole 16-byte texels; the others (Q2_K: 84, Q3_K:
+// 110, Q6_K: 210, IQ4_XS: 136 bytes) as the texels covering them, realigned.
 #define WIDE_UNITS (UNIT_BYTES % 16 == 0)
 #define UNIT_WORDS ((UNIT_BYTES + 3) / 4)
 
-#if WIDE_UNITS
-// Units of a multiple of 16 bytes are read as 16-byte texels of a storage texel buffer: lavapipe
-// serves a per-lane texel load (one uvec4) several times faster than the same bytes through
-// storage-buffer loads, which it splits into per-lane scalar loads per component
-// (docs/performance.md, "Texel loads"). A 144-byte unit is 9 loads.
+// Units are read as 16-byte texels of a storage texel buffer: lavapipe serves a per-lane texel
+// load (one uvec4) several times faster than the same bytes through storage-buffer loads, which it
+// splits into per-lane scalar loads per component (docs/shaders.md, "Texel loads"). A 144-byte
+// unit is 9 loads; the others are realigned in registers (load_unit).
 layout(binding = 0, rgba32ui) uniform readonly restrict uimageBuffer wtex;
-#else
-layout(binding = 0) readonly buffer W1 { uint w1[]; };
-#endif
 
 #if defined(WTYPE_Q4_0)
 // Q4_0 multiplies integers, two columns per multiply: each 32-element block of x is quantized to
@@ -162,23 +158,32 @@ vec4 x4_at(uint c, uint u, uint e) { return vec4(xs[c][u][e], xs[c][u][e + 1], x
 
 // Loads the unit starting at byte `at` into wd.
 void load_unit(uint at) {
-#if !WIDE_UNITS
-  // 110- and 210-byte super-blocks start on 2-byte boundaries: read the covering words, shift by
-  // 16 bits when the unit starts mid-word (never past the row's last word: rows are 4-byte aligned).
-  const uint first = at >> 2;
-  const bool mid = (at & 3u) != 0;
-  uint prev = w1[first];
-  [[unroll]] for (uint i = 0; i + 1 < UNIT_WORDS; ++i) {
-    const uint next = w1[first + i + 1];
-    wd[i] = mid ? (prev >> 16) | (next << 16) : prev;
-    prev = next;
-  }
-  wd[UNIT_WORDS - 1] = mid ? prev >> 16 : prev;
-#else
+#if WIDE_UNITS
   const int first = int(at / 16);
   [[unroll]] for (uint i = 0; i < UNIT_BYTES / 16; ++i) {
     const uvec4 v = imageLoad(wtex, first + int(i));
     [[unroll]] for (uint k = 0; k < 4; ++k) wd[4 * i + k] = v[k];
+  }
+#else
+  // 84-, 110-, 136- and 210-byte units start anywhere on a 2-byte boundary: load the NT texels
+  // that can cover one (clamped to the binding: the host pads the bound range to whole texels),
+  // then pick word i + k of them, k = the unit's word within its first texel, by selects (an
+  // index that differs per lane would go through memory), shifted by 16 bits when it starts
+  // mid-word.
+  const uint NT = (UNIT_BYTES + 14 + 15) / 16;
+  const int t0 = int(at >> 4), last = imageSize(wtex) - 1;
+  uint r[4 * NT + 4];
+  [[unroll]] for (uint i = 0; i < NT; ++i) {
+    const uvec4 v = imageLoad(wtex, min(t0 + int(i), last));
+    [[unroll]] for (uint k = 0; k < 4; ++k) r[4 * i + k] = v[k];
+  }
+  [[unroll]] for (uint i = 4 * NT; i < 4 * NT + 4; ++i) r[i] = 0u;
+  const uint k = (at >> 2) & 3u;
+  const bool mid = (at & 2u) != 0;
+  [[unroll]] for (uint i = 0; i < UNIT_WORDS; ++i) {
+    const uint a = k == 0u ? r[i] : k == 1u ? r[i + 1] : k == 2u ? r[i + 2] : r[i + 3];
+    const uint b = k == 0u ? r[i + 1] : k == 1u ? r[i + 2] : k == 2u ? r[i + 3] : r[i + 4];
+    wd[i] = mid ? (a >> 16) | (b << 16) : a;
   }
 #endif
 }

@@ -60,8 +60,6 @@ uint32_t simd_row_alignment(gguf::TensorType t) {
 bool use_simd_matvec(const VulkanContext& ctx, const DeviceTensor& w, const WeightPart& part, const BufferView& x,
                      uint32_t x_stride) {
   const uint32_t align = simd_row_alignment(w.type);
-  // The 16-byte-aligned types read whole units with 64-bit loads in the scalar layout.
-  if (align == 16 && !(ctx.info().int64 && ctx.info().scalar_layout)) return false;
   const uint32_t s = ctx.subgroup_size();
   return ctx.info().type == "cpu" && w.cols % k_simd_unit == 0 &&
          w.row_bytes % align == 0 && part.view.offset % 16 == 0 && x.offset % 16 == 0 && x_stride % 4 == 0 && s > 0 &&
@@ -120,7 +118,9 @@ void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const Buf
         MatmulParams group = params;
         group.n_tokens = cols;
         group.col_begin = t;
-        rec.dispatch(p, {part.view, x.sub(x_at, x.range - x_at), y}, group, gx, div_ceil(groups, gx));
+        // The weights as whole 16-byte texels: the arena pads every part to them.
+        const BufferView texels{part.view.buffer, part.view.offset, (part.view.range + 15) / 16 * 16};
+        rec.dispatch(p, {texels, x.sub(x_at, x.range - x_at), y}, group, gx, div_ceil(groups, gx));
       }
     } else if (which == WeightKernel::Matvec) {
       // One subgroup per row: a workgroup of 64 covers 64 / subgroup-size rows (at least 1).

@@ -33,7 +33,8 @@ struct DeviceTensor {
   const BufferView& whole() const;  // the single part of a tensor that fits one binding
 };
 
-// Owns the device buffers weights live in; hands out aligned ranges.
+// Owns the device buffers weights live in; hands out aligned ranges, each followed by padding to
+// a multiple of 16 bytes (so a range may be bound as whole 16-byte texels).
 class WeightArena {
  public:
   // `max_part_bytes` (0: the device's binding limit) caps one part; tests set it small to
