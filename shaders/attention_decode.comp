@@ -13,16 +13,18 @@
 //     per position while positions are consecutive and reloaded every ANCHOR_EVERY entries) and
 //     writes the G scores q_h·k (scaled, soft-capped; masked ones as NEG) of the entry side by
 //     side: scores[z][head_kv][entry][GP], GP = G rounded up to a multiple of 4, so that an entry
-//     is GP / 4 whole 16-byte texels (the scratch is a storage texel buffer in both passes); and then the G maxima of its block of entries, as entry
-//     n_kv + block (the rows of scores are n_kv + blocks long).
+//     is GP / 4 whole 16-byte texels (the scratch is a storage texel buffer in both passes); and
+//     then the G maxima of its block of entries, as entry n_kv + block (the rows of scores are
+//     n_kv + blocks long).
 //   OP_VALUES: a workgroup per DC dims of a KV head (grid x = HD / DC, y = KV head). It first
 //     takes each head's maximum score M over the blocks' maxima (a lane per block, one subgroupMax
 //     per head); then lane l takes entries l, l + W, …: it reads the entry's G scores and DC dims
 //     of its V row and accumulates exp(s − M) and exp(s − M)·v; the lanes sum once at the end
 //     through shared memory. (An online softmax, whose running max is raised inside the loop, cost
-//     a third of this pass: lavapipe runs a branch's body for every lane, taken or not.) Each lane load is useful (a load at the same address in every lane inside a
-//     loop is a per-lane gather on lavapipe, which the first version, a lane per dim, paid for
-//     the scores of every entry), and each exp serves DC dims of one entry.
+//     a third of this pass: lavapipe runs a branch's body for every lane, taken or not.) Each
+//     lane load is useful (a load at the same address in every lane inside a loop is a per-lane
+//     gather on lavapipe, which the first version, a lane per dim, paid for the scores of every
+//     entry), and each exp serves DC dims of one entry.
 //
 // Bindings (both): 0 q [n_q][q_stride] f32 (un-rotated; OP_SCORES rotates it as it loads it), 1 k cache, 2 v cache, 3 kv_slots, 4 kv_pos,
 // 5 q_pos [n_q], 6 out [n_q][out_stride] f32 (OP_VALUES), 7 scores (scratch), 8 rope table.
