@@ -10,8 +10,9 @@
 //   - loads its slice of every column's x once (vec4 loads), with each block's sum of x, and
 //     keeps them in registers (or the stack, for long rows) for all ROWS rows;
 //   - reads each weight byte once for all columns as 16-byte texels (binding 0 a storage texel
-//     buffer), realigned in registers for the units that are not a multiple of 16 bytes; the unit's bytes are then
-//     unpacked in registers at constant offsets (every loop but the row loop is unrolled);
+//     buffer), realigned in registers for the units that are not a multiple of 16 bytes; the
+//     unit's bytes are then unpacked in registers at constant offsets (every loop but the row
+//     loop is unrolled);
 //   - applies each block's scale once per block (offsets and mins through the block's sum of x;
 //     Q4_1/Q4_K nibbles masked in place against an x pre-scaled by their bit position; Q4_0 in
 //     integers against x rounded to 9 bits, below);
@@ -21,15 +22,14 @@
 // (with glu a row is done twice, for the gate row and for the up row, through the same code).
 // The host uses it when cols % 256 == 0 and every row starts on a 16-byte (Q2_K, Q3_K, Q6_K, IQ4_XS:
 // 4-byte) boundary.
-// Bindings: 0 W [rows][row_bytes] (weight type, as rgba32ui texels; the bound range a whole number of them), 1 x [n_tokens][x_stride] f32, 2 y f32.
+// Bindings: 0 W [rows][row_bytes] (weight type, as rgba32ui texels; the bound range a whole
+// number of them), 1 x [n_tokens][x_stride] f32, 2 y f32.
 // Specialization: 0 workgroup size (= subgroup size), 1 ROWS, 2 UPL (units per lane), 3 COLS
 // (columns per dispatch; n_tokens ≤ COLS of them are live).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_EXT_control_flow_attributes : require
-#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
-#extension GL_EXT_scalar_block_layout : require
 #include "params.h"
 
 layout(local_size_x_id = 0) in;

@@ -33,11 +33,11 @@ std::pair<Buffer*, uint64_t> WeightArena::allocate(uint64_t bytes) {
   const uint64_t align = std::max<uint64_t>(ctx_.limits().minStorageBufferOffsetAlignment, 16);
   // Chunks of at most 1 GiB (and the device's allocation limit): few allocations, none huge.
   const uint64_t chunk_size = std::min<uint64_t>(ctx_.info().max_allocation_size, 1ull << 30);
-  VKLLM_CHECK((bytes + 15) / 16 * 16 <= chunk_size, "weight part larger than an allocation");
-  chunk_used_ = (chunk_used_ + align - 1) / align * align;
   // Each tensor is followed by padding to 16 bytes inside its chunk, so a kernel may bind its range
   // rounded up to whole 16-byte texels (matvec_simd).
   const uint64_t padded = (bytes + 15) / 16 * 16;
+  VKLLM_CHECK(padded <= chunk_size, "weight part larger than an allocation");
+  chunk_used_ = (chunk_used_ + align - 1) / align * align;
   if (chunks_.empty() || chunk_used_ + padded > chunks_.back()->size()) {
     const uint64_t size = std::max<uint64_t>(std::min<uint64_t>(chunk_size, 256ull << 20), padded);
     chunks_.push_back(std::make_unique<Buffer>(ctx_, size, MemoryUse::Device, "weights " + std::to_string(chunks_.size())));
