@@ -16,6 +16,9 @@
 //     is GP / 4 whole 16-byte texels (the scratch is a storage texel buffer in both passes); and
 //     then the G maxima of its block of entries, as entry n_kv + block (the rows of scores are
 //     n_kv + blocks long).
+//     ROT_COPY (f16): K comes from the rotated copy (docs/kv-cache.md), each row already rotated
+//     at kv_rot[e]; the lane rotates q once, at its position plus its block's shift kv_rot − kv_pos
+//     (blocks never straddle p.rot_split, where the shift changes), and runs no RoPE per entry.
 //   OP_VALUES: a workgroup per DC dims of a KV head (grid x = HD / DC, y = KV head). It first
 //     takes each head's maximum score M over the blocks' maxima (a lane per block, one subgroupMax
 //     per head); then lane l takes entries l, l + W, …: it reads the entry's G scores and DC dims
@@ -27,7 +30,8 @@
 //     entry), and each exp serves DC dims of one entry.
 //
 // Bindings (both): 0 q [n_q][q_stride] f32 (un-rotated; OP_SCORES rotates it as it loads it), 1 k cache, 2 v cache, 3 kv_slots, 4 kv_pos,
-// 5 q_pos [n_q], 6 out [n_q][out_stride] f32 (OP_VALUES), 7 scores (scratch), 8 rope table.
+// 5 q_pos [n_q], 6 out [n_q][out_stride] f32 (OP_VALUES), 7 scores (scratch), 8 rope table,
+// 9 kv_rot [n_kv] i32 (ROT_COPY; binding 1 is then the rotated copy).
 // Push constants: AttentionParams (q_first). Specialization: 0 W (subgroup size), 1 HD, 2 G,
 // 3 N_ROT, 4 NEOX, 5 PER_LANE, 6 DC (divides HD; for f16 a multiple of 8).
 #version 450
@@ -58,8 +62,9 @@ layout(binding = 6) writeonly buffer Out { float out_[]; };
 // [z][head_kv][n_kv + blocks][GP] f32, as texels of 4.
 layout(binding = 7, rgba32ui) uniform restrict uimageBuffer scores;
 const uint GP = (G + 3) / 4 * 4;
-// Entries of a row of scores: one per slot, then one per block of PER_LANE (the block's maxima).
-uint score_row(uint n_kv) { return n_kv + (n_kv + PER_LANE - 1) / PER_LANE; }
+// Entries of a row of scores: one per slot, then one per block of PER_LANE (the block's maxima),
+// and room for the one more block a split may make.
+uint score_row(uint n_kv) { return n_kv + (n_kv + PER_LANE - 1) / PER_LANE + 1; }
 // The GP scores (or block maxima) of entry e of a row of scores.
 void write_scores(uint row, uint e, float sc[GP]) {
   [[unroll]] for (uint w = 0; w < GP / 4; ++w)
@@ -73,41 +78,71 @@ void read_scores(uint row, uint e, out float sc[GP]) {
 }
 layout(binding = 8) readonly buffer RopeTable { vec2 rope_table[]; };  // [pos][HD/2] (cos, sin)
 layout(push_constant) uniform Push { AttentionParams p; };
+// Blocks of PER_LANE entries, one per lane of the scores pass: the first p.rot_split entries in
+// blocks of their own, then the rest (so no block straddles entry p.rot_split).
+uint blocks_before_split() { return (p.rot_split + PER_LANE - 1) / PER_LANE; }
+uint n_blocks() { return blocks_before_split() + (p.n_kv - p.rot_split + PER_LANE - 1) / PER_LANE; }
 
 #if defined(OP_SCORES)
+#if defined(ROT_COPY)
+layout(binding = 9) readonly buffer KvRot { int kv_rot[]; };  // [n_kv]: the position entry e's K row is rotated at
+#endif
+// RoPE on the G heads of q (held as qv) at position `at` (a macro: an array sized by
+// specialization constants cannot be a function parameter).
+#define ROTATE_Q(qv, at)                                                                       \
+  [[unroll]] for (uint i = 0; i < N_ROT / 2; ++i) {                                            \
+    const vec2 cs = rope_table[(at) * (HD / 2) + i];                                          \
+    const uint d0 = NEOX ? i : 2 * i, d1 = NEOX ? i + N_ROT / 2 : 2 * i + 1;                  \
+    [[unroll]] for (uint h = 0; h < G; ++h) {                                                 \
+      const float a = qv[h * (HD / 4) + d0 / 4][d0 % 4], b = qv[h * (HD / 4) + d1 / 4][d1 % 4]; \
+      qv[h * (HD / 4) + d0 / 4][d0 % 4] = a * cs.x - b * cs.y;                                \
+      qv[h * (HD / 4) + d1 / 4][d1 % 4] = a * cs.y + b * cs.x;                                \
+    }                                                                                         \
+  }
+
 void main() {
   const uint lane = gl_LocalInvocationID.x, W = gl_WorkGroupSize.x, hk = gl_WorkGroupID.y;
   const uint row_bytes = cache_row_bytes(p.n_head_kv * HD);
-  const uint first = (gl_WorkGroupID.x * W + lane) * PER_LANE;
+  const uint block = gl_WorkGroupID.x * W + lane, split_blocks = blocks_before_split();
+  const uint first = block < split_blocks ? block * PER_LANE : p.rot_split + (block - split_blocks) * PER_LANE;
+  const uint end = block < split_blocks ? p.rot_split : p.n_kv;
   const uint z = gl_WorkGroupID.z, t = p.q_first + z;
   const int qpos = q_pos[t];
+#if !defined(ROT_COPY)
   // The angles of position 1: one step between consecutive positions (a pure rotation).
   vec2 step[N_ROT / 2], ang[N_ROT / 2];
   [[unroll]] for (uint i = 0; i < N_ROT / 2; ++i) step[i] = rope_table[HD / 2 + i] / p.attn_factor;
+#endif
   // q of the G heads, loaded here at the top level: lavapipe broadcasts a uniform load only where
   // every lane is known to be active, i.e. outside loops and branches (inside the loop below each
   // one would be a per-lane load). They live in registers (or the stack) for the whole loop.
   vec4 qv[G * HD / 4];
   const uint q_at = t * (p.q_stride / 4) + hk * (G * HD / 4);
   [[unroll]] for (uint i = 0; i < G * HD / 4; ++i) qv[i] = q4[q_at + i];
-  // RoPE on q at the query's position (q arrives un-rotated).
-  [[unroll]] for (uint i = 0; i < N_ROT / 2; ++i) {
-    const vec2 cs = rope_table[uint(max(qpos, 0)) * (HD / 2) + i];
-    const uint d0 = NEOX ? i : 2 * i, d1 = NEOX ? i + N_ROT / 2 : 2 * i + 1;
-    [[unroll]] for (uint h = 0; h < G; ++h) {
-      const float a = qv[h * (HD / 4) + d0 / 4][d0 % 4], b = qv[h * (HD / 4) + d1 / 4][d1 % 4];
-      qv[h * (HD / 4) + d0 / 4][d0 % 4] = a * cs.x - b * cs.y;
-      qv[h * (HD / 4) + d1 / 4][d1 % 4] = a * cs.y + b * cs.x;
-    }
-  }
+#if defined(ROT_COPY)
+  // K rows are rotated at kv_rot[e]: q is rotated at its position plus the shift kv_rot[e] −
+  // kv_pos[e], the same for every entry of the lane's block (0 for pinned tokens, the evictions since
+  // the copy's base for the window; the blocks end at the one entry where it changes, rot_split), so
+  // each score is that of q and k rotated at their positions, as without the copy.
+  const int shift = first < end ? kv_rot[first] - kv_pos[first] : 0;
+  ROTATE_Q(qv, uint(max(qpos, 0) + shift))
+#else
+  ROTATE_Q(qv, uint(max(qpos, 0)))
+#endif
   const uint row = (z * p.n_head_kv + hk) * score_row(p.n_kv);
   float mx[GP];
   [[unroll]] for (uint h = 0; h < GP; ++h) mx[h] = NEG;
+#if !defined(ROT_COPY)
   int prev = -2147483647;
+#endif
   [[dont_unroll]] for (uint t = 0; t < PER_LANE; ++t) {
     const uint e = first + t;
-    if (e >= p.n_kv) break;
+    if (e >= end) break;
     const int pos = kv_pos[e];
+#if defined(ROT_COPY)
+    float k[HD];
+    CACHE_LOAD_RUN(kc, uint(kv_slots[e]) * row_bytes, hk * HD, HD, k)
+#else
     if (pos == prev + 1 && t % ANCHOR_EVERY != 0) {
       [[unroll]] for (uint i = 0; i < N_ROT / 2; ++i)
         ang[i] = vec2(ang[i].x * step[i].x - ang[i].y * step[i].y, ang[i].x * step[i].y + ang[i].y * step[i].x);
@@ -123,6 +158,7 @@ void main() {
       k[d0] = a * ang[i].x - b * ang[i].y;
       k[d1] = a * ang[i].y + b * ang[i].x;
     }
+#endif
     const bool visible = pos <= qpos && (p.window == 0 || qpos - pos < int(p.window));
     float s[GP];
     [[unroll]] for (uint h = 0; h < GP; ++h) s[h] = NEG;
@@ -136,9 +172,7 @@ void main() {
     [[unroll]] for (uint h = 0; h < GP; ++h) mx[h] = max(mx[h], s[h]);
     write_scores(row, e, s);
   }
-  if (first < p.n_kv) {
-    write_scores(row, p.n_kv + first / PER_LANE, mx);
-  }
+  if (first < end) write_scores(row, p.n_kv + block, mx);
 }
 #elif defined(OP_VALUES)
 // The lanes' sums and outputs [G][1 + DC][W], added up at the end.
@@ -149,11 +183,11 @@ void main() {
   const uint row_bytes = cache_row_bytes(p.n_head_kv * HD);
   const uint d0 = hk * HD + gl_WorkGroupID.x * DC;
   const uint z = gl_WorkGroupID.z, t = p.q_first + z;
-  const uint row = (z * p.n_head_kv + hk) * score_row(p.n_kv), n_blocks = score_row(p.n_kv) - p.n_kv;
+  const uint row = (z * p.n_head_kv + hk) * score_row(p.n_kv);
   // Each head's maximum score, from the blocks' maxima.
   float m[G];
   [[unroll]] for (uint h = 0; h < G; ++h) m[h] = NEG;
-  [[dont_unroll]] for (uint b = lane; b < n_blocks; b += W) {
+  [[dont_unroll]] for (uint b = lane; b < n_blocks(); b += W) {
     float mb[GP];
     read_scores(row, p.n_kv + b, mb);
     [[unroll]] for (uint h = 0; h < G; ++h) m[h] = max(m[h], mb[h]);

@@ -5,6 +5,11 @@
 //   ggml's quantize_row_q8_0_ref / quantize_row_q4_0_ref.
 // Bindings: 0 src [n_tokens][src_stride] f32 (and from v_offset the V rows), 1 slots [n_tokens] i32,
 // 2 cache 0, 3 cache 1, each [n_slots][row bytes].
+// ROT_COPY (f16): the K rows also go, rotated by RoPE at rot[t], into the rotated copy that the CPU
+// drivers' decode kernel reads (docs/kv-cache.md, "The rotated copy of K"): 4 copy [n_slots][row
+// bytes] f16, 5 rot [n_tokens] i32, 6 rope table [pos][HD/2] (cos, sin); specialization 1 HD,
+// 2 N_ROT, 3 NEOX. The element rotated is the f16 one the cache holds, exactly as kv_rotate.comp
+// rotates a cached row, so a copy rebuilt from the cache equals the one stored here bit for bit.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "kv_cache.glsl"
@@ -18,6 +23,17 @@ layout(binding = 2) writeonly buffer Cache0U16 { uint16_t c0_16[]; };
 layout(binding = 3) writeonly buffer Cache1U8 { uint8_t c1_8[]; };
 layout(binding = 3) writeonly buffer Cache1U16 { uint16_t c1_16[]; };
 layout(push_constant) uniform Push { KvStoreParams p; };
+#if defined(ROT_COPY)
+#include "rope.glsl"
+layout(constant_id = 1) const uint HD = 64;
+layout(constant_id = 2) const uint N_ROT = 64;
+layout(constant_id = 3) const bool NEOX = false;
+layout(binding = 4) writeonly buffer Copy { uint16_t copy16[]; };
+layout(binding = 5) readonly buffer Rot { int rot[]; };
+layout(binding = 6) readonly buffer RopeTable { vec2 rope_table[]; };
+// The value an f32 element has in an f16 cache.
+float f16_round(float x) { return unpackHalf2x16(packHalf2x16(vec2(x, 0.0))).x; }
+#endif
 
 // Writes element e (f16) or block e (q8_0, q4_0) of the row at src[s] into the row at byte
 // row_base of the cache viewed as C8 / C16.
@@ -72,4 +88,15 @@ void main() {
 #endif
   if (z == 0) STORE(c0_8, c0_16, s, row_base, e)
   else STORE(c1_8, c1_16, s, row_base, e)
+#if defined(ROT_COPY)
+  if (z == 0) {
+    const uint d = e % HD;
+    uint partner, pair;
+    bool first, rotated;
+    rope_partner(d, N_ROT, NEOX, partner, pair, first, rotated);
+    float x = f16_round(src[s + e]);
+    if (rotated) x = rope_element(x, f16_round(src[s + e - d + partner]), rope_table[uint(rot[t]) * (HD / 2) + pair], first);
+    copy16[(row_base >> 1) + e] = uint16_t(packHalf2x16(vec2(x, 0.0)) & 0xFFFFu);
+  }
+#endif
 }

@@ -42,3 +42,8 @@ foreach(ctype f16 q8_0 q4_0)
   vkllm_shader(attention_values_${ctype} attention_decode.comp -DCACHE_${CTYPE} -DOP_VALUES)
 endforeach()
 vkllm_shader(attention_combine attention_combine.comp)
+# The rotated copy of K (f16 caches, CPU drivers): stored with K, rebuilt from the cache, read by
+# the decode kernel's scores pass.
+vkllm_shader(kv_store_f16_rot kv_store.comp -DCACHE_F16 -DROT_COPY)
+vkllm_shader(kv_rotate kv_rotate.comp)
+vkllm_shader(attention_scores_f16_rot attention_decode.comp -DCACHE_F16 -DOP_SCORES -DROT_COPY)

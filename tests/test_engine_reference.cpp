@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iostream>
+#include <random>
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
@@ -73,6 +75,59 @@ TEST_P(EngineReference, LogitsAndGreedyMatch) {
     const std::vector<float>& l = engine.decode(std::span(&tok, 1), LogitsMode::Last);
     next = argmax(l.data(), n_vocab);
   }
+}
+
+// The rotated copy of K (CPU drivers, f16 K; docs/kv-cache.md): an engine that keeps it gives the
+// logits of one that rotates K as it reads it, through a prefill over ≥ 256 slots, a ring that
+// wraps (evictions shift the window's positions, pinned tokens keep theirs), a rebase of the copy
+// (its shift reaching the capacity) and a restore of the rows (the copy rebuilt from the cache).
+using EngineRotatedK = test::VulkanTest;
+
+TEST_F(EngineRotatedK, RotatedCopyOfKGivesTheLogitsOfRopeOnRead) {
+  const std::string model_rel = "models/synth-llama-f16.gguf";
+  VKLLM_REQUIRE_SHARED(model_rel);
+  const gguf::File file = gguf::File::open(test::shared_path(model_rel));
+  const Model model(test::vk(), file);
+  const ModelConfig& c = model.config();
+  if (!decode_kernels_fit(test::vk(), AttentionShape{c.n_head, c.n_head_kv, c.head_dim}, 300))
+    GTEST_SKIP() << test::vk().info().name << " runs no attention_decode.comp for this model";
+  EngineOptions o;
+  o.cache.capacity = 300;
+  o.n_ubatch = 64;
+  Engine with(test::vk(), test::pipelines(), model, o);
+  o.rotated_k = false;
+  Engine without(test::vk(), test::pipelines(), model, o);
+  ASSERT_NE(with.cache().k_rotated(0), nullptr);
+  ASSERT_EQ(without.cache().k_rotated(0), nullptr);
+  for (Engine* e : {&with, &without}) e->cache().set_keep(4);
+  std::mt19937 rng(7);
+  auto random_tokens = [&](size_t n) {
+    std::vector<int32_t> t(n);
+    for (int32_t& x : t) x = int32_t(rng() % c.n_vocab);
+    return t;
+  };
+  double worst = 0;
+  auto compare = [&](std::span<const int32_t> tokens, const char* what, int step) {
+    const std::vector<float> a = with.decode(tokens, LogitsMode::Last);
+    const std::vector<float> b = without.decode(tokens, LogitsMode::Last);
+    ASSERT_EQ(a.size(), b.size());
+    double d = 0;
+    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, double(std::abs(a[i] - b[i])));
+    worst = std::max(worst, d);
+    EXPECT_LE(d, 0.02) << what << " step " << step;
+    EXPECT_EQ(argmax(a.data(), a.size()), argmax(b.data(), b.size())) << what << " step " << step;
+  };
+  compare(random_tokens(280), "prefill", 0);
+  // Past the capacity: 20 tokens to fill it, then ≥ 300 evictions (a rebase at the 300th).
+  for (int s = 0; s < 340; ++s) compare(random_tokens(1), "decode", s);
+  EXPECT_GE(with.cache().evicted(), 300u);
+  // Restore both from the rows and go on: the copy is rebuilt from the restored cache.
+  const std::vector<int32_t> toks = with.cache().tokens();
+  const std::vector<uint8_t> rows = with.cache().read_rows(with.cache().used());
+  for (Engine* e : {&with, &without}) ASSERT_TRUE(e->cache().restore(toks, 4, with.cache().evicted(), rows));
+  for (int s = 0; s < 20; ++s) compare(random_tokens(1), "after restore", s);
+  RecordProperty("max_dlogit", std::to_string(worst));
+  std::cout << "largest logit difference: " << worst << "\n";
 }
 
 std::vector<std::string> reference_cases() {

@@ -131,12 +131,15 @@ struct AttnCase {
 };
 
 // Stores raw K/V with kv_store, runs attention (K rotated as read) and compares with the reference
-// run on K rotated in f32 after the same cache rounding.
-void check_attention(CacheType ct, const AttnCase& c, bool split, AttentionKernel kernel) {
+// run on K rotated in f32 after the same cache rounding. `rotated`: kv_store also writes the
+// rotated copy of K, each row at its position plus a shift (0 for the first third of the list, 11
+// after it, as pinned tokens and a window after evictions), which kv_rotate rebuilds bit for bit
+// from the cache, and attention reads it instead of rotating K.
+void check_attention(CacheType ct, const AttnCase& c, bool split, AttentionKernel kernel, bool rotated = false) {
   SCOPED_TRACE(std::string(cache_type_name(ct)) + " heads " + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) +
                " hd " + std::to_string(c.head_dim) + " q " + std::to_string(c.n_q) + " kv " + std::to_string(c.n_kv) +
                (split ? " split" : "") + (kernel == AttentionKernel::Simd ? " simd" : kernel == AttentionKernel::Auto ? " auto" : " tiled") + " window " +
-               std::to_string(c.window) + " softcap " + std::to_string(c.softcap));
+               std::to_string(c.window) + " softcap " + std::to_string(c.softcap) + (rotated ? " rotated K" : ""));
   const uint32_t row_len = c.n_head_kv * c.head_dim;
   const uint64_t row_bytes = cache_row_bytes(ct, row_len);
   std::mt19937 rng(c.n_kv * 31 + c.n_q);
@@ -148,7 +151,10 @@ void check_attention(CacheType ct, const AttnCase& c, bool split, AttentionKerne
   std::vector<int32_t> kv_slots(slot_ids.begin(), slot_ids.begin() + c.n_kv), kv_pos(c.n_kv), q_pos(c.n_q);
   for (uint32_t i = 0; i < c.n_kv; ++i) kv_pos[i] = int32_t(i + (i >= c.n_kv / 2 ? c.gap : 0));
   for (uint32_t i = 0; i < c.n_q; ++i) q_pos[i] = kv_pos[c.n_kv - c.n_q + i];
-  const uint32_t n_pos = uint32_t(kv_pos.back()) + 1;
+  const uint32_t rot_split = c.n_kv / 3, rot_shift = 11;
+  std::vector<int32_t> kv_rot(c.n_kv);
+  for (uint32_t i = 0; i < c.n_kv; ++i) kv_rot[i] = kv_pos[i] + int32_t(i < rot_split ? 0 : rot_shift);
+  const uint32_t n_pos = uint32_t(kv_pos.back()) + 1 + (rotated ? rot_shift : 0);
 
   const auto k_raw = test::random_floats(size_t(c.n_kv) * row_len, 1 + c.n_kv, -2, 2);
   const auto v_raw = test::random_floats(size_t(c.n_kv) * row_len, 2 + c.n_kv, -2, 2);
@@ -185,16 +191,41 @@ void check_attention(CacheType ct, const AttnCase& c, bool split, AttentionKerne
   Buffer scratch(test::vk(), attention_scratch_floats(shape, c.n_kv, 4) * 4, MemoryUse::Device, "attention scratch");
   const RopeConfig rc{c.head_dim, c.head_dim, 10000.0f, 0.5f, c.neox, {}};
   Buffer table(test::vk(), uint64_t{n_pos} * c.head_dim * 4, MemoryUse::Device, "rope table");
+  Buffer drot = test::to_device(kv_rot);
+  Buffer dcopy = test::to_device(std::vector<uint8_t>(kq.size(), 0)), drebuilt = test::to_device(std::vector<uint8_t>(kq.size(), 0));
+  const RotatedK copy{dcopy.view(), drot.view(), table.view(), rc, rot_split};
   CommandRecorder rec(test::vk(), &test::pipelines());
   record_rope_table(rec, table.view(), n_pos, rc);
-  record_kv_store(rec, ct, dk_raw.view(), row_len, dslots.view(), c.n_kv, row_len, dkc.view());
-  record_kv_store(rec, ct, dv_raw.view(), row_len, dslots.view(), c.n_kv, row_len, dvc.view());
+  rec.barrier();
+  if (rotated) {
+    record_kv_store_pair(rec, ct, ct, dk_raw.view(), dv_raw.view(), row_len, dslots.view(), c.n_kv, row_len, dkc.view(), dvc.view(), copy);
+    rec.barrier();
+    record_kv_rotate(rec, dkc.view(), dslots.view(), c.n_kv, row_len, RotatedK{drebuilt.view(), drot.view(), table.view(), rc});
+  } else {
+    record_kv_store(rec, ct, dk_raw.view(), row_len, dslots.view(), c.n_kv, row_len, dkc.view());
+    record_kv_store(rec, ct, dv_raw.view(), row_len, dslots.view(), c.n_kv, row_len, dvc.view());
+  }
   rec.barrier();
   record_attention(rec, ct, shape, rc, table.view(), dq.view(), c.n_head * c.head_dim, dqpos.view(), c.n_q, dkc.view(), dvc.view(),
                    dslots.view(), dpos.view(), c.n_kv, dout.view(), c.n_head * c.head_dim,
-                   split ? scratch.view() : BufferView{});
+                   split ? scratch.view() : BufferView{}, rotated ? copy : RotatedK{});
   rec.submit_and_wait();
   EXPECT_LE(test::nmse(test::from_device<float>(dout, want.size()), want), 5e-4);
+  if (rotated) {
+    const auto stored = test::from_device<uint8_t>(dcopy, kq.size()), rebuilt = test::from_device<uint8_t>(drebuilt, kq.size());
+    EXPECT_TRUE(stored == rebuilt) << "kv_rotate's rows differ from kv_store's";
+    // The copy holds each row rotated at its rotation position: the reference rotation of the
+    // cached row, to f16 rounding.
+    std::vector<int32_t> slot_rot(c.n_slots, 0);
+    for (uint32_t i = 0; i < c.n_kv; ++i) slot_rot[kv_slots[i]] = kv_rot[i];
+    std::vector<float> want_rot(kf.size()), got_rot(kf.size(), 0.0f);
+    ref::rope(kf.data(), slot_rot.data(), c.n_slots, c.n_head_kv, ref_rope(c.head_dim, c.head_dim, c.neox, nullptr), want_rot.data());
+    for (uint32_t i = 0; i < c.n_kv; ++i) {
+      const size_t at = size_t(kv_slots[i]) * row_len;
+      ref::dequantize_row(TensorType::F16, stored.data() + at * 2, got_rot.data() + at, row_len);
+      for (uint32_t e = 0; e < row_len; ++e) EXPECT_NEAR(got_rot[at + e], want_rot[at + e], 2e-3f * (1.0f + std::abs(want_rot[at + e])));
+    }
+  }
 }
 
 TEST_F(AttentionOps, PrefillAndDecodeEveryCacheType) {
@@ -231,6 +262,29 @@ TEST_F(AttentionOps, PrefillAndDecodeEveryCacheType) {
       for (bool split : {false, true})
         for (AttentionKernel k : {AttentionKernel::Tiled, AttentionKernel::Simd})
           check_attention(ct, c, split, k == AttentionKernel::Simd && c.head_dim > 64 ? AttentionKernel::Auto : k);
+}
+
+// The rotated copy of K: kv_store writes it, kv_rotate rebuilds the same bytes, and
+// attention_decode reading it (no RoPE per entry, q rotated per block at the block's shift) gives
+// the attention of the un-rotated cache, for every shape the decode kernel takes.
+TEST_F(AttentionOps, DecodeFromTheRotatedCopyOfK) {
+  const AttnCase cases[] = {
+      {4, 2, 64, 1, 300, 512, false},               // decode over a long context
+      {6, 2, 64, 1, 400, 512, true, 7},             // odd G, NeoX, a position jump
+      {8, 1, 64, 1, 260, 300, false, 0, 50, 3.0f},  // G = 8, a window and soft-capped scores
+      {8, 2, 128, 1, 300, 320, true},               // head dim 128
+      {4, 2, 256, 1, 270, 300, true, 0, 40},        // head dim 256 with a window
+      {4, 2, 64, 9, 600, 640, false},               // prefill over ≥ 256 slots, in query groups
+      {4, 2, 64, 1, 576, 1024, false},              // the split (entry 192) on a block boundary
+  };
+  int ran = 0;
+  for (const AttnCase& c : cases) {
+    const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, AttentionKernel::Simd};
+    if (!decode_kernels_fit(test::vk(), shape, c.n_kv)) continue;
+    check_attention(CacheType::F16, c, true, AttentionKernel::Simd, true);
+    ++ran;
+  }
+  if (ran == 0) GTEST_SKIP() << test::vk().info().name << " runs no attention_decode.comp (it needs 64-bit integers)";
 }
 
 }  // namespace

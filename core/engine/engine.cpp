@@ -18,12 +18,18 @@ uint32_t logits_rows_for(const VulkanContext& ctx, const ModelConfig& c, uint32_
   return static_cast<uint32_t>(std::clamp<uint64_t>(ctx.max_storage_range() / per_row, 1, n_ubatch));
 }
 
-// The options with the prefill chunk resolved (0: the device's).
-EngineOptions resolved(const VulkanContext& ctx, EngineOptions o) {
+// The options with the prefill chunk resolved (0: the device's), and the rotated copy of K kept
+// where the decode kernel reads it: CPU drivers, an f16 K cache, a capacity it runs at.
+EngineOptions resolved(const VulkanContext& ctx, const ModelConfig& c, EngineOptions o) {
   if (o.n_ubatch == 0) o.n_ubatch = default_ubatch(ctx);
   o.cache.n_ubatch = o.n_ubatch;
+  const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, o.attention};
+  o.cache.rotated_k = o.rotated_k && o.cache.type_k == CacheType::F16 && decode_kernels_fit(ctx, shape, o.cache.capacity);
   return o;
 }
+
+// Positions the rope tables cover: the capacity, or the rotated copy's rotation positions.
+uint32_t rope_positions(const KvCacheOptions& o) { return o.rotated_k ? 2 * o.capacity : o.capacity; }
 
 // The window layers rotate with their own base or scale (gemma3), so they need their own table.
 bool has_swa_rope(const ModelConfig& c) {
@@ -72,23 +78,29 @@ uint64_t attention_scratch(const VulkanContext& ctx, const ModelConfig& c, uint3
 uint32_t default_ubatch(const VulkanContext& ctx) { return ctx.info().type == "cpu" ? 64 : 512; }
 
 MemoryPlan plan_memory(const VulkanContext& ctx, const ModelConfig& c, uint64_t weight_bytes, const EngineOptions& options) {
-  const EngineOptions o = resolved(ctx, options);
+  const EngineOptions o = resolved(ctx, c, options);
   MemoryPlan m;
   m.weights = weight_bytes;
   const uint32_t ring = window_ring_for(c, o.cache);
   m.kv_cache = kv_cache_bytes(c, o.cache.type_k, o.cache.type_v, o.cache.capacity, ring);
+  if (o.cache.rotated_k) {  // the rotated copy of K: the layers that read the global slots
+    uint64_t layers = 0;
+    for (uint32_t l = 0; l < c.n_layer; ++l) layers += ring && c.is_swa(l) ? 0 : 1;
+    m.kv_cache += layers * o.cache.capacity * cache_row_bytes(CacheType::F16, c.n_embd_kv());
+  }
   // The buffers the Engine constructor allocates, with the same sizes.
   const uint64_t ub = o.n_ubatch, qd = uint64_t{c.n_head} * c.head_dim;
   const uint64_t rows = logits_rows_for(ctx, c, static_cast<uint32_t>(ub));
   m.activations = qkv_regions(ctx, c, ub).bytes + ffn_regions(ctx, c, ub).bytes +
-                  F * (ub * c.n_embd + ub * std::max<uint64_t>(c.n_embd, qd) + ub * qd + rows * c.n_embd + uint64_t{o.cache.capacity} * c.head_dim * (has_swa_rope(c) ? 2 : 1) +
+                  F * (ub * c.n_embd + ub * std::max<uint64_t>(c.n_embd, qd) + ub * qd + rows * c.n_embd + uint64_t{rope_positions(o.cache)} * c.head_dim * (has_swa_rope(c) ? 2 : 1) +
                        attention_scratch(ctx, c, o.cache.capacity) + rows * c.n_vocab) +
-                  3 * ub * 4 + 2 * uint64_t{o.cache.capacity} * 4 + (ring ? ub * 4 + 2 * uint64_t{ring} * 4 : 0);
+                  3 * ub * 4 + 2 * uint64_t{o.cache.capacity} * 4 + (ring ? ub * 4 + 2 * uint64_t{ring} * 4 : 0) +
+                  (o.cache.rotated_k ? ub * 4 + uint64_t{o.cache.capacity} * 4 : 0);
   return m;
 }
 
 Engine::Engine(const VulkanContext& ctx, Pipelines& pipelines, const Model& model, const EngineOptions& o)
-    : ctx_(ctx), model_(model), opts_(resolved(ctx, o)), cache_(ctx, model.config(), opts_.cache),
+    : ctx_(ctx), model_(model), opts_(resolved(ctx, model.config(), o)), cache_(ctx, model.config(), opts_.cache),
       rec_(ctx, &pipelines, o.profile ? 4096 : 0) {
   const ModelConfig& c = model.config();
   const uint64_t ub = opts_.n_ubatch, qd = uint64_t{c.n_head} * c.head_dim;
@@ -115,14 +127,19 @@ Engine::Engine(const VulkanContext& ctx, Pipelines& pipelines, const Model& mode
   gate_ = ffn_.view(ffn.at[0], ff_bytes);
   up_ = ffn_.view(ffn.at[1], ff_bytes);
   out_rows_ = dev(uint64_t{logits_rows_} * c.n_embd * F, "out rows");
-  rope_table_ = dev(uint64_t{cache_.capacity()} * c.head_dim / 2 * 2 * F, "rope table");
-  if (has_swa_rope(c)) rope_table_swa_ = dev(uint64_t{cache_.capacity()} * c.head_dim / 2 * 2 * F, "rope table (window layers)");
+  const uint64_t table_bytes = uint64_t{rope_positions(opts_.cache)} * c.head_dim / 2 * 2 * F;
+  rope_table_ = dev(table_bytes, "rope table");
+  if (has_swa_rope(c)) rope_table_swa_ = dev(table_bytes, "rope table (window layers)");
   scratch_ = dev(attention_scratch(ctx, c, cache_.capacity()) * F, "attention scratch");
   ids_ = host(ub * 4, "ids");
   pos_ = host(ub * 4, "pos");
   slots_ = host(ub * 4, "slots");
   kv_slots_ = host(uint64_t{cache_.capacity()} * 4, "kv slots");
   kv_pos_ = host(uint64_t{cache_.capacity()} * 4, "kv pos");
+  if (opts_.cache.rotated_k) {
+    rot_ = host(ub * 4, "rotation positions");
+    kv_rot_ = host(uint64_t{cache_.capacity()} * 4, "kv rotation positions");
+  }
   if (const uint32_t ring = cache_.window_ring()) {
     slots_win_ = host(ub * 4, "window slots");
     kv_slots_win_ = host(uint64_t{ring} * 4, "window kv slots");
@@ -146,10 +163,15 @@ void Engine::record_forward(std::span<const Member> members, uint32_t n, uint32_
   // position the cache can hold (positions stay below its capacity, so the tables never change)
   record_get_rows(rec, w.tok_embd, ids_.view(), n, x, c.n_embd);
   if (!rope_table_filled_) {
-    record_rope_table(rec, rope_table_.view(), cache_.capacity(), rope_global);
-    if (rope_table_swa_.size()) record_rope_table(rec, rope_table_swa_.view(), cache_.capacity(), rope_swa);
+    record_rope_table(rec, rope_table_.view(), rope_positions(opts_.cache), rope_global);
+    if (rope_table_swa_.size()) record_rope_table(rec, rope_table_swa_.view(), rope_positions(opts_.cache), rope_swa);
   }
   rec.barrier();
+  // A rotated copy of K rebuilt from the cache (after a restore or a rebase), before anything reads it.
+  if (std::any_of(members.begin(), members.end(), [](const Member& m) { return m.seq->cache_.rotated_stale(); })) {
+    for (const Member& m : members) m.seq->record_rotated_rebuild(rec, *this);
+    rec.barrier();
+  }
   if (c.embd_scale != 1.0f) {
     record_scale(rec, x, x, n * c.n_embd, c.embd_scale);
     rec.barrier();
@@ -232,7 +254,24 @@ void Engine::record_kv_store_of(CommandRecorder& rec, uint32_t l, const Engine& 
   const BufferView store_slots = ring ? slots_win_.view() : slots_.view();
   // (A window layer with its own ring stores at its ring's slots.)
   record_kv_store_pair(rec, cache_.type_k(), cache_.type_v(), pass.k_.sub(at, bytes), pass.v_.sub(at, bytes), kvd, store_slots, n,
-                       kvd, cache_.k(l).view(), cache_.v(l).view());
+                       kvd, cache_.k(l).view(), cache_.v(l).view(), rotated_k(l, pass, rot_.view(0, uint64_t{n} * 4), 0));
+}
+
+RotatedK Engine::rotated_k(uint32_t l, const Engine& pass, const BufferView& rot, uint32_t split) const {
+  const Buffer* rows = cache_.k_rotated(l);
+  if (!rows) return {};
+  const bool swa = model_.config().is_swa(l);
+  const BufferView table = swa && pass.rope_table_swa_.size() ? pass.rope_table_swa_.view() : pass.rope_table_.view();
+  return RotatedK{rows->view(), rot, table, rope_config(swa), split};
+}
+
+void Engine::record_rotated_rebuild(CommandRecorder& rec, const Engine& pass) {
+  if (!cache_.rotated_stale()) return;
+  const ModelConfig& c = model_.config();
+  for (uint32_t l = 0; l < c.n_layer; ++l)
+    if (const RotatedK r = rotated_k(l, pass, kv_rot_.view(0, uint64_t{n_kv_listed_} * 4), 0); r.rows.buffer && n_kv_listed_ > 0)
+      record_kv_rotate(rec, cache_.k(l).view(), kv_slots_.view(0, uint64_t{n_kv_listed_} * 4), n_kv_listed_, c.n_embd_kv(), r);
+  cache_.rotated_rebuilt();
 }
 
 void Engine::record_attention_of(CommandRecorder& rec, uint32_t l, const Engine& pass, uint32_t first, uint32_t n) const {
@@ -253,8 +292,12 @@ void Engine::record_attention_of(CommandRecorder& rec, uint32_t l, const Engine&
   const BufferView list_slots = ring ? kv_slots_win_.view(0, uint64_t{n_kv} * 4) : kv_slots_.view(uint64_t{list_first} * 4, uint64_t{n_kv} * 4);
   const BufferView list_pos = ring ? kv_pos_win_.view(0, uint64_t{n_kv} * 4) : kv_pos_.view(uint64_t{list_first} * 4, uint64_t{n_kv} * 4);
   const uint64_t at = uint64_t{first} * qd * F, bytes = uint64_t{n} * qd * F;
+  // The rotated copy's list is the global one's suffix, so its split moves with the suffix.
+  const RotatedK rotated = ring ? RotatedK{}
+                                : rotated_k(l, pass, kv_rot_.view(uint64_t{list_first} * 4, uint64_t{n_kv} * 4),
+                                            rot_split_ > list_first ? rot_split_ - list_first : 0);
   record_attention(rec, cache_.type_k(), shape, rope, rope_table, pass.q_.sub(at, bytes), qd, pos_.view(), n, cache_.k(l).view(),
-                   cache_.v(l).view(), list_slots, list_pos, n_kv, pass.attn_.view(at, bytes), qd, scratch_.view());
+                   cache_.v(l).view(), list_slots, list_pos, n_kv, pass.attn_.view(at, bytes), qd, scratch_.view(), rotated);
 }
 
 uint32_t Engine::window_list_start(uint32_t n) const {
@@ -302,6 +345,13 @@ std::vector<int32_t> Engine::stage(std::span<const int32_t> tokens) {
   std::memcpy(slots_.mapped(), slots.data(), n * 4);
   std::memcpy(kv_slots_.mapped(), kv_slots.data(), kv_slots.size() * 4);
   std::memcpy(kv_pos_.mapped(), kv_pos.data(), kv_pos.size() * 4);
+  if (opts_.cache.rotated_k) {
+    std::vector<int32_t> kv_rot;
+    rot_split_ = cache_.rotation_list(kv_rot);
+    std::memcpy(kv_rot_.mapped(), kv_rot.data(), kv_rot.size() * 4);
+    const std::vector<int32_t> rot = cache_.rotations_of_last(n);
+    std::memcpy(rot_.mapped(), rot.data(), n * 4);
+  }
   if (cache_.window_ring()) {
     const std::vector<int32_t> win_slots = cache_.window_slots_of_last(n);
     cache_.window_lists(n, kv_slots, kv_pos);

@@ -19,6 +19,7 @@ struct EngineOptions {
   uint32_t n_ubatch = 0;    // tokens per prefill chunk (one command buffer each); 0: the device's (default_ubatch)
   bool profile = false;     // collect per-dispatch GPU timings
   AttentionKernel attention = AttentionKernel::Auto;  // which attention kernel (bench compares them)
+  bool rotated_k = true;    // keep the rotated copy of K where the CPU drivers' decode kernel reads it (f16 K)
 };
 
 // The prefill chunk a device gets unless --ubatch says otherwise: 512 tokens on GPUs, where a
@@ -99,6 +100,11 @@ class Engine {
   uint32_t window_list_start(uint32_t n) const;
   // The RoPE of the global layers, or of the sliding-window layers (their own base and scale).
   RopeConfig rope_config(bool swa) const;
+  // Layer l's rotated copy of K (rows null: none), with `rot` the rotation positions of the slots
+  // it goes with; the rope table is the pass engine's.
+  RotatedK rotated_k(uint32_t l, const Engine& pass, const BufferView& rot, uint32_t split) const;
+  // Records the rebuild of every layer's rotated copy of K, when the cache asks for one.
+  void record_rotated_rebuild(CommandRecorder& rec, const Engine& pass);
   // x += w · in, or for models with post-norms x += rms_norm(w · in) · post_norm (through xn).
   void record_residual(const DeviceTensor& w, const BufferView& in, uint32_t in_stride, uint32_t n,
                        const DeviceTensor& post_norm, MatmulKernel kernel);
@@ -112,6 +118,7 @@ class Engine {
   CommandRecorder rec_;
   uint32_t n_kv_listed_ = 0;  // entries in kv_slots/kv_pos for this chunk
   uint32_t n_kv_window_ = 0;  // entries in kv_slots_win/kv_pos_win (window rings) for this chunk
+  uint32_t rot_split_ = 0;    // leading entries of kv_rot with one shift (the rotated copy of K)
   bool rope_table_filled_ = false;  // rope_table_ holds every position's angles (after the first step)
   uint32_t logits_rows_;      // rows the logits buffer holds
 
@@ -125,7 +132,8 @@ class Engine {
   Buffer ffn_;       // the gate and up regions below, one after another
   BufferView gate_, up_;  // feed-forward [n_ubatch][n_ff]
   Buffer out_rows_;  // rows that produce logits [logits_rows][n_embd]
-  Buffer rope_table_;  // [capacity][head_dim/2] (cos, sin) of each position's angles
+  Buffer rope_table_;  // [positions][head_dim/2] (cos, sin) of each position's angles: the capacity's,
+                       // or the rotated copy of K's rotation_positions()
   Buffer rope_table_swa_;  // the same for window layers with their own RoPE base (gemma3), else empty
   Buffer scratch_;   // attention split-KV partials
   // Host-written inputs (upload memory)
@@ -134,6 +142,8 @@ class Engine {
   Buffer slots_;     // [n_ubatch] i32 cache slots of the new tokens
   Buffer kv_slots_;  // [capacity] i32 slots attention reads
   Buffer kv_pos_;    // [capacity] i32 their positions
+  Buffer rot_;       // [n_ubatch] i32 rotation positions of the new tokens' K rows (rotated copy of K)
+  Buffer kv_rot_;    // [capacity] i32 the listed slots' rotation positions (rotated copy of K)
   Buffer slots_win_;     // [n_ubatch] i32 window-ring slots of the new tokens (window rings only)
   Buffer kv_slots_win_;  // [ring slots] i32 window-ring slots the window layers read
   Buffer kv_pos_win_;    // [ring slots] i32 their positions

@@ -74,10 +74,11 @@ constexpr uint32_t k_decode_dims = 32;  // the values pass's head dims per workg
 
 // Floats of attention_decode's scratch per query token: [n_head_kv][n_kv + blocks][G rounded up to
 // a multiple of 4], the scores of every entry then the maximum of each lane's block of
-// k_decode_per_lane.
+// k_decode_per_lane entries.
 uint64_t decode_scores_floats(const AttentionShape& shape, uint32_t n_kv) {
   const uint32_t g = shape.n_head / shape.n_head_kv;
-  return uint64_t{shape.n_head_kv} * (n_kv + div_ceil(n_kv, k_decode_per_lane)) * ((g + 3) / 4 * 4);
+  // (One block more: a split of the list for the rotated copy of K may make one more.)
+  return uint64_t{shape.n_head_kv} * (n_kv + div_ceil(n_kv, k_decode_per_lane) + 1) * ((g + 3) / 4 * 4);
 }
 
 // The scores pass unrolls G × head_dim multiply-adds and holds the G query heads in registers;
@@ -90,11 +91,8 @@ constexpr uint32_t k_decode_unroll = 512;
 // scratch for the scores.
 bool use_decode_kernels(const VulkanContext& ctx, const AttentionShape& shape, uint32_t n_q, uint32_t n_kv,
                         const BufferView& scratch) {
-  const DeviceInfo& d = ctx.info();
-  const uint32_t g = shape.n_head / shape.n_head_kv;
-  const bool cpu_layout = shape.kernel == AttentionKernel::Simd || (shape.kernel == AttentionKernel::Auto && d.type == "cpu");
-  return cpu_layout && d.int64 && n_q >= 1 && n_kv >= k_decode_min_kv && g <= 8 && shape.head_dim % k_decode_dims == 0 &&
-         g * shape.head_dim <= k_decode_unroll && scratch.buffer && scratch.range >= decode_scores_floats(shape, n_kv) * 4;
+  return decode_kernels_fit(ctx, shape, n_kv) && n_q >= 1 && scratch.buffer &&
+         scratch.range >= decode_scores_floats(shape, n_kv) * 4;
 }
 
 // Scores (a lane per slot), then values (a lane per entry, a workgroup per k_decode_dims dims)
@@ -104,22 +102,33 @@ void record_decode_attention(CommandRecorder& rec, CacheType type, const Attenti
                              const BufferView& rope_table, const BufferView& q, uint32_t q_stride, const BufferView& q_pos,
                              uint32_t n_q, const BufferView& k_cache, const BufferView& v_cache, const BufferView& kv_slots,
                              const BufferView& kv_pos, uint32_t n_kv, const BufferView& out, uint32_t out_stride,
-                             const BufferView& scratch) {
+                             const BufferView& scratch, const RotatedK& rotated) {
   const uint32_t sg = rec.context().subgroup_size(), g = shape.n_head / shape.n_head_kv;
   const uint64_t per_query = decode_scores_floats(shape, n_kv) * 4;
   const uint32_t group = static_cast<uint32_t>(std::clamp<uint64_t>(scratch.range / per_query, 1, n_q));
   const std::vector<uint32_t> spec = {sg, shape.head_dim, g, rope.n_rot, rope.neox ? 1u : 0u, k_decode_per_lane, k_decode_dims};
   const std::string ct = cache_type_name(type);
-  const Pipeline& ps = rec.pipelines().get("attention_scores_" + ct, 9, sizeof(AttentionParams), spec);
+  const bool rot = rotated.rows.buffer != VK_NULL_HANDLE;
+  VKLLM_CHECK(!rot || (type == CacheType::F16 && rotated.split <= n_kv), "attention: a rotated copy of K needs an f16 cache");
+  const Pipeline& ps = rot ? rec.pipelines().get("attention_scores_f16_rot", 10, sizeof(AttentionParams), spec)
+                           : rec.pipelines().get("attention_scores_" + ct, 9, sizeof(AttentionParams), spec);
   const Pipeline& pv = rec.pipelines().get("attention_values_" + ct, 9, sizeof(AttentionParams), spec);
+  // Lanes' blocks of entries: those before the split, then those after it.
+  const uint32_t split = rot ? rotated.split : 0;
+  const uint32_t blocks = div_ceil(split, k_decode_per_lane) + div_ceil(n_kv - split, k_decode_per_lane);
   for (uint32_t t = 0; t < n_q; t += group) {
     const uint32_t n = std::min(group, n_q - t);
     AttentionParams params = attention_params(shape, rope, n_q, n_kv, q_stride, out_stride, 1, n_kv);
     params.q_first = t;
+    params.rot_split = split;
     if (t > 0) rec.barrier();  // the previous group's values pass has read the scores
     // The whole scratch is bound (a storage texel buffer; one view for every n_kv).
-    rec.dispatch(ps, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, out, scratch, rope_table}, params,
-                 div_ceil(n_kv, sg * k_decode_per_lane), shape.n_head_kv, n);
+    if (rot)
+      rec.dispatch(ps, {q, rotated.rows, v_cache, kv_slots, kv_pos, q_pos, out, scratch, rope_table, rotated.rot}, params,
+                   div_ceil(blocks, sg), shape.n_head_kv, n);
+    else
+      rec.dispatch(ps, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, out, scratch, rope_table}, params, div_ceil(blocks, sg),
+                   shape.n_head_kv, n);
     rec.barrier();
     rec.dispatch(pv, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, out, scratch, rope_table}, params, shape.head_dim / k_decode_dims,
                  shape.n_head_kv, n);
@@ -145,6 +154,11 @@ const Pipeline& kv_store_pipeline(CommandRecorder& rec, CacheType type) {
   return rec.pipelines().get(std::string("kv_store_") + cache_type_name(type), 4, sizeof(KvStoreParams), {64});
 }
 
+// kv_store_f16 that also writes the rotated copy of K.
+const Pipeline& kv_store_rot_pipeline(CommandRecorder& rec, const RopeConfig& r) {
+  return rec.pipelines().get("kv_store_f16_rot", 7, sizeof(KvStoreParams), {64, r.head_dim, r.n_rot, r.neox ? 1u : 0u});
+}
+
 uint32_t kv_store_groups(CacheType type, uint32_t row_len) { return div_ceil(type == CacheType::F16 ? row_len : row_len / 32, 64); }
 
 }  // namespace
@@ -159,19 +173,47 @@ void record_kv_store(CommandRecorder& rec, CacheType type, const BufferView& src
 
 void record_kv_store_pair(CommandRecorder& rec, CacheType type_k, CacheType type_v, const BufferView& k_src,
                           const BufferView& v_src, uint32_t src_stride, const BufferView& slots, uint32_t n_tokens,
-                          uint32_t row_len, const BufferView& k_cache, const BufferView& v_cache) {
+                          uint32_t row_len, const BufferView& k_cache, const BufferView& v_cache, const RotatedK& rotated) {
+  const bool rot = rotated.rows.buffer != VK_NULL_HANDLE;
+  VKLLM_CHECK(!rot || type_k == CacheType::F16, "kv_store: a rotated copy of K needs an f16 cache");
   const bool one = type_k == type_v && k_src.buffer == v_src.buffer && v_src.offset >= k_src.offset &&
                    (v_src.offset - k_src.offset) % 4 == 0;
-  if (!one) {
+  if (!one && !rot) {
     record_kv_store(rec, type_k, k_src, src_stride, slots, n_tokens, row_len, k_cache);
     record_kv_store(rec, type_v, v_src, src_stride, slots, n_tokens, row_len, v_cache);
     return;
   }
   check_kv_row(type_k, row_len);
+  if (!one) {  // K (with its copy) alone, then V
+    rec.dispatch(kv_store_rot_pipeline(rec, rotated.rope),
+                 {k_src, slots, k_cache, k_cache, rotated.rows, rotated.rot, rotated.rope_table},
+                 KvStoreParams{n_tokens, row_len, src_stride, 0}, kv_store_groups(type_k, row_len), n_tokens);
+    record_kv_store(rec, type_v, v_src, src_stride, slots, n_tokens, row_len, v_cache);
+    return;
+  }
   const BufferView src{k_src.buffer, k_src.offset, v_src.offset + v_src.range - k_src.offset};
   const uint32_t v_offset = static_cast<uint32_t>((v_src.offset - k_src.offset) / 4);
-  rec.dispatch(kv_store_pipeline(rec, type_k), {src, slots, k_cache, v_cache}, KvStoreParams{n_tokens, row_len, src_stride, v_offset},
-               kv_store_groups(type_k, row_len), n_tokens, 2);
+  const KvStoreParams params{n_tokens, row_len, src_stride, v_offset};
+  if (rot)
+    rec.dispatch(kv_store_rot_pipeline(rec, rotated.rope), {src, slots, k_cache, v_cache, rotated.rows, rotated.rot, rotated.rope_table},
+                 params, kv_store_groups(type_k, row_len), n_tokens, 2);
+  else
+    rec.dispatch(kv_store_pipeline(rec, type_k), {src, slots, k_cache, v_cache}, params, kv_store_groups(type_k, row_len), n_tokens, 2);
+}
+
+void record_kv_rotate(CommandRecorder& rec, const BufferView& k_cache, const BufferView& slots, uint32_t n, uint32_t row_len,
+                      const RotatedK& rotated) {
+  const RopeConfig& r = rotated.rope;
+  const Pipeline& p = rec.pipelines().get("kv_rotate", 5, sizeof(KvStoreParams), {64, r.head_dim, r.n_rot, r.neox ? 1u : 0u});
+  rec.dispatch(p, {k_cache, slots, rotated.rot, rotated.rows, rotated.rope_table}, KvStoreParams{n, row_len, 0, 0},
+               div_ceil(row_len, 64), n);
+}
+
+bool decode_kernels_fit(const VulkanContext& ctx, const AttentionShape& shape, uint32_t max_kv) {
+  const DeviceInfo& d = ctx.info();
+  const uint32_t g = shape.n_head / shape.n_head_kv;
+  const bool cpu_layout = shape.kernel == AttentionKernel::Simd || (shape.kernel == AttentionKernel::Auto && d.type == "cpu");
+  return cpu_layout && d.int64 && max_kv >= k_decode_min_kv && g <= 8 && shape.head_dim % k_decode_dims == 0 && g * shape.head_dim <= k_decode_unroll;
 }
 
 uint32_t attention_query_group(const VulkanContext& ctx, const AttentionShape& shape, uint32_t max_kv) {
@@ -190,13 +232,13 @@ void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape
                       const BufferView& rope_table, const BufferView& q, uint32_t q_stride, const BufferView& q_pos, uint32_t n_q,
                       const BufferView& k_cache, const BufferView& v_cache, const BufferView& kv_slots,
                       const BufferView& kv_pos, uint32_t n_kv, const BufferView& out, uint32_t out_stride,
-                      const BufferView& scratch) {
+                      const BufferView& scratch, const RotatedK& rotated) {
   VKLLM_CHECK(shape.n_head % shape.n_head_kv == 0 && shape.head_dim % 2 == 0, "bad attention shape");
   const uint32_t g = shape.n_head / shape.n_head_kv;
   const uint32_t rows = n_q * g;
   if (use_decode_kernels(rec.context(), shape, n_q, n_kv, scratch)) {
     record_decode_attention(rec, type, shape, rope, rope_table, q, q_stride, q_pos, n_q, k_cache, v_cache, kv_slots, kv_pos, n_kv,
-                            out, out_stride, scratch);
+                            out, out_stride, scratch, rotated);
     return;
   }
   const bool simd = use_simd_kernel(rec.context(), shape, rope.n_rot);

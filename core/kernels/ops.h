@@ -111,11 +111,28 @@ void record_rope_table(CommandRecorder& rec, const BufferView& table, uint32_t n
 // cache [n_slots][cache_row_bytes(type, row_len)].
 void record_kv_store(CommandRecorder& rec, CacheType type, const BufferView& src, uint32_t src_stride,
                      const BufferView& slots, uint32_t n_tokens, uint32_t row_len, const BufferView& cache);
+// The rotated copy of K (f16 K caches on CPU drivers; docs/kv-cache.md, "The rotated copy of K"):
+// each slot's K row rotated by RoPE at a position of its own, so that the decode kernel runs no
+// RoPE per cached token. `rows` null: no copy.
+struct RotatedK {
+  BufferView rows;        // [n_slots][row bytes] f16, the slots of the K cache
+  BufferView rot;         // i32: the position each token's row is (to be) rotated at, in the order
+                          // of the slot list it goes with
+  BufferView rope_table;  // record_rope_table's, covering every position in rot
+  RopeConfig rope;
+  uint32_t split = 0;     // attention: the leading listed entries whose rot − pos is one value
+                          // (the rest share another)
+};
 // The K and the V rows of the same tokens, in one dispatch where the two caches have one type and
-// v_src follows k_src in its buffer (else two).
+// v_src follows k_src in its buffer (else two); with `rotated`, K also into the rotated copy
+// (f16 K only), at the positions rotated.rot lists per token.
 void record_kv_store_pair(CommandRecorder& rec, CacheType type_k, CacheType type_v, const BufferView& k_src,
                           const BufferView& v_src, uint32_t src_stride, const BufferView& slots, uint32_t n_tokens,
-                          uint32_t row_len, const BufferView& k_cache, const BufferView& v_cache);
+                          uint32_t row_len, const BufferView& k_cache, const BufferView& v_cache, const RotatedK& rotated = {});
+// Rebuilds the rotated copy's rows of the n slots listed from the f16 K cache, each rotated at
+// its rotated.rot entry (bit for bit what kv_store writes).
+void record_kv_rotate(CommandRecorder& rec, const BufferView& k_cache, const BufferView& slots, uint32_t n, uint32_t row_len,
+                      const RotatedK& rotated);
 
 // attention.comp (shared-memory tiles: GPUs) or attention_simd.comp (CPU drivers); Auto picks by
 // device type, tests force each.
@@ -136,6 +153,9 @@ struct AttentionShape {
 // `queries` query tokens at once (a prefill chunk over a long cached prefix runs in groups of
 // that many on CPU drivers).
 uint64_t attention_scratch_floats(const AttentionShape& shape, uint32_t max_kv, uint32_t queries = 1);
+// Whether record_attention runs attention_decode.comp for this shape on this device for some list
+// of up to max_kv slots (it takes lists of ≥ 256): what a rotated copy of K (RotatedK) serves.
+bool decode_kernels_fit(const VulkanContext& ctx, const AttentionShape& shape, uint32_t max_kv);
 // The query group an engine sizes its scratch for: up to 64 query tokens within 64 MiB of
 // scores on CPU drivers, 1 elsewhere (GPUs take the tiled kernel for prefill).
 uint32_t attention_query_group(const VulkanContext& ctx, const AttentionShape& shape, uint32_t max_kv);
@@ -146,11 +166,12 @@ uint32_t attention_query_group(const VulkanContext& ctx, const AttentionShape& s
 // position in kv_pos).
 //   q [n_q][q_stride] f32 rotated, q_pos [n_q] i32, k/v cache [n_slots][row bytes] in `type`,
 //   out [n_q][out_stride] f32, scratch ≥ attention_scratch_floats(shape, n_kv) f32 (split KV, decode).
+// `rotated` (rot: [n_kv], the list's entries): attention_decode.comp reads K from the copy instead.
 void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape& shape, const RopeConfig& rope,
                       const BufferView& rope_table,
                       const BufferView& q, uint32_t q_stride, const BufferView& q_pos, uint32_t n_q,
                       const BufferView& k_cache, const BufferView& v_cache, const BufferView& kv_slots,
                       const BufferView& kv_pos, uint32_t n_kv, const BufferView& out, uint32_t out_stride,
-                      const BufferView& scratch);
+                      const BufferView& scratch, const RotatedK& rotated = {});
 
 }  // namespace vkllm

@@ -38,6 +38,47 @@ KvCache::KvCache(const VulkanContext& ctx, const ModelConfig& config, const KvCa
     k_.emplace_back(ctx, slots * row_bytes_k_, MemoryUse::Device, "kv cache K layer " + std::to_string(l));
     v_.emplace_back(ctx, slots * row_bytes_v_, MemoryUse::Device, "kv cache V layer " + std::to_string(l));
   }
+  if (o.rotated_k) {
+    VKLLM_CHECK(type_k_ == CacheType::F16, "the rotated copy of K needs an f16 K cache");
+    rot_.assign(capacity_, 0);
+    for (uint32_t l = 0; l < config.n_layer; ++l)
+      k_rot_.push_back(ring_layer_[l] ? Buffer() : Buffer(ctx, uint64_t{capacity_} * row_bytes_k_, MemoryUse::Device, "rotated K layer " + std::to_string(l)));
+  }
+}
+
+uint32_t KvCache::rotation_list(std::vector<int32_t>& rot) const {
+  const uint32_t n = used();
+  rot.resize(n);
+  uint32_t split = n;
+  for (uint32_t i = 0; i < n; ++i) {
+    rot[i] = rot_[static_cast<size_t>(slot_of(i))];
+    if (split == n && rot[i] - int32_t(i) != rot[0]) split = i;
+  }
+  return split;
+}
+
+std::vector<int32_t> KvCache::rotations_of_last(uint32_t n) const {
+  VKLLM_CHECK(!rot_.empty() && n <= used(), "rotation positions without a rotated copy");
+  std::vector<int32_t> rot;
+  for (uint32_t i = used() - n; i < used(); ++i) rot.push_back(rot_[static_cast<size_t>(slot_of(i))]);
+  return rot;
+}
+
+void KvCache::rebase_rotations() {
+  rot_base_ = n_evicted_;
+  for (uint32_t i = 0; i < used(); ++i) rot_[static_cast<size_t>(slot_of(i))] = static_cast<int32_t>(i);
+  rot_stale_ = true;
+}
+
+bool KvCache::two_shift_runs() const {
+  uint32_t runs = 0;
+  int32_t prev = 0;
+  for (uint32_t i = 0; i < used(); ++i) {
+    const int32_t shift = rot_[static_cast<size_t>(slot_of(i))] - static_cast<int32_t>(i);
+    if (i == 0 || shift != prev) ++runs;
+    prev = shift;
+  }
+  return runs <= 2;
 }
 
 uint64_t KvCache::bytes_used() const {
@@ -91,6 +132,7 @@ uint64_t KvCache::device_bytes() const {
   uint64_t total = 0;
   for (const Buffer& b : k_) total += b.size();
   for (const Buffer& b : v_) total += b.size();
+  for (const Buffer& b : k_rot_) total += b.size();
   return total;
 }
 
@@ -141,6 +183,12 @@ std::vector<int32_t> KvCache::append(std::span<const int32_t> tokens, std::vecto
   positions.resize(tokens.size());
   const uint32_t first = used() - static_cast<uint32_t>(tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) positions[i] = static_cast<int32_t>(first + i);
+  if (!rot_.empty()) {
+    // The new rows rotate one shift ahead of their positions, as the window's older rows now are.
+    const uint64_t shift = n_evicted_ - rot_base_;
+    for (size_t i = 0; i < tokens.size(); ++i) rot_[static_cast<size_t>(slots[i])] = positions[i] + static_cast<int32_t>(shift);
+    if (shift >= capacity_ || !two_shift_runs()) rebase_rotations();
+  }
   return slots;
 }
 
@@ -158,7 +206,7 @@ void KvCache::truncate(uint32_t n) {
   VKLLM_CHECK(n <= used(), "truncate beyond the cached tokens");
   if (n == 0) {
     n_pinned_ = n_window_ = head_ = 0;
-    n_evicted_ = 0;
+    n_evicted_ = rot_base_ = 0;
     tokens_.clear();
     serial_.clear();
     window_absent_.clear();
@@ -300,6 +348,7 @@ bool KvCache::restore(std::span<const int32_t> tokens, uint32_t n_keep, uint64_t
   for (uint32_t i = 0; i < n; ++i)
     if (ring_slots_ && held[i]) ring_serial_[i % ring_slots_] = i;
   window_absent_ = std::move(absent);
+  if (!rot_.empty()) rebase_rotations();
   return true;
 }
 

@@ -34,6 +34,8 @@ struct KvCacheOptions {
   CacheType type_v = CacheType::F16;
   uint32_t n_ubatch = 512;         // the longest chunk appended at once (sizes the window layers' rings)
   bool swa_full = false;           // window layers keep every slot, as llama.cpp's --swa-full (any prefix reusable)
+  bool rotated_k = false;          // keep the rotated copy of K (f16 K; the engine asks for it where the
+                                   // CPU drivers' decode kernel reads it)
 };
 
 // The slots of the window layers' rings a cache with these options has (0: none).
@@ -84,6 +86,26 @@ class KvCache {
   // Layer l's K or V rows: [capacity][row bytes] in the cache type.
   const Buffer& k(uint32_t layer) const { return k_[layer]; }
   const Buffer& v(uint32_t layer) const { return v_[layer]; }
+
+  // The rotated copy of K (docs/kv-cache.md, "The rotated copy of K"): layer l's K rows, each
+  // rotated by RoPE at its slot's rotation position, for the layers that read the global slots
+  // (null for the others, and without the option). A slot's rotation position is its token's
+  // position plus the evictions between the copy's base and the token's append, so the window's
+  // rows all stay one shift (evictions since the base) ahead of their positions and pinned rows
+  // keep theirs; at most two shifts along the logical sequence (else, and when the shift would
+  // reach the capacity, the copy is rebased: every row's rotation position becomes its position,
+  // to be rebuilt by the engine before its next pass, as after a restore).
+  const Buffer* k_rotated(uint32_t layer) const { return k_rot_.empty() || is_ring_layer(layer) ? nullptr : &k_rot_[layer]; }
+  // Rotation positions stay below this (the rope table the copy needs covers them).
+  uint32_t rotation_positions() const { return 2 * capacity_; }
+  // Each live token's rotation position in logical order; returns how many leading ones share the
+  // first one's shift (the rest share another).
+  uint32_t rotation_list(std::vector<int32_t>& rot) const;
+  // The rotation positions of the last n logical tokens (where kv_store rotates them).
+  std::vector<int32_t> rotations_of_last(uint32_t n) const;
+  // Whether the copy must be rebuilt from the cache (every live row) before the next pass reads it.
+  bool rotated_stale() const { return rot_stale_; }
+  void rotated_rebuilt() { rot_stale_ = false; }
   // Slot of logical index i.
   int32_t slot_of(uint32_t i) const;
 
@@ -105,6 +127,10 @@ class KvCache {
   bool window_row_held(uint32_t i) const;
   bool window_held_before(uint32_t n, uint32_t count) const;
   bool is_ring_layer(size_t layer) const { return ring_slots_ && ring_layer_[layer]; }
+  // The rotated copy: every live row's rotation position becomes its position (rebuilt next pass).
+  void rebase_rotations();
+  // Whether the live tokens' shifts (rotation position − position) form at most two runs.
+  bool two_shift_runs() const;
 
   const VulkanContext* ctx_;
   uint32_t capacity_;
@@ -124,6 +150,10 @@ class KvCache {
   uint32_t head_ = 0;      // window ring index of the oldest window token
   uint64_t n_evicted_ = 0;
   std::vector<int32_t> tokens_;  // logical sequence: pinned then window, oldest first
+  std::vector<Buffer> k_rot_;    // the rotated copy of K per layer (empty: none; a ring layer's unallocated)
+  std::vector<int32_t> rot_;     // per slot: the position its rotated row is rotated at
+  uint64_t rot_base_ = 0;        // evictions at the copy's last rebase
+  bool rot_stale_ = false;
 };
 
 }  // namespace vkllm

@@ -130,6 +130,8 @@ struct AttentionParams {
   float softcap;     // scores s become softcap·tanh(s/softcap) before the softmax; 0: none
   u32 window;        // sliding window: a query at position p sees key positions > p − window; 0: all
   u32 q_first;       // attention_decode: the query token the dispatch's z = 0 is (it takes a group of them)
+  u32 rot_split;     // attention_decode with the rotated copy of K: the leading entries whose rows share one
+                     // rotation shift (the rest share another); lanes' runs never straddle it. 0 otherwise
 };
 
 #ifdef __cplusplus
