@@ -120,7 +120,15 @@ TEST_F(EngineRotatedK, RotatedCopyOfKGivesTheLogitsOfRopeOnRead) {
   compare(random_tokens(280), "prefill", 0);
   // Past the capacity: 20 tokens to fill it, then ≥ 300 evictions (a rebase at the 300th).
   for (int s = 0; s < 340; ++s) compare(random_tokens(1), "decode", s);
-  EXPECT_GE(with.cache().evicted(), 300u);
+  ASSERT_EQ(with.cache().evicted(), 320u);
+  // The copy was rebased at the 300th eviction: the window's shift is the 20 evictions since.
+  std::vector<int32_t> rot;
+  EXPECT_EQ(with.cache().rotation_list(rot), 4u);
+  EXPECT_EQ(rot[4] - 4, 20);
+  // A chunk that evicts its own predecessors, then a truncation.
+  compare(random_tokens(40), "evicting chunk", 0);
+  for (Engine* e : {&with, &without}) e->cache().truncate(e->cache().used() - 10);
+  for (int s = 0; s < 5; ++s) compare(random_tokens(1), "after truncate", s);
   // Restore both from the rows and go on: the copy is rebuilt from the restored cache.
   const std::vector<int32_t> toks = with.cache().tokens();
   const std::vector<uint8_t> rows = with.cache().read_rows(with.cache().used());
@@ -128,6 +136,13 @@ TEST_F(EngineRotatedK, RotatedCopyOfKGivesTheLogitsOfRopeOnRead) {
   for (int s = 0; s < 20; ++s) compare(random_tokens(1), "after restore", s);
   RecordProperty("max_dlogit", std::to_string(worst));
   std::cout << "largest logit difference: " << worst << "\n";
+  // A capacity whose doubled rope table one dispatch cannot fill (a workgroup row per position)
+  // keeps no copy, and decodes.
+  o.rotated_k = true;
+  o.cache.capacity = 40000;
+  Engine big(test::vk(), test::pipelines(), model, o);
+  EXPECT_EQ(big.cache().k_rotated(0) != nullptr, 80000 <= test::vk().limits().maxComputeWorkGroupCount[1]);
+  EXPECT_EQ(big.decode(random_tokens(3), LogitsMode::Last).size(), c.n_vocab);
 }
 
 std::vector<std::string> reference_cases() {

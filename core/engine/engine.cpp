@@ -19,12 +19,14 @@ uint32_t logits_rows_for(const VulkanContext& ctx, const ModelConfig& c, uint32_
 }
 
 // The options with the prefill chunk resolved (0: the device's), and the rotated copy of K kept
-// where the decode kernel reads it: CPU drivers, an f16 K cache, a capacity it runs at.
+// where the decode kernel reads it: CPU drivers, an f16 K cache, a capacity it runs at, and a rope
+// table of twice the capacity that one dispatch fills (a workgroup row per position).
 EngineOptions resolved(const VulkanContext& ctx, const ModelConfig& c, EngineOptions o) {
   if (o.n_ubatch == 0) o.n_ubatch = default_ubatch(ctx);
   o.cache.n_ubatch = o.n_ubatch;
   const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, o.attention};
-  o.cache.rotated_k = o.rotated_k && o.cache.type_k == CacheType::F16 && decode_kernels_fit(ctx, shape, o.cache.capacity);
+  o.cache.rotated_k = o.rotated_k && o.cache.type_k == CacheType::F16 && decode_kernels_fit(ctx, shape, o.cache.capacity) &&
+                      uint64_t{2} * o.cache.capacity <= ctx.limits().maxComputeWorkGroupCount[1];
   return o;
 }
 
@@ -265,13 +267,12 @@ RotatedK Engine::rotated_k(uint32_t l, const Engine& pass, const BufferView& rot
   return RotatedK{rows->view(), rot, table, rope_config(swa), split};
 }
 
-void Engine::record_rotated_rebuild(CommandRecorder& rec, const Engine& pass) {
+void Engine::record_rotated_rebuild(CommandRecorder& rec, const Engine& pass) const {
   if (!cache_.rotated_stale()) return;
   const ModelConfig& c = model_.config();
   for (uint32_t l = 0; l < c.n_layer; ++l)
     if (const RotatedK r = rotated_k(l, pass, kv_rot_.view(0, uint64_t{n_kv_listed_} * 4), 0); r.rows.buffer && n_kv_listed_ > 0)
       record_kv_rotate(rec, cache_.k(l).view(), kv_slots_.view(0, uint64_t{n_kv_listed_} * 4), n_kv_listed_, c.n_embd_kv(), r);
-  cache_.rotated_rebuilt();
 }
 
 void Engine::record_attention_of(CommandRecorder& rec, uint32_t l, const Engine& pass, uint32_t first, uint32_t n) const {
@@ -374,6 +375,7 @@ void Engine::run_pass(std::span<const Member> members, uint32_t n, uint32_t n_ou
   record_forward(members, n, n - n_out, n_out, log_probs, kernel);
   rec_.submit_and_wait();
   rope_table_filled_ = true;
+  for (const Member& m : members) m.seq->cache_.rotated_rebuilt();  // (a no-op where none was stale)
   for (const DispatchTiming& t : rec_.timings()) timings_.push_back(t);
   const float* src = static_cast<const float*>(logits_dev_.mapped());
   logits_.insert(logits_.end(), src, src + uint64_t{n_out} * model_.config().n_vocab);
@@ -388,8 +390,10 @@ void Engine::run_chunk(std::span<const int32_t> tokens, uint32_t n_out, bool log
 }
 
 bool Engine::can_batch_with(const Engine& other) const {
+  // (The members read the pass engine's rope tables, which cover the rotated copy's positions only
+  // where it has one.)
   return &other.model_ == &model_ && &other.ctx_ == &ctx_ && other.cache_.capacity() == cache_.capacity() &&
-         other.opts_.attention == opts_.attention;
+         other.opts_.attention == opts_.attention && other.opts_.cache.rotated_k == opts_.cache.rotated_k;
 }
 
 bool Engine::can_decode_batch(std::span<Engine* const> seqs) const {

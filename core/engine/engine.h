@@ -103,8 +103,9 @@ class Engine {
   // Layer l's rotated copy of K (rows null: none), with `rot` the rotation positions of the slots
   // it goes with; the rope table is the pass engine's.
   RotatedK rotated_k(uint32_t l, const Engine& pass, const BufferView& rot, uint32_t split) const;
-  // Records the rebuild of every layer's rotated copy of K, when the cache asks for one.
-  void record_rotated_rebuild(CommandRecorder& rec, const Engine& pass);
+  // Records the rebuild of every layer's rotated copy of K, when the cache asks for one (marked
+  // done once the pass has run).
+  void record_rotated_rebuild(CommandRecorder& rec, const Engine& pass) const;
   // x += w · in, or for models with post-norms x += rms_norm(w · in) · post_norm (through xn).
   void record_residual(const DeviceTensor& w, const BufferView& in, uint32_t in_stride, uint32_t n,
                        const DeviceTensor& post_norm, MatmulKernel kernel);

@@ -103,7 +103,8 @@ class KvCache {
   uint32_t rotation_list(std::vector<int32_t>& rot) const;
   // The rotation positions of the last n logical tokens (where kv_store rotates them).
   std::vector<int32_t> rotations_of_last(uint32_t n) const;
-  // Whether the copy must be rebuilt from the cache (every live row) before the next pass reads it.
+  // Whether the copy must be rebuilt from the cache (every live row) before the next pass reads it;
+  // the engine says when a pass that rebuilt it has run.
   bool rotated_stale() const { return rot_stale_; }
   void rotated_rebuilt() { rot_stale_ = false; }
   // Slot of logical index i.
