@@ -30,9 +30,6 @@ EngineOptions resolved(const VulkanContext& ctx, const ModelConfig& c, EngineOpt
   return o;
 }
 
-// Positions the rope tables cover: the capacity, or the rotated copy's rotation positions.
-uint32_t rope_positions(const KvCacheOptions& o) { return o.rotated_k ? 2 * o.capacity : o.capacity; }
-
 // The window layers rotate with their own base or scale (gemma3), so they need their own table.
 bool has_swa_rope(const ModelConfig& c) {
   return c.has_swa() && (c.rope_freq_base_swa != c.rope_freq_base || c.rope_freq_scale_swa != c.rope_freq_scale);
@@ -94,7 +91,7 @@ MemoryPlan plan_memory(const VulkanContext& ctx, const ModelConfig& c, uint64_t 
   const uint64_t ub = o.n_ubatch, qd = uint64_t{c.n_head} * c.head_dim;
   const uint64_t rows = logits_rows_for(ctx, c, static_cast<uint32_t>(ub));
   m.activations = qkv_regions(ctx, c, ub).bytes + ffn_regions(ctx, c, ub).bytes +
-                  F * (ub * c.n_embd + ub * std::max<uint64_t>(c.n_embd, qd) + ub * qd + rows * c.n_embd + uint64_t{rope_positions(o.cache)} * c.head_dim * (has_swa_rope(c) ? 2 : 1) +
+                  F * (ub * c.n_embd + ub * std::max<uint64_t>(c.n_embd, qd) + ub * qd + rows * c.n_embd + uint64_t{rope_positions_for(o.cache)} * c.head_dim * (has_swa_rope(c) ? 2 : 1) +
                        attention_scratch(ctx, c, o.cache.capacity) + rows * c.n_vocab) +
                   3 * ub * 4 + 2 * uint64_t{o.cache.capacity} * 4 + (ring ? ub * 4 + 2 * uint64_t{ring} * 4 : 0) +
                   (o.cache.rotated_k ? ub * 4 + uint64_t{o.cache.capacity} * 4 : 0);
@@ -129,7 +126,7 @@ Engine::Engine(const VulkanContext& ctx, Pipelines& pipelines, const Model& mode
   gate_ = ffn_.view(ffn.at[0], ff_bytes);
   up_ = ffn_.view(ffn.at[1], ff_bytes);
   out_rows_ = dev(uint64_t{logits_rows_} * c.n_embd * F, "out rows");
-  const uint64_t table_bytes = uint64_t{rope_positions(opts_.cache)} * c.head_dim / 2 * 2 * F;
+  const uint64_t table_bytes = uint64_t{rope_positions_for(opts_.cache)} * c.head_dim / 2 * 2 * F;
   rope_table_ = dev(table_bytes, "rope table");
   if (has_swa_rope(c)) rope_table_swa_ = dev(table_bytes, "rope table (window layers)");
   scratch_ = dev(attention_scratch(ctx, c, cache_.capacity()) * F, "attention scratch");
@@ -165,8 +162,8 @@ void Engine::record_forward(std::span<const Member> members, uint32_t n, uint32_
   // position the cache can hold (positions stay below its capacity, so the tables never change)
   record_get_rows(rec, w.tok_embd, ids_.view(), n, x, c.n_embd);
   if (!rope_table_filled_) {
-    record_rope_table(rec, rope_table_.view(), rope_positions(opts_.cache), rope_global);
-    if (rope_table_swa_.size()) record_rope_table(rec, rope_table_swa_.view(), rope_positions(opts_.cache), rope_swa);
+    record_rope_table(rec, rope_table_.view(), rope_positions_for(opts_.cache), rope_global);
+    if (rope_table_swa_.size()) record_rope_table(rec, rope_table_swa_.view(), rope_positions_for(opts_.cache), rope_swa);
   }
   rec.barrier();
   // A rotated copy of K rebuilt from the cache (after a restore or a rebase), before anything reads it.

@@ -134,7 +134,7 @@ class Engine {
   BufferView gate_, up_;  // feed-forward [n_ubatch][n_ff]
   Buffer out_rows_;  // rows that produce logits [logits_rows][n_embd]
   Buffer rope_table_;  // [positions][head_dim/2] (cos, sin) of each position's angles: the capacity's,
-                       // or the rotated copy of K's rotation_positions()
+                       // or twice that with the rotated copy of K (rope_positions_for)
   Buffer rope_table_swa_;  // the same for window layers with their own RoPE base (gemma3), else empty
   Buffer scratch_;   // attention split-KV partials
   // Host-written inputs (upload memory)

@@ -187,6 +187,7 @@ std::vector<int32_t> KvCache::append(std::span<const int32_t> tokens, std::vecto
     // The new rows rotate one shift ahead of their positions, as the window's older rows now are.
     const uint64_t shift = n_evicted_ - rot_base_;
     for (size_t i = 0; i < tokens.size(); ++i) rot_[static_cast<size_t>(slots[i])] = positions[i] + static_cast<int32_t>(shift);
+    // (Rotation positions stay below twice the capacity, rope_positions_for.)
     if (shift >= capacity_ || !two_shift_runs()) rebase_rotations();
   }
   return slots;

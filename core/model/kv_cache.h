@@ -40,6 +40,9 @@ struct KvCacheOptions {
 
 // The slots of the window layers' rings a cache with these options has (0: none).
 uint32_t window_ring_for(const ModelConfig& c, const KvCacheOptions& o);
+// The positions a rope table must cover for a cache with these options: its capacity, or twice
+// that with the rotated copy of K (whose rotation positions the cache keeps below it).
+inline uint32_t rope_positions_for(const KvCacheOptions& o) { return o.rotated_k ? 2 * o.capacity : o.capacity; }
 
 class KvCache {
  public:
@@ -96,8 +99,6 @@ class KvCache {
   // reach the capacity, the copy is rebased: every row's rotation position becomes its position,
   // to be rebuilt by the engine before its next pass, as after a restore).
   const Buffer* k_rotated(uint32_t layer) const { return k_rot_.empty() || is_ring_layer(layer) ? nullptr : &k_rot_[layer]; }
-  // Rotation positions stay below this (the rope table the copy needs covers them).
-  uint32_t rotation_positions() const { return 2 * capacity_; }
   // Each live token's rotation position in logical order; returns how many leading ones share the
   // first one's shift (the rest share another).
   uint32_t rotation_list(std::vector<int32_t>& rot) const;
