@@ -17,7 +17,8 @@
 //     Q4_1/Q4_K nibbles masked in place against an x pre-scaled by their bit position; Q4_0 in
 //     integers against x rounded to 9 bits, below);
 //   - decodes each weight once and multiplies it into every column (the column loop innermost);
-// and one subgroupAdd per row and column reduces the lanes. No shared memory, no barriers.
+// and one subgroupAdd per row and column reduces the lanes; lane j keeps row j of every W rows and
+// the W rows are stored together (below). No shared memory, no barriers.
 // Where rows go and the gated activation of a fused gate|up projection: common/matmul_out.glsl
 // (with glu a row is done twice, for the gate row and for the up row, through the same code).
 // The host uses it when cols % 256 == 0 and every row starts on a 16-byte (Q2_K, Q3_K, Q6_K, IQ4_XS:
@@ -449,30 +450,42 @@ void main() {
   const uint last = min(first + ROWS, p.rows);
   // With glu each output row takes two weight rows, gate then up, through the same loop body.
   const uint per_row = p.glu != 0u ? 2 : 1;
-  float gate[COLS];
-  for (uint k = 0; k < (last - first) * per_row; ++k) {
-    const uint r = first + k / per_row, row = r + (k % per_row) * p.rows;
-    // Each unit's bytes are loaded once and multiplied into every column; a column's sum runs in
-    // the same order whatever COLS is, so its result does not depend on the batch.
-    float acc[COLS];
-    [[unroll]] for (uint c = 0; c < COLS; ++c) acc[c] = 0.0;
-    [[unroll]] for (uint u = 0; u < UPL; ++u) {
-      const uint unit = u * S + lane;
-      if (unit < n_units) {
-        load_unit(row * p.row_bytes + unit * UNIT_BYTES);
-        float part[COLS];
-        dot_unit(u, part);
-        [[unroll]] for (uint c = 0; c < COLS; ++c) acc[c] += part[c];
+  // The rows go in groups of W (the subgroup size): row j of a group is kept by lane j, and the group
+  // is stored at once after its loop, every lane storing its row. lavapipe runs the body of a branch
+  // for every lane whether taken or not, so a store per row behind `lane == 0` cost the destination
+  // arithmetic (an integer division per lane), the gated activation and the y accesses for all W
+  // lanes on every row: for 4 columns as much as the dot products. Now once per W rows.
+  const uint W = gl_WorkGroupSize.x, n_out = last - first;
+  for (uint g = 0; g < n_out; g += W) {
+    const uint n_here = min(W, n_out - g);
+    float kept[COLS], kept_gate[COLS];
+    [[unroll]] for (uint c = 0; c < COLS; ++c) kept[c] = kept_gate[c] = 0.0;
+    for (uint k = 0; k < n_here * per_row; ++k) {
+      const uint j = k / per_row, row = first + g + j + (k % per_row) * p.rows;
+      // Each unit's bytes are loaded once and multiplied into every column; a column's sum runs in
+      // the same order whatever COLS is, so its result does not depend on the batch.
+      float acc[COLS];
+      [[unroll]] for (uint c = 0; c < COLS; ++c) acc[c] = 0.0;
+      [[unroll]] for (uint u = 0; u < UPL; ++u) {
+        const uint unit = u * S + lane;
+        if (unit < n_units) {
+          load_unit(row * p.row_bytes + unit * UNIT_BYTES);
+          float part[COLS];
+          dot_unit(u, part);
+          [[unroll]] for (uint c = 0; c < COLS; ++c) acc[c] += part[c];
+        }
+      }
+      const bool gate_row = per_row == 2 && k % 2 == 0;
+      [[unroll]] for (uint c = 0; c < COLS; ++c) {
+        const float total = subgroupAdd(acc[c]);
+        if (gate_row) kept_gate[c] = lane == j ? total : kept_gate[c];
+        else kept[c] = lane == j ? total : kept[c];
       }
     }
-    const bool gate_row = per_row == 2 && k % 2 == 0;
     [[unroll]] for (uint c = 0; c < COLS; ++c) {
-      const float total = subgroupAdd(acc[c]);
-      if (gate_row) {
-        gate[c] = total;
-      } else if (lane == 0 && c < p.n_tokens) {
-        const uint at = matmul_dest(r, c);
-        y[at] = matmul_store_value(per_row == 2 ? glu_apply(gate[c], total) : total, y[at]);
+      if (lane < n_here && c < p.n_tokens) {
+        const uint at = matmul_dest(first + g + lane, c);
+        y[at] = matmul_store_value(per_row == 2 ? glu_apply(kept_gate[c], kept[c]) : kept[c], y[at]);
       }
     }
   }
