@@ -7,6 +7,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <span>
 
 #include "commands.h"
 #include "common.h"
@@ -19,7 +20,8 @@ namespace {
 
 struct BenchCommand {
   RunOptions opts;
-  uint32_t n_prompt = 512, n_gen = 128, reps = 3, ctx_fill = 0;
+  uint32_t n_prompt = 512, n_gen = 128, reps = 3;
+  std::vector<uint32_t> ctx_fill = {0};  // depths: each test runs at each, in turn
   uint32_t parallel = 1;  // sequences decoded in one step (decode_batch), as `serve --parallel` runs them
   bool json = false, ops = false;
   uint32_t ops_size = 4096;
@@ -48,67 +50,126 @@ std::vector<int32_t> random_tokens(uint32_t n, uint32_t n_vocab, uint32_t seed) 
   return t;
 }
 
+// One --ctx-fill depth's results: tok/s of each measured repetition, and the GPU timings of its
+// measured tests (--profile).
+struct DepthResult {
+  uint32_t fill = 0;
+  std::vector<double> pp, tg;
+  double dispatches_per_step = 0, barriers_per_step = 0;  // of the decode test
+  std::vector<DispatchTiming> timings;
+};
+
 void bench_model(BenchCommand& c) {
-  if (c.opts.ctx == 0) c.opts.ctx = c.ctx_fill + std::max(c.n_prompt, c.n_gen) + 16;
+  const uint32_t max_fill = *std::max_element(c.ctx_fill.begin(), c.ctx_fill.end());
+  if (c.opts.ctx == 0) c.opts.ctx = max_fill + std::max(c.n_prompt, c.n_gen) + 16;
   c.opts.quiet = c.json;
-  c.opts.sequences = c.parallel;
+  // Each depth has its own `parallel` sequences (engines sharing the weights), so that every
+  // repetition can run the depths in turn without filling a cache again.
+  const uint32_t n_depths = static_cast<uint32_t>(c.ctx_fill.size());
+  c.opts.sequences = c.parallel * n_depths;
   c.opts.attention = c.attention == "tiled" ? AttentionKernel::Tiled
                      : c.attention == "simd" ? AttentionKernel::Simd
                                              : AttentionKernel::Auto;
   Session s = open_session(c.opts);
   Engine& e = *s.engine;
-  std::vector<Engine*> seqs{&e};
-  for (const auto& more : s.more_engines) seqs.push_back(more.get());
+  std::vector<Engine*> all{&e};
+  for (const auto& more : s.more_engines) all.push_back(more.get());
   const uint32_t n_vocab = e.config().n_vocab;
-  std::vector<double> pp, tg;
-  double dispatches_per_step = 0, barriers_per_step = 0;  // of the decode test
+  std::vector<DepthResult> depths(n_depths);
   // The --ctx-fill tokens are decoded once per sequence; each test truncates the caches back to
   // them (or decodes them again where a window ring no longer holds what they need). One warm-up
-  // pass builds the pipelines; then `reps` measured passes of each.
-  const auto back_to_fill = [&](Engine& en) {
+  // pass builds the pipelines; then `reps` measured passes, each running every depth in turn, so
+  // that a drift of the machine's speed touches all depths alike.
+  const auto back_to_fill = [&](Engine& en, uint32_t fill) {
     KvCache& kv = en.cache();
-    if (kv.used() >= c.ctx_fill && kv.reusable(c.ctx_fill) == c.ctx_fill) return kv.truncate(c.ctx_fill);
+    if (kv.used() >= fill && kv.reusable(fill) == fill) return kv.truncate(fill);
     kv.clear();
-    if (c.ctx_fill) en.decode(random_tokens(c.ctx_fill, n_vocab, 100), LogitsMode::Last);
+    if (fill) en.decode(random_tokens(fill, n_vocab, 100), LogitsMode::Last);
   };
-  if (c.parallel > 1 && !e.can_decode_batch(seqs))
-    throw Error("--parallel " + std::to_string(c.parallel) + ": this model and device cannot decode the sequences in one step");
   for (uint32_t r = 0; r <= c.reps; ++r) {
-    if (c.n_prompt) {
-      back_to_fill(e);
-      const auto t0 = Clock::now();
-      e.decode(random_tokens(c.n_prompt, n_vocab, r), LogitsMode::Last);
-      if (r) pp.push_back(c.n_prompt / seconds(t0));
-    }
-    if (c.n_gen) {
-      for (Engine* en : seqs) back_to_fill(*en);
-      // Step i decodes token i of every sequence (each its own tokens) in one forward pass.
-      const std::vector<int32_t> toks = random_tokens(c.n_gen * c.parallel, n_vocab, 200 + r);
-      const uint64_t d0 = e.dispatches_recorded(), b0 = e.barriers_recorded();
-      const auto t0 = Clock::now();
-      for (uint32_t i = 0; i < c.n_gen; ++i) e.decode_batch(seqs, std::span(&toks[i * c.parallel], c.parallel));
-      dispatches_per_step = double(e.dispatches_recorded() - d0) / c.n_gen;
-      barriers_per_step = double(e.barriers_recorded() - b0) / c.n_gen;
-      if (r) tg.push_back(double(c.n_gen) * c.parallel / seconds(t0));
+    for (uint32_t d = 0; d < n_depths; ++d) {
+      DepthResult& res = depths[d];
+      res.fill = c.ctx_fill[d];
+      const std::span<Engine* const> seqs(all.data() + d * c.parallel, c.parallel);
+      Engine& lead = *seqs[0];
+      if (r == 0 && c.parallel > 1 && !lead.can_decode_batch(seqs))
+        throw Error("--parallel " + std::to_string(c.parallel) + ": this model and device cannot decode the sequences in one step");
+      // The lead engine's timings of this repetition's tests (not of the fills).
+      const auto keep_timings = [&](size_t from) {
+        if (r) res.timings.insert(res.timings.end(), lead.timings().begin() + std::ptrdiff_t(from), lead.timings().end());
+      };
+      if (c.n_prompt) {
+        back_to_fill(lead, res.fill);
+        const size_t from = lead.timings().size();
+        const auto t0 = Clock::now();
+        lead.decode(random_tokens(c.n_prompt, n_vocab, r), LogitsMode::Last);
+        if (r) res.pp.push_back(c.n_prompt / seconds(t0));
+        keep_timings(from);
+      }
+      if (c.n_gen) {
+        for (Engine* en : seqs) back_to_fill(*en, res.fill);
+        // Step i decodes token i of every sequence (each its own tokens) in one forward pass.
+        const std::vector<int32_t> toks = random_tokens(c.n_gen * c.parallel, n_vocab, 200 + r);
+        const uint64_t d0 = lead.dispatches_recorded(), b0 = lead.barriers_recorded();
+        const size_t from = lead.timings().size();
+        const auto t0 = Clock::now();
+        for (uint32_t i = 0; i < c.n_gen; ++i) lead.decode_batch(seqs, std::span(&toks[i * c.parallel], c.parallel));
+        const double secs = seconds(t0);
+        res.dispatches_per_step = double(lead.dispatches_recorded() - d0) / c.n_gen;
+        res.barriers_per_step = double(lead.barriers_recorded() - b0) / c.n_gen;
+        if (r) res.tg.push_back(double(c.n_gen) * c.parallel / secs);
+        keep_timings(from);
+      }
     }
   }
-  if (c.opts.profile) print_profile(e.timings());
+  // Decode at each depth against the first, per repetition (the depths of a repetition ran back to
+  // back): the median of those ratios.
+  std::vector<double> ratio(n_depths, 0.0);
+  for (uint32_t d = 1; d < n_depths && c.n_gen; ++d) {
+    std::vector<double> per_rep;
+    for (uint32_t r = 0; r < c.reps; ++r) per_rep.push_back(depths[d].tg[r] / depths[0].tg[r]);
+    ratio[d] = stat_of(per_rep).median;
+  }
+  if (c.opts.profile) {
+    for (const DepthResult& res : depths)
+      print_profile(res.timings, "measured tests" + (n_depths > 1 ? " at --ctx-fill " + std::to_string(res.fill) : std::string()));
+  }
   // Bytes one decode step reads: every weight, plus the K/V of each sequence's cache (half full on
   // average). Steps per second are tok/s over the sequences.
-  const double kv_avg = double(e.cache().bytes_per_token()) * (c.ctx_fill + c.n_gen / 2.0) * c.parallel;
-  const double bytes_per_step = double(s.model->weight_bytes()) + kv_avg;
+  const auto kv_avg = [&](const DepthResult& res) {
+    return double(e.cache().bytes_per_token()) * (res.fill + c.n_gen / 2.0) * c.parallel;
+  };
+  const auto bytes_per_step = [&](const DepthResult& res) { return double(s.model->weight_bytes()) + kv_avg(res); };
+  const auto tests_json = [&](const DepthResult& res, nlohmann::json& j) {
+    if (!res.pp.empty()) {
+      const Stat st = stat_of(res.pp);
+      j["prefill"] = {{"tokens", c.n_prompt}, {"tok_s", st.median}, {"tok_s_min", st.min}, {"tok_s_max", st.max}};
+    }
+    if (!res.tg.empty()) {
+      const Stat st = stat_of(res.tg);
+      const double bytes = bytes_per_step(res);
+      j["decode"] = {{"tokens", c.n_gen}, {"tok_s", st.median}, {"tok_s_min", st.min}, {"tok_s_max", st.max},
+                     {"bytes_per_token", bytes / c.parallel}, {"effective_gb_s", bytes * st.median / c.parallel / 1e9},
+                     {"dispatches_per_token", res.dispatches_per_step / c.parallel},
+                     {"barriers_per_token", res.barriers_per_step / c.parallel}};
+    }
+  };
   nlohmann::json j = {{"model", c.opts.model}, {"device", s.ctx->info().name}, {"weight_bytes", s.model->weight_bytes()},
-                      {"kv_cache_type", cache_type_name(e.cache().type_k())}, {"ctx_fill", c.ctx_fill}, {"attention", c.attention}, {"reps", c.reps},
+                      {"kv_cache_type", cache_type_name(e.cache().type_k())}, {"attention", c.attention}, {"reps", c.reps},
                       {"parallel", c.parallel}};
-  if (!pp.empty()) {
-    const Stat st = stat_of(pp);
-    j["prefill"] = {{"tokens", c.n_prompt}, {"tok_s", st.median}, {"tok_s_min", st.min}, {"tok_s_max", st.max}};
-  }
-  if (!tg.empty()) {
-    const Stat st = stat_of(tg);
-    j["decode"] = {{"tokens", c.n_gen}, {"tok_s", st.median}, {"tok_s_min", st.min}, {"tok_s_max", st.max},
-                   {"bytes_per_token", bytes_per_step / c.parallel}, {"effective_gb_s", bytes_per_step * st.median / c.parallel / 1e9},
-                   {"dispatches_per_token", dispatches_per_step / c.parallel}, {"barriers_per_token", barriers_per_step / c.parallel}};
+  if (n_depths == 1) {
+    j["ctx_fill"] = depths[0].fill;
+    tests_json(depths[0], j);
+  } else {
+    // Several depths: one entry each, and decode at each against the first (per-repetition median).
+    j["ctx_fill"] = c.ctx_fill;
+    j["depths"] = nlohmann::json::array();
+    for (uint32_t d = 0; d < n_depths; ++d) {
+      nlohmann::json t = {{"ctx_fill", depths[d].fill}};
+      tests_json(depths[d], t);
+      if (c.n_gen) t["decode_vs_first"] = d == 0 ? 1.0 : ratio[d];
+      j["depths"].push_back(t);
+    }
   }
   if (c.json) {
     std::printf("%s\n", j.dump(1).c_str());
@@ -116,22 +177,39 @@ void bench_model(BenchCommand& c) {
   }
   std::printf("%-34s %-14s %12s %22s\n", "model", "test", "tok/s", "min … max");
   const std::string name = c.opts.model.substr(c.opts.model.find_last_of('/') + 1);
-  // llama-bench's names: pp512, tg128, and "@ d4096" for a cache filled before the test.
-  const std::string depth = c.ctx_fill ? " @ d" + std::to_string(c.ctx_fill) : "";
   // Decode of several sequences per step: "tg128 x4", tok/s of all of them together.
   const std::string streams = c.parallel > 1 ? " x" + std::to_string(c.parallel) : "";
-  if (!pp.empty()) {
-    const Stat st = stat_of(pp);
-    std::printf("%-34s %-14s %12.2f %10.2f … %-10.2f\n", name.c_str(), ("pp" + std::to_string(c.n_prompt) + depth).c_str(), st.median,
-                st.min, st.max);
+  for (const DepthResult& res : depths) {
+    // llama-bench's names: pp512, tg128, and "@ d4096" for a cache filled before the test.
+    const std::string depth = res.fill ? " @ d" + std::to_string(res.fill) : "";
+    if (!res.pp.empty()) {
+      const Stat st = stat_of(res.pp);
+      std::printf("%-34s %-14s %12.2f %10.2f … %-10.2f\n", name.c_str(), ("pp" + std::to_string(c.n_prompt) + depth).c_str(),
+                  st.median, st.min, st.max);
+    }
+    if (!res.tg.empty()) {
+      const Stat st = stat_of(res.tg);
+      std::printf("%-34s %-14s %12.2f %10.2f … %-10.2f\n", name.c_str(),
+                  ("tg" + std::to_string(c.n_gen) + streams + depth).c_str(), st.median, st.min, st.max);
+    }
   }
-  if (!tg.empty()) {
-    const Stat st = stat_of(tg);
-    std::printf("%-34s %-14s %12.2f %10.2f … %-10.2f\n", name.c_str(), ("tg" + std::to_string(c.n_gen) + streams + depth).c_str(), st.median,
-                st.min, st.max);
-    std::printf("decode reads %s per step (weights %s + KV %s) → %.2f GB/s effective\n",
-                human_bytes(uint64_t(bytes_per_step)).c_str(), human_bytes(s.model->weight_bytes()).c_str(),
-                human_bytes(uint64_t(kv_avg)).c_str(), bytes_per_step * st.median / c.parallel / 1e9);
+  for (const DepthResult& res : depths) {
+    if (res.tg.empty()) continue;
+    const double bytes = bytes_per_step(res);
+    std::printf("decode%s reads %s per step (weights %s + KV %s) → %.2f GB/s effective\n",
+                n_depths > 1 ? (" @ d" + std::to_string(res.fill)).c_str() : "", human_bytes(uint64_t(bytes)).c_str(),
+                human_bytes(s.model->weight_bytes()).c_str(), human_bytes(uint64_t(kv_avg(res))).c_str(),
+                bytes * stat_of(res.tg).median / c.parallel / 1e9);
+  }
+  for (uint32_t d = 1; d < n_depths && c.n_gen; ++d) {
+    std::string reps;
+    for (uint32_t r = 0; r < c.reps; ++r) {
+      char one[32];
+      std::snprintf(one, sizeof one, "%s%.2f", r ? ", " : "", depths[d].tg[r] / depths[0].tg[r]);
+      reps += one;
+    }
+    std::printf("decode @ d%u against @ d%u: %.2f× (median of the repetitions, each running the depths in turn: %s)\n", depths[d].fill,
+                depths[0].fill, ratio[d], reps.c_str());
   }
 }
 
@@ -229,7 +307,11 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-p,--n-prompt", c->n_prompt, "Prompt tokens for the prefill test (0: skip)");
   cmd->add_option("-n,--n-gen", c->n_gen, "Tokens for the decode test (0: skip)");
   cmd->add_option("-r,--reps", c->reps, "Measured repetitions")->check(CLI::Range(1u, 100u));
-  cmd->add_option("--ctx-fill", c->ctx_fill, "Tokens already in the cache before the prefill and decode tests");
+  cmd->add_option("--ctx-fill", c->ctx_fill,
+                  "Tokens already in the cache before the prefill and decode tests; several (0,4096) run in turn in each repetition, "
+                  "each on its own caches, and decode at each is compared with the first")
+      ->delimiter(',')
+      ->allow_extra_args(false);
   cmd->add_option("--attention", c->attention, "Attention kernel: auto, tiled (GPUs) or simd (CPU drivers)")
       ->check(CLI::IsMember({"auto", "tiled", "simd"}));
   cmd->add_option("-c,--ctx", c->opts.ctx, "KV cache capacity (default: enough for the test)");

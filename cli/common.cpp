@@ -92,7 +92,7 @@ void ProgressBar::finish() {
   shown_ = false;
 }
 
-void print_profile(const std::vector<DispatchTiming>& timings) {
+void print_profile(const std::vector<DispatchTiming>& timings, const std::string& what) {
   std::map<std::string, std::pair<double, uint64_t>> by_op;
   double total = 0;
   for (const DispatchTiming& t : timings) {
@@ -103,7 +103,7 @@ void print_profile(const std::vector<DispatchTiming>& timings) {
   }
   std::vector<std::pair<std::string, std::pair<double, uint64_t>>> rows(by_op.begin(), by_op.end());
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
-  std::fprintf(stderr, "vkllm: GPU time per op (whole run)\n  %-24s %10s %8s %7s\n", "op", "ms", "calls", "share");
+  std::fprintf(stderr, "vkllm: GPU time per op (%s)\n  %-24s %10s %8s %7s\n", what.c_str(), "op", "ms", "calls", "share");
   for (const auto& [op, v] : rows)
     std::fprintf(stderr, "  %-24s %10.3f %8llu %6.1f%%\n", op.c_str(), v.first, (unsigned long long)v.second,
                  total > 0 ? 100.0 * v.first / total : 0.0);

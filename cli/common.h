@@ -78,7 +78,7 @@ bool stdout_is_tty();
 // Prints "vkllm: warning: …" lines for tokenizer warnings.
 void print_warnings(const Tokenizer& tok);
 // The per-op GPU time table of --profile, on stderr.
-void print_profile(const std::vector<DispatchTiming>& timings);
+void print_profile(const std::vector<DispatchTiming>& timings, const std::string& what = "whole run");
 // "3.2 ms" / "1.25 s".
 std::string fmt_ms(double ms);
 

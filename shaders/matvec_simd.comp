@@ -4,11 +4,11 @@
 // over the lanes and costs per component, and the lanes of a subgroup are the SIMD width. The host
 // dispatches it once per k_simd_cols columns (a prefill chunk reads the weights once per group).
 //
-// A workgroup is one subgroup and owns ROWS consecutive rows. A row is cut into units of 256
-// elements (8 blocks of the 32-element types, one K-quant super-block, 256 plain values), and lane
-// l owns units l, l + S, l + 2S, … (UPL of them, S = subgroup size). So each lane:
+// A workgroup is one subgroup and owns p.rows_per_group consecutive rows. A row is cut into units
+// of 256 elements (8 blocks of the 32-element types, one K-quant super-block, 256 plain values),
+// and lane l owns units l, l + S, l + 2S, … (UPL of them, S = subgroup size). So each lane:
 //   - loads its slice of every column's x once (vec4 loads), with each block's sum of x, and
-//     keeps them in registers (or the stack, for long rows) for all ROWS rows;
+//     keeps them in registers (or the stack, for long rows) for all its rows;
 //   - reads each weight byte once for all columns as 16-byte texels (binding 0 a storage texel
 //     buffer), realigned in registers for the units that are not a multiple of 16 bytes; the
 //     unit's bytes are then unpacked in registers at constant offsets (every loop but the row
@@ -25,8 +25,9 @@
 // 4-byte) boundary.
 // Bindings: 0 W [rows][row_bytes] (weight type, as rgba32ui texels; the bound range a whole
 // number of them), 1 x [n_tokens][x_stride] f32, 2 y f32.
-// Specialization: 0 workgroup size (= subgroup size), 1 ROWS, 2 UPL (units per lane), 3 COLS
-// (columns per dispatch; n_tokens ≤ COLS of them are live).
+// Specialization: 0 workgroup size (= subgroup size), 1 UPL (units per lane), 2 COLS (columns per
+// dispatch; n_tokens ≤ COLS of them are live). The rows per workgroup are a push constant, so the
+// host's choice per matrix and machine costs no pipeline variant.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -34,9 +35,8 @@
 #include "params.h"
 
 layout(local_size_x_id = 0) in;
-layout(constant_id = 1) const uint ROWS = 32;
-layout(constant_id = 2) const uint UPL = 1;
-layout(constant_id = 3) const uint COLS = 1;
+layout(constant_id = 1) const uint UPL = 1;
+layout(constant_id = 2) const uint COLS = 1;
 layout(binding = 1) readonly buffer X { vec4 x4[]; };
 layout(binding = 2) buffer Y { float y[]; };
 layout(push_constant) uniform Push { MatmulParams p; };
@@ -446,8 +446,8 @@ void main() {
       }
     }
   }
-  const uint first = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * ROWS;
-  const uint last = min(first + ROWS, p.rows);
+  const uint first = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * p.rows_per_group;
+  const uint last = min(first + p.rows_per_group, p.rows);
   // With glu each output row takes two weight rows, gate then up, through the same loop body.
   const uint per_row = p.glu != 0u ? 2 : 1;
   // The rows go in groups of W (the subgroup size): row j of a group is kept by lane j, and the group

@@ -118,6 +118,36 @@ TEST(Cli, BenchBothAttentionKernelsOverAFilledCache) {
   EXPECT_NE(bad.err.find("--attention"), std::string::npos) << bad.err;
 }
 
+// bench --ctx-fill with several depths runs each test at every depth on caches of its own, reports
+// one entry per depth with decode against the first, and prints one profile per depth.
+TEST(Cli, BenchSeveralDepthsInOneRun) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const Result r = vkllm("bench -p 4 -n 4 -r 2 --ctx-fill 0,40 --json --profile -m " + model("stories260K.gguf"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = json::parse(r.out);
+  ASSERT_EQ(j["ctx_fill"], json::array({0, 40}));
+  ASSERT_EQ(j["depths"].size(), 2u);
+  for (const json& d : j["depths"]) {
+    EXPECT_GT(d["prefill"]["tok_s"].get<double>(), 0.0);
+    EXPECT_GT(d["decode"]["tok_s"].get<double>(), 0.0);
+    EXPECT_GT(d["decode"]["bytes_per_token"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(j["depths"][0]["ctx_fill"], 0);
+  EXPECT_EQ(j["depths"][1]["ctx_fill"], 40);
+  EXPECT_EQ(j["depths"][0]["decode_vs_first"], 1.0);
+  EXPECT_GT(j["depths"][1]["decode_vs_first"].get<double>(), 0.0);
+  // 40 cached tokens at 640 bytes each (f16 K and V of 5 layers × 64 dims) more per step.
+  EXPECT_NEAR(j["depths"][1]["decode"]["bytes_per_token"].get<double>() - j["depths"][0]["decode"]["bytes_per_token"].get<double>(),
+              40 * 640.0, 1.0);
+  // The profile of each depth covers its measured tests only: the fill's dispatches are not in it.
+  EXPECT_NE(r.err.find("GPU time per op (measured tests at --ctx-fill 0)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("GPU time per op (measured tests at --ctx-fill 40)"), std::string::npos) << r.err;
+  const Result text = vkllm("bench -p 0 -n 4 -r 1 --ctx-fill 0,40 -m " + model("stories260K.gguf"));
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("tg4 @ d40"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("decode @ d40 against @ d0:"), std::string::npos) << text.out;
+}
+
 // bench --ops times the read ceiling and each chosen type's matvec in one run; unknown types are refused.
 TEST(Cli, BenchOpsReportsTheReadCeiling) {
   const Result r = vkllm("bench --ops --ops-types q4_0,F16 --no-matmul --ops-size 512 --json");

@@ -1,5 +1,7 @@
 // Recording of the weight-reading kernels: get_rows, matvec and matmul, per weight part.
+#include <algorithm>
 #include <cctype>
+#include <thread>
 
 #include "kernels/params.h"
 #include "kernels/ops.h"
@@ -42,10 +44,14 @@ namespace {
 // far faster than the tiled matmul (docs/performance.md).
 constexpr uint32_t k_simd_unit = 256, k_simd_max_upl = 8;
 // Rows per workgroup: each workgroup first loads its x slices (per-lane loads, the costliest kind on
-// lavapipe, COLS times over), so a large matrix takes 128 rows per workgroup to spread that over
-// more rows; a small one 32, so both threads of a 2-core machine still get work.
-// (docs/performance.md, "Four sequences per step").
-uint32_t simd_rows_per_group(uint32_t rows) { return rows >= 2048 ? 128 : 32; }
+// lavapipe, COLS times over), so the more rows share them the better; but lavapipe splits a
+// dispatch's workgroups among its threads (one per CPU), so a matrix keeps at least 4 workgroups
+// per CPU. Between 32 and 256 rows, a multiple of 32: on 2 cores 256 for the 2,048-row matrices of
+// a 1B model, 64 for 512 rows (docs/performance.md, "Rows per workgroup").
+uint32_t simd_rows_per_group(uint32_t rows) {
+  const uint32_t cpus = std::max(1u, std::thread::hardware_concurrency());
+  return std::clamp<uint32_t>(rows / (4 * cpus) / 32 * 32, 32, 256);
+}
 // Columns one matvec_simd dispatch multiplies (each weight unit loaded once for all of them).
 constexpr uint32_t k_simd_cols = 4;
 
@@ -113,11 +119,12 @@ void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const Buf
         // with the columns past n_tokens left dead.
         const uint32_t cols = std::min(k_simd_cols, n_tokens - t);
         const Pipeline& p =
-            rec.pipelines().get("matvec_simd_" + suffix, 3, sizeof(MatmulParams), {sg, rows_per_group, upl, cols == 1 ? 1u : k_simd_cols});
+            rec.pipelines().get("matvec_simd_" + suffix, 3, sizeof(MatmulParams), {sg, upl, cols == 1 ? 1u : k_simd_cols});
         const uint64_t x_at = uint64_t{t} * x_stride * 4;
         MatmulParams group = params;
         group.n_tokens = cols;
         group.col_begin = t;
+        group.rows_per_group = rows_per_group;
         // The weights as whole 16-byte texels: the arena pads every part to them.
         const BufferView texels{part.view.buffer, part.view.offset, (part.view.range + 15) / 16 * 16};
         rec.dispatch(p, {texels, x.sub(x_at, x.range - x_at), y}, group, gx, div_ceil(groups, gx));

@@ -53,6 +53,7 @@ struct MatmulParams {
   u32 seg_size;   // floats between later segments' bases
   u32 seg_stride; // floats between a later segment's columns
   u32 glu;        // 0, or the gated activation of a gate|up projection (1 SiLU, 2 GELU)
+  u32 rows_per_group;  // matvec_simd: output rows per workgroup
 };
 
 // read_ceiling: each invocation XORs data[id * per_invocation …] (uvec4 words, < n_words).
