@@ -50,11 +50,11 @@ std::vector<int32_t> random_tokens(uint32_t n, uint32_t n_vocab, uint32_t seed) 
   return t;
 }
 
-// One --ctx-fill depth's results: tok/s of each measured repetition, and the GPU timings of its
-// measured tests (--profile).
+// One --ctx-fill depth's results: tok/s of each measured repetition, decode against the first depth
+// in each repetition, and the GPU timings of its measured tests (--profile).
 struct DepthResult {
   uint32_t fill = 0;
-  std::vector<double> pp, tg;
+  std::vector<double> pp, tg, tg_vs_first;
   double dispatches_per_step = 0, barriers_per_step = 0;  // of the decode test
   std::vector<DispatchTiming> timings;
 };
@@ -76,6 +76,7 @@ void bench_model(BenchCommand& c) {
   for (const auto& more : s.more_engines) all.push_back(more.get());
   const uint32_t n_vocab = e.config().n_vocab;
   std::vector<DepthResult> depths(n_depths);
+  for (uint32_t d = 0; d < n_depths; ++d) depths[d].fill = c.ctx_fill[d];
   // The --ctx-fill tokens are decoded once per sequence; each test truncates the caches back to
   // them (or decodes them again where a window ring no longer holds what they need). One warm-up
   // pass builds the pipelines; then `reps` measured passes, each running every depth in turn, so
@@ -89,7 +90,6 @@ void bench_model(BenchCommand& c) {
   for (uint32_t r = 0; r <= c.reps; ++r) {
     for (uint32_t d = 0; d < n_depths; ++d) {
       DepthResult& res = depths[d];
-      res.fill = c.ctx_fill[d];
       const std::span<Engine* const> seqs(all.data() + d * c.parallel, c.parallel);
       Engine& lead = *seqs[0];
       if (r == 0 && c.parallel > 1 && !lead.can_decode_batch(seqs))
@@ -124,11 +124,10 @@ void bench_model(BenchCommand& c) {
   }
   // Decode at each depth against the first, per repetition (the depths of a repetition ran back to
   // back): the median of those ratios.
-  std::vector<double> ratio(n_depths, 0.0);
+  std::vector<double> ratio(n_depths, 1.0);
   for (uint32_t d = 1; d < n_depths && c.n_gen; ++d) {
-    std::vector<double> per_rep;
-    for (uint32_t r = 0; r < c.reps; ++r) per_rep.push_back(depths[d].tg[r] / depths[0].tg[r]);
-    ratio[d] = stat_of(per_rep).median;
+    for (uint32_t r = 0; r < c.reps; ++r) depths[d].tg_vs_first.push_back(depths[d].tg[r] / depths[0].tg[r]);
+    ratio[d] = stat_of(depths[d].tg_vs_first).median;
   }
   if (c.opts.profile) {
     for (const DepthResult& res : depths)
@@ -167,7 +166,7 @@ void bench_model(BenchCommand& c) {
     for (uint32_t d = 0; d < n_depths; ++d) {
       nlohmann::json t = {{"ctx_fill", depths[d].fill}};
       tests_json(depths[d], t);
-      if (c.n_gen) t["decode_vs_first"] = d == 0 ? 1.0 : ratio[d];
+      if (c.n_gen) t["decode_vs_first"] = ratio[d];
       j["depths"].push_back(t);
     }
   }
@@ -203,9 +202,9 @@ void bench_model(BenchCommand& c) {
   }
   for (uint32_t d = 1; d < n_depths && c.n_gen; ++d) {
     std::string reps;
-    for (uint32_t r = 0; r < c.reps; ++r) {
+    for (const double v : depths[d].tg_vs_first) {
       char one[32];
-      std::snprintf(one, sizeof one, "%s%.2f", r ? ", " : "", depths[d].tg[r] / depths[0].tg[r]);
+      std::snprintf(one, sizeof one, "%s%.2f", reps.empty() ? "" : ", ", v);
       reps += one;
     }
     std::printf("decode @ d%u against @ d%u: %.2f× (median of the repetitions, each running the depths in turn: %s)\n", depths[d].fill,
