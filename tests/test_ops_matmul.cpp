@@ -289,4 +289,105 @@ TEST_F(WeightKernels, Q4_0OnCpuDriversMatchesNineBitActivations) {
   }
 }
 
+// The RMSNorm before a projection (InputNorm): on CPU drivers matvec_simd applies it as it loads x
+// and leaves norm.out alone; elsewhere norm.out gets the normed rows first. Against rms_norm then
+// the projection for the integer path (Q4_0, also against its exact computation: 9-bit blocks of
+// x ⊙ w_norm, each row's sum times the column's 1/√(mean(x²) + eps)), a float path with block sums
+// and pre-scaled nibbles (Q4_K) and plain values (F16); each column as it is alone (the server's
+// batch invariance); and the fused gate|up and split projections, normed or fed the normed rows.
+TEST_F(WeightKernels, InputNormMatchesNormThenProjection) {
+  VulkanContext& ctx = test::vk();
+  const bool cpu = ctx.info().type == "cpu";
+  const float eps = 1e-5f;
+  const std::vector<std::pair<TensorType, Shape>> cases = {
+      {TensorType::Q4_0, {37, 512}}, {TensorType::Q4_0, {9, 2304}}, {TensorType::Q4_K, {37, 512}}, {TensorType::F16, {37, 512}}};
+  for (const auto& [t, s] : cases) {
+    const std::vector<uint8_t> w = quantized(t, test::random_floats(size_t(s.rows) * s.cols, s.rows + 3 * s.cols), s.rows, s.cols);
+    WeightArena arena(ctx);
+    const DeviceTensor dw = arena.upload("w", t, s.cols, s.rows, w.data());
+    const std::vector<float> nw = test::random_floats(s.cols, 17, 0.2f, 2.0f);
+    Buffer dnw = test::to_device(nw);
+    for (uint32_t n : {1u, 5u}) {  // 5: a dispatch of 4 columns, then one of 1
+      SCOPED_TRACE(gguf::type_name(t) + " rows " + std::to_string(s.rows) + " cols " + std::to_string(s.cols) + " tokens " +
+                   std::to_string(n));
+      const std::vector<float> x = test::random_floats(size_t(n) * s.cols, 5 * n + s.cols, -4.0f, 4.0f);
+      std::vector<float> xn(x.size()), want(size_t(n) * s.rows);
+      ref::rms_norm(x.data(), nw.data(), n, s.cols, eps, xn.data());
+      ref::matmul(t, w.data(), s.rows, s.cols, xn.data(), n, want.data());
+      Buffer dx = test::to_device(x);
+      for (MatmulKernel kernel : {MatmulKernel::Auto, MatmulKernel::Portable, MatmulKernel::Columns}) {
+        SCOPED_TRACE(kernel == MatmulKernel::Auto ? "auto" : kernel == MatmulKernel::Portable ? "portable" : "columns");
+        Buffer dout = test::to_device(std::vector<float>(x.size(), 0.0f)), dy = test::to_device(std::vector<float>(want.size(), 0.0f));
+        const InputNorm norm{dnw.view(), eps, dout.view(), s.cols};
+        const bool applied = matmul_applies_norm(ctx, dw, dx.view(), s.cols, n, kernel, norm);
+        EXPECT_EQ(applied, cpu && kernel != MatmulKernel::Portable);
+        CommandRecorder rec(ctx, &test::pipelines());
+        record_matmul(rec, dw, dx.view(), s.cols, n, dy.view(), s.rows, MatmulStore::Overwrite, kernel, &norm);
+        rec.submit_and_wait();
+        const std::vector<float> got = test::from_device<float>(dy, want.size()), out = test::from_device<float>(dout, x.size());
+        EXPECT_LE(test::nmse(got, want), 5e-4);
+        if (applied) EXPECT_EQ(out, std::vector<float>(x.size(), 0.0f)) << "norm.out written although the kernel applies the norm";
+        else EXPECT_LE(test::nmse(out, xn), 1e-10) << "norm.out";
+        if (applied && t == TensorType::Q4_0) {
+          std::vector<float> xw(x.size()), exact(want.size());
+          for (size_t i = 0; i < x.size(); ++i) xw[i] = x[i] * nw[i % s.cols];
+          ref::matmul_q4_0_x9(w.data(), s.rows, s.cols, xw.data(), n, exact.data());
+          for (uint32_t c = 0; c < n; ++c) {
+            double ss = 0.0;
+            for (uint32_t k = 0; k < s.cols; ++k) ss += double(x[size_t(c) * s.cols + k]) * x[size_t(c) * s.cols + k];
+            const double inv = 1.0 / std::sqrt(ss / s.cols + eps);
+            for (uint32_t r = 0; r < s.rows; ++r) exact[size_t(c) * s.rows + r] = float(exact[size_t(c) * s.rows + r] * inv);
+          }
+          EXPECT_LE(test::nmse(got, exact), 1e-11) << "the integer path of x ⊙ w_norm";
+        }
+        if (kernel == MatmulKernel::Columns && n > 1) {
+          for (uint32_t c = 0; c < n; ++c) {
+            Buffer dx1 = test::to_device(std::vector<float>(x.begin() + size_t(c) * s.cols, x.begin() + size_t(c + 1) * s.cols));
+            Buffer dy1 = test::to_device(std::vector<float>(s.rows, 0.0f));
+            CommandRecorder one(ctx, &test::pipelines());
+            record_matmul(one, dw, dx1.view(), s.cols, 1, dy1.view(), s.rows, MatmulStore::Overwrite, kernel, &norm);
+            one.submit_and_wait();
+            const std::vector<float> alone = test::from_device<float>(dy1, s.rows);
+            EXPECT_TRUE(std::equal(alone.begin(), alone.end(), got.begin() + size_t(c) * s.rows)) << "column " << c << " alone";
+          }
+        }
+      }
+    }
+  }
+  // gate|up (with SiLU) and a split into two pieces: normed by the projection, against the same
+  // projection of rows normed by rms_norm (norm.out of a kernel that cannot apply it).
+  const uint32_t cols = 512, half = 16, n = 3;
+  const std::vector<uint8_t> w = quantized(TensorType::Q4_0, test::random_floats(size_t(2 * half) * cols, 23), 2 * half, cols);
+  WeightArena arena(ctx);
+  const DeviceTensor dw = arena.upload("gate_up", TensorType::Q4_0, cols, 2 * half, w.data());
+  Buffer dnw = test::to_device(test::random_floats(cols, 29, 0.2f, 2.0f));
+  Buffer dx = test::to_device(test::random_floats(size_t(n) * cols, 31, -4.0f, 4.0f));
+  const uint64_t piece = uint64_t{n} * half * 4, up_at = (piece + 1023) / 1024 * 1024;
+  Buffer dxn = test::to_device(std::vector<float>(size_t(n) * cols, 0.0f));
+  const InputNorm norm{dnw.view(), eps, dxn.view(), cols};
+  std::vector<std::vector<float>> glu_out, split_out;
+  for (bool fused : {true, false}) {
+    Buffer dglu = test::to_device(std::vector<float>((up_at + piece) / 4, 0.0f));
+    Buffer dsplit = test::to_device(std::vector<float>((up_at + piece) / 4, 0.0f));
+    CommandRecorder rec(ctx, &test::pipelines());
+    BufferView in = dx.view();
+    if (!fused) {
+      record_rms_norm(rec, dx.view(), cols, dnw.view(), dxn.view(), cols, n, cols, eps);
+      rec.barrier();
+      in = dxn.view();
+    }
+    const InputNorm* applied = fused ? &norm : nullptr;
+    record_matmul_glu(rec, dw, in, cols, n, dglu.view(0, piece), dglu.view(up_at, piece), dglu.view(0, piece), Glu::SiLU,
+                      MatmulKernel::Auto, applied);
+    const BufferView outs[] = {dsplit.view(0, piece), dsplit.view(up_at, piece)};
+    const uint32_t rows[] = {half, half};
+    record_matmul_split(rec, dw, in, cols, n, outs, rows, MatmulKernel::Auto, applied);
+    rec.submit_and_wait();
+    glu_out.push_back(test::from_device<float>(dglu, piece / 4));
+    split_out.push_back(test::from_device<float>(dsplit, (up_at + piece) / 4));
+  }
+  EXPECT_LE(test::nmse(glu_out[0], glu_out[1]), 1e-10) << "gate|up normed by the projection against fed the normed rows";
+  EXPECT_LE(test::nmse(split_out[0], split_out[1]), 1e-10) << "split normed by the projection against fed the normed rows";
+}
+
 }  // namespace
