@@ -23,17 +23,11 @@
 // (with glu a row is done twice, for the gate row and for the up row, through the same code).
 // The host uses it when cols % 256 == 0 and every row starts on a 16-byte (Q2_K, Q3_K, Q6_K, IQ4_XS:
 // 4-byte) boundary.
-// With NORM the kernel takes the un-normed x and applies the RMSNorm that precedes the projection
-// (y = W · (x / √(mean(x²) + eps) ⊙ w_norm)), which saves the rms_norm dispatch and its barrier: the
-// lanes' slices together cover the row, so each column's sum of squares is one subgroupAdd of
-// what the lanes loaded, and as the products are linear in x, the slices are loaded as x ⊙ w_norm
-// and each row's sum is scaled by the column's 1/√(mean(x²) + eps) when it is stored.
 // Bindings: 0 W [rows][row_bytes] (weight type, as rgba32ui texels; the bound range a whole
-// number of them), 1 x [n_tokens][x_stride] f32, 2 y f32, 3 w_norm [cols] f32 as rgba32ui texels (NORM;
-// any texel view otherwise).
+// number of them), 1 x [n_tokens][x_stride] f32, 2 y f32.
 // Specialization: 0 workgroup size (= subgroup size), 1 UPL (units per lane), 2 COLS (columns per
-// dispatch; n_tokens ≤ COLS of them are live), 3 NORM. The rows per workgroup are a push constant,
-// so the host's choice per matrix and machine costs no pipeline variant.
+// dispatch; n_tokens ≤ COLS of them are live). The rows per workgroup are a push constant, so the
+// host's choice per matrix and machine costs no pipeline variant.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -43,11 +37,8 @@
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint UPL = 1;
 layout(constant_id = 2) const uint COLS = 1;
-layout(constant_id = 3) const bool NORM = false;
 layout(binding = 1) readonly buffer X { vec4 x4[]; };
 layout(binding = 2) buffer Y { float y[]; };
-// (Texel loads: lavapipe serves them faster than storage-buffer loads, below.)
-layout(binding = 3, rgba32ui) uniform readonly restrict uimageBuffer nwtex;
 layout(push_constant) uniform Push { MatmulParams p; };
 #include "matmul_out.glsl"
 
@@ -410,32 +401,21 @@ void dot_unit(uint u, out float part[COLS]) {
 void main() {
   const uint lane = gl_SubgroupInvocationID, S = gl_SubgroupSize;
   const uint n_units = p.cols / UNIT;
-  // This lane's x slices and their block sums, once for every row (columns past n_tokens are 0);
-  // with NORM, times w_norm (loaded once for all columns) and each column's sum of squares.
-  float ss[COLS];
-  [[unroll]] for (uint c = 0; c < COLS; ++c) ss[c] = 0.0;
-  [[unroll]] for (uint u = 0; u < UPL; ++u) {
-    const uint unit = u * S + lane;
-    const uint unit_at = min(unit, n_units - 1) * XV;
-    [[unroll]] for (uint b = 0; b < SUBS; ++b) {
-      vec4 nw[XV / SUBS];
-      [[unroll]] for (uint i = 0; i < XV / SUBS; ++i) nw[i] = NORM ? uintBitsToFloat(imageLoad(nwtex, int(unit_at + b * (XV / SUBS) + i))) : vec4(1.0);
-      [[unroll]] for (uint c = 0; c < COLS; ++c) {
-        const bool col = c < p.n_tokens;
-        const uint at = (col ? c * (p.x_stride / 4) : 0) + unit_at + b * (XV / SUBS);
-        vec4 v[XV / SUBS];
-        [[unroll]] for (uint i = 0; i < XV / SUBS; ++i) {
-          v[i] = col && unit < n_units ? x4[at + i] : vec4(0.0);
-          if (NORM) {
-            ss[c] += dot(v[i], v[i]);
-            v[i] *= nw[i];
-          }
-        }
+  // This lane's x slices and their block sums, once for every row (columns past n_tokens are 0).
+  [[unroll]] for (uint c = 0; c < COLS; ++c) {
+    const bool col = c < p.n_tokens;
+    const uint col_at = col ? c * (p.x_stride / 4) : 0;
+    [[unroll]] for (uint u = 0; u < UPL; ++u) {
+      const uint unit = u * S + lane;
+      const uint at = col_at + min(unit, n_units - 1) * XV;
+      [[unroll]] for (uint b = 0; b < SUBS; ++b) {
 #if INT_X
         // Quantize the block to ±255.
+        vec4 v[8];
         float amax = 0.0;
         bool finite = true;
         [[unroll]] for (uint i = 0; i < 8; ++i) {
+          v[i] = col && unit < n_units ? x4[at + 8 * b + i] : vec4(0.0);
           const vec4 m = abs(v[i]);
           amax = max(amax, max(max(m.x, m.y), max(m.z, m.w)));
           finite = finite && !any(isnan(v[i])) && !any(isinf(v[i]));
@@ -457,17 +437,15 @@ void main() {
         vec4 t = vec4(0.0);
         [[unroll]] for (uint i = 0; i < XV / SUBS; ++i) {
           const uint e = (b * (XV / SUBS) + i) * 4;
-          t += v[i];
-          [[unroll]] for (uint k = 0; k < 4; ++k) xs[c][u][e + k] = v[i][k] * xs_scale(e + k);
+          const vec4 v = col && unit < n_units ? x4[at + e / 4] : vec4(0.0);
+          t += v;
+          [[unroll]] for (uint k = 0; k < 4; ++k) xs[c][u][e + k] = v[k] * xs_scale(e + k);
         }
         xsum[c][u][b] = t.x + t.y + t.z + t.w;
 #endif
       }
     }
   }
-  // Each column's factor: 1 / √(mean(x²) + eps) with NORM, else 1.
-  float inv[COLS];
-  [[unroll]] for (uint c = 0; c < COLS; ++c) inv[c] = NORM ? inversesqrt(subgroupAdd(ss[c]) / float(p.cols) + p.norm_eps) : 1.0;
   const uint first = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * p.rows_per_group;
   const uint last = min(first + p.rows_per_group, p.rows);
   // With glu each output row takes two weight rows, gate then up, through the same loop body.
@@ -499,7 +477,7 @@ void main() {
       }
       const bool gate_row = per_row == 2 && k % 2 == 0;
       [[unroll]] for (uint c = 0; c < COLS; ++c) {
-        const float total = subgroupAdd(acc[c]) * inv[c];
+        const float total = subgroupAdd(acc[c]);
         if (gate_row) kept_gate[c] = lane == j ? total : kept_gate[c];
         else kept[c] = lane == j ? total : kept[c];
       }

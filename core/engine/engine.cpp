@@ -177,20 +177,18 @@ void Engine::record_forward(std::span<const Member> members, uint32_t n, uint32_
   }
   for (uint32_t l = 0; l < c.n_layer; ++l) {
     const LayerWeights& L = w.layers[l];
-    // Attention block: q, k, v projections of rms_norm(x) · attn_norm (+ biases for qwen2). The
-    // projections apply the norm where their kernel can (InputNorm), else it is written to xn first.
-    const InputNorm attn_in{L.attn_norm.whole(), c.rms_eps, xn, c.n_embd};
+    // Attention block: xn = rms_norm(x) · attn_norm
+    record_rms_norm(rec, x, c.n_embd, L.attn_norm.whole(), xn, c.n_embd, n, c.n_embd, c.rms_eps);
+    rec.barrier();
+    // q, k, v projections (+ biases for qwen2)
     if (!L.wqkv.parts.empty()) {
       const BufferView outs[] = {q, k, v};
       const uint32_t rows[] = {qd, kvd, kvd};
-      record_matmul_split(rec, L.wqkv, x, c.n_embd, n, outs, rows, kernel, &attn_in);
+      record_matmul_split(rec, L.wqkv, xn, c.n_embd, n, outs, rows, kernel);
     } else {
-      // (Each of the three applies the norm, or the first writes xn and the other two read it.)
-      record_matmul(rec, L.wq, x, c.n_embd, n, q, qd, MatmulStore::Overwrite, kernel, &attn_in);
-      const bool normed = !matmul_applies_norm(rec.context(), L.wq, x, c.n_embd, n, kernel, attn_in);
-      const BufferView in = normed ? xn : x;
-      record_matmul(rec, L.wk, in, c.n_embd, n, k, kvd, MatmulStore::Overwrite, kernel, normed ? nullptr : &attn_in);
-      record_matmul(rec, L.wv, in, c.n_embd, n, v, kvd, MatmulStore::Overwrite, kernel, normed ? nullptr : &attn_in);
+      record_matmul(rec, L.wq, xn, c.n_embd, n, q, qd, MatmulStore::Overwrite, kernel);
+      record_matmul(rec, L.wk, xn, c.n_embd, n, k, kvd, MatmulStore::Overwrite, kernel);
+      record_matmul(rec, L.wv, xn, c.n_embd, n, v, kvd, MatmulStore::Overwrite, kernel);
     }
     rec.barrier();
     if (c.qkv_bias) {
@@ -212,18 +210,16 @@ void Engine::record_forward(std::span<const Member> members, uint32_t n, uint32_
     rec.barrier();
     // Output projection and residual: x += wo · attn (Gemma: x += rms_norm(wo · attn) · attn_post_norm)
     record_residual(L.wo, attn, qd, n, L.attn_post_norm, kernel);
-    // Feed-forward block: xn = rms_norm(x) · ffn_norm (applied by the projections, as above);
-    // x += w_down · (act(w_gate · xn) ⊙ (w_up · xn)), act SiLU (or tanh GELU for Gemma, whose output
-    // is normed like the attention's)
-    const InputNorm ffn_in{L.ffn_norm.whole(), c.rms_eps, xn, c.n_embd};
+    // Feed-forward block: xn = rms_norm(x) · ffn_norm; x += w_down · (act(w_gate · xn) ⊙ (w_up · xn)),
+    // act SiLU (or tanh GELU for Gemma, whose output is normed like the attention's)
+    record_rms_norm(rec, x, c.n_embd, L.ffn_norm.whole(), xn, c.n_embd, n, c.n_embd, c.rms_eps);
+    rec.barrier();
     const Glu act = c.gelu_ffn ? Glu::GELU : Glu::SiLU;
     if (!L.w_gate_up.parts.empty()) {
-      record_matmul_glu(rec, L.w_gate_up, x, c.n_embd, n, gate, up, gate, act, kernel, &ffn_in);
+      record_matmul_glu(rec, L.w_gate_up, xn, c.n_embd, n, gate, up, gate, act, kernel);
     } else {
-      record_matmul(rec, L.w_gate, x, c.n_embd, n, gate, c.n_ff, MatmulStore::Overwrite, kernel, &ffn_in);
-      const bool normed = !matmul_applies_norm(rec.context(), L.w_gate, x, c.n_embd, n, kernel, ffn_in);
-      record_matmul(rec, L.w_up, normed ? xn : x, c.n_embd, n, up, c.n_ff, MatmulStore::Overwrite, kernel,
-                    normed ? nullptr : &ffn_in);
+      record_matmul(rec, L.w_gate, xn, c.n_embd, n, gate, c.n_ff, MatmulStore::Overwrite, kernel);
+      record_matmul(rec, L.w_up, xn, c.n_embd, n, up, c.n_ff, MatmulStore::Overwrite, kernel);
       rec.barrier();
       record_glu(rec, act, gate, up, gate, n * c.n_ff);
     }
@@ -235,9 +231,10 @@ void Engine::record_forward(std::span<const Member> members, uint32_t n, uint32_
   rec.copy(x_.view(uint64_t{out_begin} * c.n_embd * F, uint64_t{n_out} * c.n_embd * F),
            out_rows_.view(0, uint64_t{n_out} * c.n_embd * F));
   rec.barrier();
-  const InputNorm out_in{w.output_norm.whole(), c.rms_eps, out_rows_.view(), c.n_embd};  // (normed in place where not applied)
-  record_matmul(rec, w.output, out_rows_.view(), c.n_embd, n_out, logits_dev_.view(), c.n_vocab, MatmulStore::Overwrite, kernel,
-                &out_in);
+  record_rms_norm(rec, out_rows_.view(), c.n_embd, w.output_norm.whole(), out_rows_.view(), c.n_embd, n_out, c.n_embd,
+                  c.rms_eps);
+  rec.barrier();
+  record_matmul(rec, w.output, out_rows_.view(), c.n_embd, n_out, logits_dev_.view(), c.n_vocab, MatmulStore::Overwrite, kernel);
   if (c.final_softcap > 0.0f) {
     rec.barrier();
     record_softcap(rec, logits_dev_.view(), logits_dev_.view(), n_out * c.n_vocab, c.final_softcap);

@@ -92,46 +92,19 @@ WeightKernel weight_kernel_for(const VulkanContext& ctx, const DeviceTensor& w, 
   return n_tokens == 1 || kernel == MatmulKernel::Columns ? WeightKernel::Matvec : WeightKernel::Tiled;
 }
 
-// Whether every part of `w` runs on matvec_simd, the one kernel that applies an InputNorm itself
-// (its weights read as 16-byte texels).
-bool applies_norm(const VulkanContext& ctx, const DeviceTensor& w, const BufferView& x, uint32_t x_stride, uint32_t n_tokens,
-                  MatmulKernel kernel, const InputNorm& norm) {
-  return norm.w.offset % 16 == 0 && norm.w.range >= w.cols * 4 && std::all_of(w.parts.begin(), w.parts.end(), [&](const WeightPart& part) {
-    return weight_kernel_for(ctx, w, part, x, x_stride, n_tokens, kernel) == WeightKernel::Simd;
-  });
-}
-
-// Records the norm into norm.out, which x and x_stride then name.
-void record_norm_out(CommandRecorder& rec, uint32_t cols, BufferView& x, uint32_t& x_stride, uint32_t n_tokens,
-                     const InputNorm& norm) {
-  record_rms_norm(rec, x, x_stride, norm.w, norm.out, norm.out_stride, n_tokens, cols, norm.eps);
-  rec.barrier();
-  x = norm.out;
-  x_stride = norm.out_stride;
-}
-
-// The norm a projection of `w` applies itself, or nullptr after recording it (record_norm_out).
-const InputNorm* resolve_norm(CommandRecorder& rec, const DeviceTensor& w, BufferView& x, uint32_t& x_stride, uint32_t n_tokens,
-                              MatmulKernel kernel, const InputNorm* norm) {
-  if (!norm || applies_norm(rec.context(), w, x, x_stride, n_tokens, kernel, *norm)) return norm;
-  record_norm_out(rec, uint32_t(w.cols), x, x_stride, n_tokens, *norm);
-  return nullptr;
-}
-
 void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const BufferView& x, uint32_t x_stride,
                           uint32_t n_tokens, const BufferView& y, const MatmulLayout& out, MatmulStore store,
-                          MatmulKernel kernel, const InputNorm* norm) {
+                          MatmulKernel kernel) {
   const std::string suffix = weight_kernel_suffix(w);
   const uint32_t max_groups = rec.context().limits().maxComputeWorkGroupCount[0];
   const uint32_t glu = out.glu;
   for (const WeightPart& part : w.parts) {
     const WeightKernel which = weight_kernel_for(rec.context(), w, part, x, x_stride, n_tokens, kernel);
-    VKLLM_CHECK(!norm || which == WeightKernel::Simd, "record_matmul: an input norm on a kernel that cannot apply it");
     const uint32_t rows = glu ? part.n_rows / 2 : part.n_rows;  // output rows
     const MatmulParams params{uint32_t(w.cols), rows,         uint32_t(w.row_bytes), n_tokens,      x_stride,
                               out.y_stride,     part.row_begin, 0,                   store == MatmulStore::Accumulate,
                               out.seg_row,      out.seg_len,  out.seg_base,          out.seg_size,  out.seg_stride,
-                              glu,              0,            norm ? norm->eps : 0.0f};
+                              glu};
     if (which == WeightKernel::Simd) {
       // One subgroup per workgroup, simd_rows_per_group rows each; every lane keeps its x slices. One
       // dispatch per group of up to k_simd_cols columns: x from a view at the group's first
@@ -145,8 +118,8 @@ void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const Buf
         // Two variants only (lavapipe compiles each for seconds): a lone column, or k_simd_cols
         // with the columns past n_tokens left dead.
         const uint32_t cols = std::min(k_simd_cols, n_tokens - t);
-        const Pipeline& p = rec.pipelines().get("matvec_simd_" + suffix, 4, sizeof(MatmulParams),
-                                                {sg, upl, cols == 1 ? 1u : k_simd_cols, norm ? 1u : 0u});
+        const Pipeline& p =
+            rec.pipelines().get("matvec_simd_" + suffix, 3, sizeof(MatmulParams), {sg, upl, cols == 1 ? 1u : k_simd_cols});
         const uint64_t x_at = uint64_t{t} * x_stride * 4;
         MatmulParams group = params;
         group.n_tokens = cols;
@@ -154,9 +127,7 @@ void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const Buf
         group.rows_per_group = rows_per_group;
         // The weights as whole 16-byte texels: the arena pads every part to them.
         const BufferView texels{part.view.buffer, part.view.offset, (part.view.range + 15) / 16 * 16};
-        const BufferView x_group = x.sub(x_at, x.range - x_at);
-        const BufferView norm_w = norm ? BufferView{norm->w.buffer, norm->w.offset, uint64_t{w.cols} * 4} : texels;
-        rec.dispatch(p, {texels, x_group, y, norm_w}, group, gx, div_ceil(groups, gx));
+        rec.dispatch(p, {texels, x.sub(x_at, x.range - x_at), y}, group, gx, div_ceil(groups, gx));
       }
     } else if (which == WeightKernel::Matvec) {
       // One subgroup per row: a workgroup of 64 covers 64 / subgroup-size rows (at least 1).
@@ -178,24 +149,14 @@ void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const Buf
 
 }  // namespace
 
-bool matmul_applies_norm(const VulkanContext& ctx, const DeviceTensor& w, const BufferView& x, uint32_t x_stride,
-                         uint32_t n_tokens, MatmulKernel kernel, const InputNorm& norm) {
-  return applies_norm(ctx, w, x, x_stride, n_tokens, kernel, norm);
-}
-
 void record_matmul(CommandRecorder& rec, const DeviceTensor& w, const BufferView& x, uint32_t x_stride,
-                   uint32_t n_tokens, const BufferView& y, uint32_t y_stride, MatmulStore store, MatmulKernel kernel,
-                   const InputNorm* norm) {
-  BufferView in = x;
-  norm = resolve_norm(rec, w, in, x_stride, n_tokens, kernel, norm);
-  record_matmul_layout(rec, w, in, x_stride, n_tokens, y, MatmulLayout{y_stride}, store, kernel, norm);
+                   uint32_t n_tokens, const BufferView& y, uint32_t y_stride, MatmulStore store, MatmulKernel kernel) {
+  record_matmul_layout(rec, w, x, x_stride, n_tokens, y, MatmulLayout{y_stride}, store, kernel);
 }
 
-void record_matmul_split(CommandRecorder& rec, const DeviceTensor& w, const BufferView& x_in, uint32_t x_stride,
+void record_matmul_split(CommandRecorder& rec, const DeviceTensor& w, const BufferView& x, uint32_t x_stride,
                          uint32_t n_tokens, std::span<const BufferView> outs, std::span<const uint32_t> rows,
-                         MatmulKernel kernel, const InputNorm* norm) {
-  BufferView x = x_in;
-  norm = resolve_norm(rec, w, x, x_stride, n_tokens, kernel, norm);
+                         MatmulKernel kernel) {
   VKLLM_CHECK(!outs.empty() && outs.size() == rows.size(), "record_matmul_split: one output per piece");
   uint64_t total = 0;
   for (size_t i = 0; i < outs.size(); ++i) {
@@ -228,7 +189,6 @@ void record_matmul_split(CommandRecorder& rec, const DeviceTensor& w, const Buff
     // The regions together are more than one binding may cover: one record per piece, each on
     // its rows of the weight (which start on a binding boundary: WeightArena::upload_fused).
     VKLLM_CHECK(w.parts.size() == 1, "record_matmul_split: a fused weight in several parts");
-    if (norm) record_norm_out(rec, uint32_t(w.cols), x, x_stride, n_tokens, *norm);  // once for all pieces
     uint64_t row = 0;
     for (size_t i = 0; i < outs.size(); ++i) {
       DeviceTensor piece = w;
@@ -240,25 +200,23 @@ void record_matmul_split(CommandRecorder& rec, const DeviceTensor& w, const Buff
     return;
   }
   record_matmul_layout(rec, w, x, x_stride, n_tokens, BufferView{first.buffer, first.offset, end - first.offset}, out,
-                       MatmulStore::Overwrite, kernel, norm);
+                       MatmulStore::Overwrite, kernel);
 }
 
-void record_matmul_glu(CommandRecorder& rec, const DeviceTensor& w, const BufferView& x_in, uint32_t x_stride,
+void record_matmul_glu(CommandRecorder& rec, const DeviceTensor& w, const BufferView& x, uint32_t x_stride,
                        uint32_t n_tokens, const BufferView& gate, const BufferView& up, const BufferView& out, Glu act,
-                       MatmulKernel kernel, const InputNorm* norm) {
+                       MatmulKernel kernel) {
   VKLLM_CHECK(w.rows % 2 == 0, "record_matmul_glu: a gate|up weight has an even number of rows");
-  BufferView x = x_in;
-  norm = resolve_norm(rec, w, x, x_stride, n_tokens, kernel, norm);
   const uint32_t n = static_cast<uint32_t>(w.rows / 2);
   if (w.parts.size() == 1 && weight_kernel_for(rec.context(), w, w.parts[0], x, x_stride, n_tokens, kernel) != WeightKernel::Tiled) {
     MatmulLayout layout{n};
     layout.glu = static_cast<uint32_t>(act);
-    record_matmul_layout(rec, w, x, x_stride, n_tokens, out, layout, MatmulStore::Overwrite, kernel, norm);
+    record_matmul_layout(rec, w, x, x_stride, n_tokens, out, layout, MatmulStore::Overwrite, kernel);
     return;
   }
   const BufferView outs[] = {gate, up};
   const uint32_t rows[] = {n, n};
-  record_matmul_split(rec, w, x, x_stride, n_tokens, outs, rows, kernel, norm);
+  record_matmul_split(rec, w, x, x_stride, n_tokens, outs, rows, kernel);
   rec.barrier();
   record_glu(rec, act, gate, up, out, n_tokens * n);
 }

@@ -31,27 +31,10 @@ enum class MatmulKernel { Auto, Portable, Columns };
 // Overwrite: y = w·x; Accumulate: y += w·x (a residual add folded into the projection).
 enum class MatmulStore { Overwrite, Accumulate };
 
-// The RMSNorm that precedes a projection: the projection multiplies rms_norm(x) · w (each token's
-// row x / √(mean(x²) + eps), times w elementwise) instead of x. matvec_simd applies it as it loads
-// x, which saves the rms_norm dispatch and its barrier; elsewhere record_rms_norm writes the normed
-// rows to `out` ([n_tokens][out_stride] f32, not x) first, and the projection reads them there.
-struct InputNorm {
-  BufferView w;  // [cols] f32
-  float eps = 0.0f;
-  BufferView out;
-  uint32_t out_stride = 0;
-};
-
-// Whether the projections of `w` apply an InputNorm themselves for these x and tokens (else they
-// write norm.out first).
-bool matmul_applies_norm(const VulkanContext& ctx, const DeviceTensor& w, const BufferView& x, uint32_t x_stride,
-                         uint32_t n_tokens, MatmulKernel kernel, const InputNorm& norm);
-
 // y[t][r] (+)= w[r] · x[t]    x [n_tokens][x_stride] f32 → y [n_tokens][y_stride] f32, r < w.rows.
-// With `norm`, x[t] is replaced by its RMSNorm (InputNorm).
 void record_matmul(CommandRecorder& rec, const DeviceTensor& w, const BufferView& x, uint32_t x_stride,
                    uint32_t n_tokens, const BufferView& y, uint32_t y_stride, MatmulStore store = MatmulStore::Overwrite,
-                   MatmulKernel kernel = MatmulKernel::Auto, const InputNorm* norm = nullptr);
+                   MatmulKernel kernel = MatmulKernel::Auto);
 
 // A fused projection (q|k|v rows in one weight): its first rows[0] rows to outs[0] as
 // [n_tokens][rows[0]], the next rows[1] to outs[1] as [n_tokens][rows[1]], and so on, in one
@@ -59,7 +42,7 @@ void record_matmul(CommandRecorder& rec, const DeviceTensor& w, const BufferView
 // after outs[0] in the same buffer.
 void record_matmul_split(CommandRecorder& rec, const DeviceTensor& w, const BufferView& x, uint32_t x_stride,
                          uint32_t n_tokens, std::span<const BufferView> outs, std::span<const uint32_t> rows,
-                         MatmulKernel kernel = MatmulKernel::Auto, const InputNorm* norm = nullptr);
+                         MatmulKernel kernel = MatmulKernel::Auto);
 
 // The gated activation of a feed-forward block.
 enum class Glu : uint32_t { SiLU = 1, GELU = 2 };
@@ -70,7 +53,7 @@ enum class Glu : uint32_t { SiLU = 1, GELU = 2 };
 // buffer), then swiglu / geglu writes `out` (which may be `gate`).
 void record_matmul_glu(CommandRecorder& rec, const DeviceTensor& w, const BufferView& x, uint32_t x_stride,
                        uint32_t n_tokens, const BufferView& gate, const BufferView& up, const BufferView& out, Glu act,
-                       MatmulKernel kernel = MatmulKernel::Auto, const InputNorm* norm = nullptr);
+                       MatmulKernel kernel = MatmulKernel::Auto);
 
 // The read ceiling of `bench --ops`: streams `data` (a multiple of 16 bytes) with uvec4 loads, one
 // 4 KiB run per invocation, XOR-folding each run into out [ceil(bytes / 4096)] u32. `texel`: the

@@ -54,7 +54,6 @@ struct MatmulParams {
   u32 seg_stride; // floats between a later segment's columns
   u32 glu;        // 0, or the gated activation of a gate|up projection (1 SiLU, 2 GELU)
   u32 rows_per_group;  // matvec_simd: output rows per workgroup
-  float norm_eps;      // matvec_simd with NORM: the RMSNorm's epsilon
 };
 
 // read_ceiling: each invocation XORs data[id * per_invocation …] (uvec4 words, < n_words).
