@@ -31,8 +31,9 @@
 //
 // Bindings (both): 0 q [n_q][q_stride] f32 (un-rotated; OP_SCORES rotates it as it loads it), 1 k cache, 2 v cache, 3 kv_slots, 4 kv_pos,
 // 5 q_pos [n_q], 6 out [n_q][out_stride] f32 (OP_VALUES), 7 scores (scratch), 8 rope table,
-// 9 kv_rot [n_kv] i32 (ROT_COPY; binding 1 is then the rotated copy).
-// Push constants: AttentionParams (q_first). Specialization: 0 W (subgroup size), 1 HD, 2 G,
+// 9 kv_rot [n_kv] i32 (ROT_COPY; binding 1 is then the rotated copy). Every one that is read per
+// lane is a storage texel buffer (q, the rope table, the lists, the f16 cache, the scores).
+// Push constants: AttentionParams (q_first, q_base, kv_*_base). Specialization: 0 W (subgroup size), 1 HD, 2 G,
 // 3 N_ROT, 4 NEOX, 5 PER_LANE, 6 DC (divides HD; for f16 a multiple of 8).
 #version 450
 #extension GL_GOOGLE_include_directive : require
@@ -51,12 +52,18 @@ layout(constant_id = 5) const uint PER_LANE = 8;
 layout(constant_id = 6) const uint DC = 16;  // OP_VALUES: dims per workgroup
 const float NEG = -1.0e30;
 const uint ANCHOR_EVERY = 32;
+layout(push_constant) uniform Push { AttentionParams p; };
 
-layout(binding = 0) readonly buffer Q { vec4 q4[]; };
 CACHE_RUN_READER(kc, 1)
 CACHE_RUN_READER(vc, 2)
-layout(binding = 3) readonly buffer KvSlots { int kv_slots[]; };
-layout(binding = 4) readonly buffer KvPos { int kv_pos[]; };
+// The slot list, its positions (and kv_rot, below) as texels of one i32: a per-lane storage-buffer
+// load is a loop over the lanes on lavapipe, each value put into the vector through memory (a
+// stalled store-to-load forward per lane), a quarter of the values pass; a texel load is not.
+// Bound from their buffers' start, entry 0 of the list at p.kv_*_base (one view per buffer).
+layout(binding = 3, r32ui) uniform readonly restrict uimageBuffer kv_slots_tex;
+layout(binding = 4, r32ui) uniform readonly restrict uimageBuffer kv_pos_tex;
+uint kv_slot(uint e) { return imageLoad(kv_slots_tex, int(p.kv_slots_base + e)).x; }
+int kv_position(uint e) { return int(imageLoad(kv_pos_tex, int(p.kv_pos_base + e)).x); }
 layout(binding = 5) readonly buffer QPos { int q_pos[]; };
 layout(binding = 6) writeonly buffer Out { float out_[]; };
 // [z][head_kv][n_kv + blocks][GP] f32, as texels of 4.
@@ -76,22 +83,32 @@ void read_scores(uint row, uint e, out float sc[GP]) {
     [[unroll]] for (uint k = 0; k < 4; ++k) sc[4 * w + k] = v[k];
   }
 }
-layout(binding = 8) readonly buffer RopeTable { vec2 rope_table[]; };  // [pos][HD/2] (cos, sin)
-layout(push_constant) uniform Push { AttentionParams p; };
 // Blocks of PER_LANE entries, one per lane of the scores pass: the first p.rot_split entries in
 // blocks of their own, then the rest (so no block straddles entry p.rot_split).
 uint blocks_before_split() { return (p.rot_split + PER_LANE - 1) / PER_LANE; }
 uint n_blocks() { return blocks_before_split() + (p.n_kv - p.rot_split + PER_LANE - 1) / PER_LANE; }
 
 #if defined(OP_SCORES)
+// q and the rope table are read as 16-byte texels (storage texel buffers): lavapipe turns a load at
+// one address in every lane into a loop over the lanes, each load of a storage buffer per
+// component, each through memory, but serves a texel load as one wide load per lane. The G heads'
+// q (G·HD/4 vec4) and the angles (two pairs per texel) are the pass's prologue, paid once per
+// PER_LANE entries: read per component they were ≈ 30% of the pass (docs/performance.md).
+layout(binding = 0, rgba32ui) uniform readonly restrict uimageBuffer q_tex;  // [n_q][q_stride] f32
+layout(binding = 8, rgba32ui) uniform readonly restrict uimageBuffer rope_tex;  // [pos][HD/2] (cos, sin)
+// The (cos, sin) of pair i at position pos (HD / 2 even: a position's pairs start on a texel).
+vec2 rope_pair(uint pos, uint i) {
+  const uvec4 w = imageLoad(rope_tex, int((pos * (HD / 2) + i) >> 1));
+  return uintBitsToFloat(i % 2 == 0 ? w.xy : w.zw);
+}
 #if defined(ROT_COPY)
-layout(binding = 9) readonly buffer KvRot { int kv_rot[]; };  // [n_kv]: the position entry e's K row is rotated at
+layout(binding = 9, r32ui) uniform readonly restrict uimageBuffer kv_rot_tex;  // [n_kv]: the position entry e's K row is rotated at
 #endif
 // RoPE on the G heads of q (held as qv) at position `at` (a macro: an array sized by
 // specialization constants cannot be a function parameter).
 #define ROTATE_Q(qv, at)                                                                       \
   [[unroll]] for (uint i = 0; i < N_ROT / 2; ++i) {                                            \
-    const vec2 cs = rope_table[(at) * (HD / 2) + i];                                          \
+    const vec2 cs = rope_pair(at, i);                                                         \
     const uint d0 = NEOX ? i : 2 * i, d1 = NEOX ? i + N_ROT / 2 : 2 * i + 1;                  \
     [[unroll]] for (uint h = 0; h < G; ++h) {                                                 \
       const float a = qv[h * (HD / 4) + d0 / 4][d0 % 4], b = qv[h * (HD / 4) + d1 / 4][d1 % 4]; \
@@ -111,20 +128,20 @@ void main() {
 #if !defined(ROT_COPY)
   // The angles of position 1: one step between consecutive positions (a pure rotation).
   vec2 step[N_ROT / 2], ang[N_ROT / 2];
-  [[unroll]] for (uint i = 0; i < N_ROT / 2; ++i) step[i] = rope_table[HD / 2 + i] / p.attn_factor;
+  [[unroll]] for (uint i = 0; i < N_ROT / 2; ++i) step[i] = rope_pair(1, i) / p.attn_factor;
 #endif
-  // q of the G heads, loaded here at the top level: lavapipe broadcasts a uniform load only where
-  // every lane is known to be active, i.e. outside loops and branches (inside the loop below each
-  // one would be a per-lane load). They live in registers (or the stack) for the whole loop.
+  // q of the G heads, loaded once before the loop (as texels: even here, at the top level, lavapipe
+  // loaded the same address in every lane as a loop over the lanes). They live in registers (or the
+  // stack) for the whole loop.
   vec4 qv[G * HD / 4];
-  const uint q_at = t * (p.q_stride / 4) + hk * (G * HD / 4);
-  [[unroll]] for (uint i = 0; i < G * HD / 4; ++i) qv[i] = q4[q_at + i];
+  const uint q_at = p.q_base + t * (p.q_stride / 4) + hk * (G * HD / 4);
+  [[unroll]] for (uint i = 0; i < G * HD / 4; ++i) qv[i] = uintBitsToFloat(imageLoad(q_tex, int(q_at + i)));
 #if defined(ROT_COPY)
   // K rows are rotated at kv_rot[e]: q is rotated at its position plus the shift kv_rot[e] −
   // kv_pos[e], the same for every entry of the lane's block (0 for pinned tokens, the evictions since
   // the copy's base for the window; the blocks end at the one entry where it changes, rot_split), so
   // each score is that of q and k rotated at their positions, as without the copy.
-  const int shift = first < end ? kv_rot[first] - kv_pos[first] : 0;
+  const int shift = first < end ? int(imageLoad(kv_rot_tex, int(p.kv_rot_base + first)).x) - kv_position(first) : 0;
   ROTATE_Q(qv, uint(max(qpos, 0) + shift))
 #else
   ROTATE_Q(qv, uint(max(qpos, 0)))
@@ -138,20 +155,20 @@ void main() {
   [[dont_unroll]] for (uint t = 0; t < PER_LANE; ++t) {
     const uint e = first + t;
     if (e >= end) break;
-    const int pos = kv_pos[e];
+    const int pos = kv_position(e);
 #if defined(ROT_COPY)
     float k[HD];
-    CACHE_LOAD_RUN(kc, uint(kv_slots[e]) * row_bytes, hk * HD, HD, k)
+    CACHE_LOAD_RUN(kc, kv_slot(e) * row_bytes, hk * HD, HD, k)
 #else
     if (pos == prev + 1 && t % ANCHOR_EVERY != 0) {
       [[unroll]] for (uint i = 0; i < N_ROT / 2; ++i)
         ang[i] = vec2(ang[i].x * step[i].x - ang[i].y * step[i].y, ang[i].x * step[i].y + ang[i].y * step[i].x);
     } else {
-      [[unroll]] for (uint i = 0; i < N_ROT / 2; ++i) ang[i] = rope_table[uint(max(pos, 0)) * (HD / 2) + i];
+      [[unroll]] for (uint i = 0; i < N_ROT / 2; ++i) ang[i] = rope_pair(uint(max(pos, 0)), i);
     }
     prev = pos;
     float k[HD];
-    CACHE_LOAD_RUN(kc, uint(kv_slots[e]) * row_bytes, hk * HD, HD, k)
+    CACHE_LOAD_RUN(kc, kv_slot(e) * row_bytes, hk * HD, HD, k)
     [[unroll]] for (uint i = 0; i < N_ROT / 2; ++i) {
       const uint d0 = NEOX ? i : 2 * i, d1 = NEOX ? i + N_ROT / 2 : 2 * i + 1;
       const float a = k[d0], b = k[d1];
@@ -163,8 +180,9 @@ void main() {
     float s[GP];
     [[unroll]] for (uint h = 0; h < GP; ++h) s[h] = NEG;
     [[unroll]] for (uint h = 0; h < G; ++h) {
-      float acc = 0.0;
-      [[unroll]] for (uint d = 0; d < HD / 4; ++d) acc += dot(qv[h * (HD / 4) + d], vec4(k[4 * d], k[4 * d + 1], k[4 * d + 2], k[4 * d + 3]));
+      vec4 acc4 = vec4(0.0);
+      [[unroll]] for (uint d = 0; d < HD / 4; ++d) acc4 = fma(qv[h * (HD / 4) + d], vec4(k[4 * d], k[4 * d + 1], k[4 * d + 2], k[4 * d + 3]), acc4);
+      float acc = (acc4.x + acc4.y) + (acc4.z + acc4.w);
       acc *= p.scale;
       if (p.softcap > 0.0) acc = p.softcap * safe_tanh(acc / p.softcap);
       if (visible) s[h] = acc;
@@ -200,7 +218,7 @@ void main() {
   }
   [[dont_unroll]] for (uint e = lane; e < p.n_kv; e += W) {
     float v[DC];
-    CACHE_LOAD_RUN(vc, uint(kv_slots[e]) * row_bytes, d0, DC, v)
+    CACHE_LOAD_RUN(vc, kv_slot(e) * row_bytes, d0, DC, v)
     float sc[GP];
     read_scores(row, e, sc);
     [[unroll]] for (uint h = 0; h < G; ++h) {

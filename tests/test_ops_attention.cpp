@@ -134,12 +134,16 @@ struct AttnCase {
 // run on K rotated in f32 after the same cache rounding. `rotated`: kv_store also writes the
 // rotated copy of K, each row at its position plus a shift (0 for the first third of the list, 11
 // after it, as pinned tokens and a window after evictions), which kv_rotate rebuilds bit for bit
-// from the cache, and attention reads it instead of rotating K.
-void check_attention(CacheType ct, const AttnCase& c, bool split, AttentionKernel kernel, bool rotated = false) {
+// from the cache, and attention reads it instead of rotating K. `at_offsets`: q, the slot list and
+// its positions (and rotation positions) are bound at an offset into their buffers, behind garbage,
+// as the engine binds a sequence's rows of a batch and a window layer's suffix of the list.
+void check_attention(CacheType ct, const AttnCase& c, bool split, AttentionKernel kernel, bool rotated = false,
+                     bool at_offsets = false) {
   SCOPED_TRACE(std::string(cache_type_name(ct)) + " heads " + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) +
                " hd " + std::to_string(c.head_dim) + " q " + std::to_string(c.n_q) + " kv " + std::to_string(c.n_kv) +
                (split ? " split" : "") + (kernel == AttentionKernel::Simd ? " simd" : kernel == AttentionKernel::Auto ? " auto" : " tiled") + " window " +
-               std::to_string(c.window) + " softcap " + std::to_string(c.softcap) + (rotated ? " rotated K" : ""));
+               std::to_string(c.window) + " softcap " + std::to_string(c.softcap) + (rotated ? " rotated K" : "") +
+               (at_offsets ? " at offsets" : ""));
   const uint32_t row_len = c.n_head_kv * c.head_dim;
   const uint64_t row_bytes = cache_row_bytes(ct, row_len);
   std::mt19937 rng(c.n_kv * 31 + c.n_q);
@@ -182,8 +186,17 @@ void check_attention(CacheType ct, const AttnCase& c, bool split, AttentionKerne
                  reinterpret_cast<const uint8_t*>(vf.data()), kv_slots.data(), kv_pos.data(), c.n_kv,
                  {c.n_head, c.n_head_kv, c.head_dim, scale, c.softcap, c.window}, want.data());
 
-  Buffer dk_raw = test::to_device(k_raw), dv_raw = test::to_device(v_raw), dq = test::to_device(q);
-  Buffer dslots = test::to_device(kv_slots), dpos = test::to_device(kv_pos), dqpos = test::to_device(q_pos);
+  // With offsets: `pad` bytes of garbage before q and the lists (the device's storage offset
+  // alignment, at least one 16-byte texel).
+  const uint64_t pad = at_offsets ? std::max<uint64_t>(test::vk().limits().minStorageBufferOffsetAlignment, 16) : 0;
+  const auto behind = [&](const auto& v, auto junk) {
+    auto out = v;
+    out.insert(out.begin(), pad / sizeof(v[0]), junk);
+    return test::to_device(out);
+  };
+  const auto view = [&](const Buffer& b, uint64_t bytes) { return b.view(pad, bytes); };
+  Buffer dk_raw = test::to_device(k_raw), dv_raw = test::to_device(v_raw), dq = behind(q, 1e30f);
+  Buffer dslots = behind(kv_slots, int32_t{-7}), dpos = behind(kv_pos, int32_t{1 << 30}), dqpos = test::to_device(q_pos);
   Buffer dkc = test::to_device(std::vector<uint8_t>(kq.size(), 0)), dvc = test::to_device(std::vector<uint8_t>(vq.size(), 0));
   Buffer dout = test::to_device(std::vector<float>(want.size(), 0.0f));
   const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, kernel, scale, c.softcap, c.window};
@@ -191,23 +204,25 @@ void check_attention(CacheType ct, const AttnCase& c, bool split, AttentionKerne
   Buffer scratch(test::vk(), attention_scratch_floats(shape, c.n_kv, 4) * 4, MemoryUse::Device, "attention scratch");
   const RopeConfig rc{c.head_dim, c.head_dim, 10000.0f, 0.5f, c.neox, {}};
   Buffer table(test::vk(), uint64_t{n_pos} * c.head_dim * 4, MemoryUse::Device, "rope table");
-  Buffer drot = test::to_device(kv_rot);
+  Buffer drot = behind(kv_rot, int32_t{1 << 30});
+  const BufferView slots_v = view(dslots, kv_slots.size() * 4), pos_v = view(dpos, kv_pos.size() * 4),
+                   rot_v = view(drot, kv_rot.size() * 4), q_v = view(dq, q.size() * 4);
   Buffer dcopy = test::to_device(std::vector<uint8_t>(kq.size(), 0)), drebuilt = test::to_device(std::vector<uint8_t>(kq.size(), 0));
-  const RotatedK copy{dcopy.view(), drot.view(), table.view(), rc, rot_split};
+  const RotatedK copy{dcopy.view(), rot_v, table.view(), rc, rot_split};
   CommandRecorder rec(test::vk(), &test::pipelines());
   record_rope_table(rec, table.view(), n_pos, rc);
   rec.barrier();
   if (rotated) {
-    record_kv_store_pair(rec, ct, ct, dk_raw.view(), dv_raw.view(), row_len, dslots.view(), c.n_kv, row_len, dkc.view(), dvc.view(), copy);
+    record_kv_store_pair(rec, ct, ct, dk_raw.view(), dv_raw.view(), row_len, slots_v, c.n_kv, row_len, dkc.view(), dvc.view(), copy);
     rec.barrier();
-    record_kv_rotate(rec, dkc.view(), dslots.view(), c.n_kv, row_len, RotatedK{drebuilt.view(), drot.view(), table.view(), rc});
+    record_kv_rotate(rec, dkc.view(), slots_v, c.n_kv, row_len, RotatedK{drebuilt.view(), rot_v, table.view(), rc});
   } else {
-    record_kv_store(rec, ct, dk_raw.view(), row_len, dslots.view(), c.n_kv, row_len, dkc.view());
-    record_kv_store(rec, ct, dv_raw.view(), row_len, dslots.view(), c.n_kv, row_len, dvc.view());
+    record_kv_store(rec, ct, dk_raw.view(), row_len, slots_v, c.n_kv, row_len, dkc.view());
+    record_kv_store(rec, ct, dv_raw.view(), row_len, slots_v, c.n_kv, row_len, dvc.view());
   }
   rec.barrier();
-  record_attention(rec, ct, shape, rc, table.view(), dq.view(), c.n_head * c.head_dim, dqpos.view(), c.n_q, dkc.view(), dvc.view(),
-                   dslots.view(), dpos.view(), c.n_kv, dout.view(), c.n_head * c.head_dim,
+  record_attention(rec, ct, shape, rc, table.view(), q_v, c.n_head * c.head_dim, dqpos.view(), c.n_q, dkc.view(), dvc.view(),
+                   slots_v, pos_v, c.n_kv, dout.view(), c.n_head * c.head_dim,
                    split ? scratch.view() : BufferView{}, rotated ? copy : RotatedK{});
   rec.submit_and_wait();
   EXPECT_LE(test::nmse(test::from_device<float>(dout, want.size()), want), 5e-4);
@@ -285,6 +300,23 @@ TEST_F(AttentionOps, DecodeFromTheRotatedCopyOfK) {
     ++ran;
   }
   if (ran == 0) GTEST_SKIP() << test::vk().info().name << " runs no attention_decode.comp (it needs 64-bit integers)";
+}
+
+// q and the lists bound at offsets into their buffers (a sequence's rows of a batched step, a
+// window layer's suffix of the slot list), garbage before them: every kernel, and attention_decode
+// with and without the rotated copy (it binds them from their buffers' start and adds the offsets).
+TEST_F(AttentionOps, ListsAndQueriesAtOffsets) {
+  const AttnCase cases[] = {
+      {4, 2, 64, 1, 300, 512, false},      // decode over ≥ 256 slots
+      {4, 2, 64, 9, 600, 640, true, 5},    // prefill over ≥ 256 slots, in query groups, NeoX, a jump
+      {8, 4, 8, 3, 45, 64, true, 3},       // short lists (attention_simd, the tiles)
+  };
+  for (const AttnCase& c : cases) {
+    for (AttentionKernel k : {AttentionKernel::Tiled, AttentionKernel::Simd}) check_attention(CacheType::F16, c, true, k, false, true);
+    check_attention(CacheType::Q8_0, c, true, AttentionKernel::Simd, false, true);
+    if (decode_kernels_fit(test::vk(), AttentionShape{c.n_head, c.n_head_kv, c.head_dim, AttentionKernel::Simd}, c.n_kv))
+      check_attention(CacheType::F16, c, true, AttentionKernel::Simd, true, true);
+  }
 }
 
 }  // namespace

@@ -116,21 +116,32 @@ void record_decode_attention(CommandRecorder& rec, CacheType type, const Attenti
   // Lanes' blocks of entries: those before the split, then those after it.
   const uint32_t split = rot ? rotated.split : 0;
   const uint32_t blocks = div_ceil(split, k_decode_per_lane) + div_ceil(n_kv - split, k_decode_per_lane);
+  // q, the rope table and the lists are read as texels (attention_decode.comp). q and the lists are
+  // bound from their buffers' start to their end, one view each whatever the step, and found at
+  // offsets in the push constants (bases); the rope table is bound as it is.
+  const uint64_t texel_align = std::max<uint64_t>(rec.context().limits().minTexelBufferOffsetAlignment, 1);
+  VKLLM_CHECK(q.offset % 16 == 0 && rope_table.offset % texel_align == 0 && (rope.head_dim / 2) % 2 == 0,
+              "attention: q or the rope table not on a texel boundary");
+  const auto whole = [](const BufferView& v) { return BufferView{v.buffer, 0, 0}; };
   for (uint32_t t = 0; t < n_q; t += group) {
     const uint32_t n = std::min(group, n_q - t);
     AttentionParams params = attention_params(shape, rope, n_q, n_kv, q_stride, out_stride, 1, n_kv);
     params.q_first = t;
     params.rot_split = split;
+    params.q_base = static_cast<uint32_t>(q.offset / 16);
+    params.kv_slots_base = static_cast<uint32_t>(kv_slots.offset / 4);
+    params.kv_pos_base = static_cast<uint32_t>(kv_pos.offset / 4);
+    params.kv_rot_base = static_cast<uint32_t>(rotated.rot.offset / 4);
     if (t > 0) rec.barrier();  // the previous group's values pass has read the scores
     // The whole scratch is bound (a storage texel buffer; one view for every n_kv).
     if (rot)
-      rec.dispatch(ps, {q, rotated.rows, v_cache, kv_slots, kv_pos, q_pos, out, scratch, rope_table, rotated.rot}, params,
+      rec.dispatch(ps, {whole(q), rotated.rows, v_cache, whole(kv_slots), whole(kv_pos), q_pos, out, scratch, rope_table, whole(rotated.rot)}, params,
                    div_ceil(blocks, sg), shape.n_head_kv, n);
     else
-      rec.dispatch(ps, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, out, scratch, rope_table}, params, div_ceil(blocks, sg),
+      rec.dispatch(ps, {whole(q), k_cache, v_cache, whole(kv_slots), whole(kv_pos), q_pos, out, scratch, rope_table}, params, div_ceil(blocks, sg),
                    shape.n_head_kv, n);
     rec.barrier();
-    rec.dispatch(pv, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, out, scratch, rope_table}, params, shape.head_dim / k_decode_dims,
+    rec.dispatch(pv, {q, k_cache, v_cache, whole(kv_slots), whole(kv_pos), q_pos, out, scratch, rope_table}, params, shape.head_dim / k_decode_dims,
                  shape.n_head_kv, n);
   }
 }

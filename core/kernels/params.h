@@ -14,6 +14,6 @@ static_assert(sizeof(ScaleParams) == 8);
 static_assert(sizeof(RowParams) == 8);
 static_assert(sizeof(RopeParams) == 32);
 static_assert(sizeof(KvStoreParams) == 16);
-static_assert(sizeof(AttentionParams) == 68);
+static_assert(sizeof(AttentionParams) == 84);
 
 }  // namespace vkllm

@@ -133,6 +133,10 @@ struct AttentionParams {
   u32 q_first;       // attention_decode: the query token the dispatch's z = 0 is (it takes a group of them)
   u32 rot_split;     // attention_decode with the rotated copy of K: the leading entries whose rows share one
                      // rotation shift (the rest share another); lanes' runs never straddle it. 0 otherwise
+  u32 q_base;        // attention_decode's scores pass: 16-byte texels of its q view before query token 0
+  u32 kv_slots_base; // attention_decode: entries of the bound kv_slots, kv_pos and kv_rot texel views
+  u32 kv_pos_base;   //   before entry 0 of the list (the views start at their buffers' start)
+  u32 kv_rot_base;
 };
 
 #ifdef __cplusplus
