@@ -16,8 +16,8 @@
 //     is GP / 4 whole 16-byte texels (the scratch is a storage texel buffer in both passes); and
 //     then the G maxima of its block of entries, as entry n_kv + block (the rows of scores are
 //     n_kv + blocks long).
-//     ROT_COPY (f16): K comes from the rotated copy (docs/kv-cache.md), each row already rotated
-//     at kv_rot[e]; the lane rotates q once, at its position plus its block's shift kv_rot − kv_pos
+//     ROT_COPY (f16): K comes from the rotated copy (docs/kv-cache.md; head-major, so a lane's run
+//     of slots is one stream per head), each row already rotated at kv_rot[e]; the lane rotates q once, at its position plus its block's shift kv_rot − kv_pos
 //     (blocks never straddle p.rot_split, where the shift changes), and runs no RoPE per entry.
 //   OP_VALUES: a workgroup per DC dims of a KV head (grid x = HD / DC, y = KV head). It first
 //     takes each head's maximum score M over the blocks' maxima (a lane per block, one subgroupMax
@@ -157,8 +157,10 @@ void main() {
     if (e >= end) break;
     const int pos = kv_position(e);
 #if defined(ROT_COPY)
+    // The copy is head-major ([n_head_kv][rot_slots][HD]): a lane's rows of this head are
+    // contiguous along a run of consecutive slots (128 bytes each at head dim 64, not 1 KiB apart).
     float k[HD];
-    CACHE_LOAD_RUN(kc, kv_slot(e) * row_bytes, hk * HD, HD, k)
+    CACHE_LOAD_RUN(kc, (hk * p.rot_slots + kv_slot(e)) * (HD * 2), 0, HD, k)
 #else
     if (pos == prev + 1 && t % ANCHOR_EVERY != 0) {
       [[unroll]] for (uint i = 0; i < N_ROT / 2; ++i)

@@ -2,8 +2,9 @@
 // docs/kv-cache.md, "The rotated copy of K") from the un-rotated cache: listed entry t's row at
 // slot slots[t] is rotated by RoPE at position rot[t]. Runs after a restore and when the copy's
 // positions are rebased; the rotation is kv_store.comp's (ROT_COPY), element for element.
-// Bindings: 0 k cache [n_slots][row_len] f16, 1 slots [n] i32, 2 rot [n] i32, 3 copy (as 0),
-// 4 rope table [pos][HD/2] (cos, sin). Push: KvStoreParams (n_tokens = entries, row_len).
+// Bindings: 0 k cache [n_slots][row_len] f16, 1 slots [n] i32, 2 rot [n] i32, 3 copy [row_len / HD]
+// [copy_slots][HD] f16 (head-major), 4 rope table [pos][HD/2] (cos, sin). Push: KvStoreParams
+// (n_tokens = entries, row_len, copy_slots).
 // Specialization: 0 workgroup size, 1 HD, 2 N_ROT, 3 NEOX. Grid: x = elements, y = entries.
 #version 450
 #extension GL_GOOGLE_include_directive : require
@@ -28,11 +29,11 @@ float at(uint i) { return unpackHalf2x16(uint(k16[i])).x; }
 void main() {
   const uint e = gl_GlobalInvocationID.x, t = gl_GlobalInvocationID.y;
   if (e >= p.row_len || t >= p.n_tokens) return;
-  const uint row = uint(slots[t]) * p.row_len, d = e % HD;
+  const uint slot = uint(slots[t]), row = slot * p.row_len, d = e % HD;
   uint partner, pair;
   bool first, rotated;
   rope_partner(d, N_ROT, NEOX, partner, pair, first, rotated);
   float x = at(row + e);
   if (rotated) x = rope_element(x, at(row + e - d + partner), rope_table[uint(rot[t]) * (HD / 2) + pair], first);
-  copy16[row + e] = uint16_t(packHalf2x16(vec2(x, 0.0)) & 0xFFFFu);
+  copy16[((e / HD) * p.copy_slots + slot) * HD + d] = uint16_t(packHalf2x16(vec2(x, 0.0)) & 0xFFFFu);
 }

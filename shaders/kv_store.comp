@@ -6,8 +6,9 @@
 // Bindings: 0 src [n_tokens][src_stride] f32 (and from v_offset the V rows), 1 slots [n_tokens] i32,
 // 2 cache 0, 3 cache 1, each [n_slots][row bytes].
 // ROT_COPY (f16): the K rows also go, rotated by RoPE at rot[t], into the rotated copy that the CPU
-// drivers' decode kernel reads (docs/kv-cache.md, "The rotated copy of K"): 4 copy [n_slots][row
-// bytes] f16, 5 rot [n_tokens] i32, 6 rope table [pos][HD/2] (cos, sin); specialization 1 HD,
+// drivers' decode kernel reads (docs/kv-cache.md, "The rotated copy of K"): 4 copy [row_len / HD]
+// [copy_slots][HD] f16 (head-major: a head's rows contiguous, as the decode kernel streams them),
+// 5 rot [n_tokens] i32, 6 rope table [pos][HD/2] (cos, sin); specialization 1 HD,
 // 2 N_ROT, 3 NEOX. The element rotated is the f16 one the cache holds, exactly as kv_rotate.comp
 // rotates a cached row, so a copy rebuilt from the cache equals the one stored here bit for bit.
 #version 450
@@ -96,7 +97,7 @@ void main() {
     rope_partner(d, N_ROT, NEOX, partner, pair, first, rotated);
     float x = f16_round(src[s + e]);
     if (rotated) x = rope_element(x, f16_round(src[s + e - d + partner]), rope_table[uint(rot[t]) * (HD / 2) + pair], first);
-    copy16[(row_base >> 1) + e] = uint16_t(packHalf2x16(vec2(x, 0.0)) & 0xFFFFu);
+    copy16[((e / HD) * p.copy_slots + uint(slots[t])) * HD + d] = uint16_t(packHalf2x16(vec2(x, 0.0)) & 0xFFFFu);
   }
 #endif
 }

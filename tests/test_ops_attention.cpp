@@ -229,17 +229,19 @@ void check_attention(CacheType ct, const AttnCase& c, bool split, AttentionKerne
   if (rotated) {
     const auto stored = test::from_device<uint8_t>(dcopy, kq.size()), rebuilt = test::from_device<uint8_t>(drebuilt, kq.size());
     EXPECT_TRUE(stored == rebuilt) << "kv_rotate's rows differ from kv_store's";
-    // The copy holds each row rotated at its rotation position: the reference rotation of the
-    // cached row, to f16 rounding.
+    // The copy holds each row rotated at its rotation position, head-major ([n_head_kv][n_slots]
+    // [head_dim]): the reference rotation of the cached row, to f16 rounding.
     std::vector<int32_t> slot_rot(c.n_slots, 0);
     for (uint32_t i = 0; i < c.n_kv; ++i) slot_rot[kv_slots[i]] = kv_rot[i];
     std::vector<float> want_rot(kf.size()), got_rot(kf.size(), 0.0f);
     ref::rope(kf.data(), slot_rot.data(), c.n_slots, c.n_head_kv, ref_rope(c.head_dim, c.head_dim, c.neox, nullptr), want_rot.data());
-    for (uint32_t i = 0; i < c.n_kv; ++i) {
-      const size_t at = size_t(kv_slots[i]) * row_len;
-      ref::dequantize_row(TensorType::F16, stored.data() + at * 2, got_rot.data() + at, row_len);
-      for (uint32_t e = 0; e < row_len; ++e) EXPECT_NEAR(got_rot[at + e], want_rot[at + e], 2e-3f * (1.0f + std::abs(want_rot[at + e])));
-    }
+    ref::dequantize_row(TensorType::F16, stored.data(), got_rot.data(), got_rot.size());
+    for (uint32_t i = 0; i < c.n_kv; ++i)
+      for (uint32_t h = 0; h < c.n_head_kv; ++h)
+        for (uint32_t d = 0; d < c.head_dim; ++d) {
+          const float want_e = want_rot[size_t(kv_slots[i]) * row_len + h * c.head_dim + d];
+          EXPECT_NEAR(got_rot[(size_t(h) * c.n_slots + kv_slots[i]) * c.head_dim + d], want_e, 2e-3f * (1.0f + std::abs(want_e)));
+        }
   }
 }
 

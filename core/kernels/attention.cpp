@@ -81,6 +81,11 @@ uint64_t decode_scores_floats(const AttentionShape& shape, uint32_t n_kv) {
   return uint64_t{shape.n_head_kv} * (n_kv + div_ceil(n_kv, k_decode_per_lane) + 1) * ((g + 3) / 4 * 4);
 }
 
+// The slots of a rotated copy of K (head-major f16 rows of row_len elements).
+uint32_t copy_slots(const RotatedK& rotated, uint32_t row_len) {
+  return static_cast<uint32_t>(rotated.rows.range / (uint64_t{row_len} * 2));
+}
+
 // The scores pass unrolls G × head_dim multiply-adds and holds the G query heads in registers;
 // lavapipe compiles it in ≈ 3 s at 512 and ≈ 22 s at 1024 (once per variant, then the pipeline
 // cache holds it), so G × head_dim ≤ 512: head dim 64 up to G = 8, 128 up to 4, 256 up to 2.
@@ -132,6 +137,7 @@ void record_decode_attention(CommandRecorder& rec, CacheType type, const Attenti
     params.kv_slots_base = static_cast<uint32_t>(kv_slots.offset / 4);
     params.kv_pos_base = static_cast<uint32_t>(kv_pos.offset / 4);
     params.kv_rot_base = static_cast<uint32_t>(rotated.rot.offset / 4);
+    params.rot_slots = rot ? copy_slots(rotated, shape.n_head_kv * shape.head_dim) : 0;
     if (t > 0) rec.barrier();  // the previous group's values pass has read the scores
     // The whole scratch is bound (a storage texel buffer; one view for every n_kv).
     if (rot)
@@ -198,13 +204,13 @@ void record_kv_store_pair(CommandRecorder& rec, CacheType type_k, CacheType type
   if (!one) {  // K (with its copy) alone, then V
     rec.dispatch(kv_store_rot_pipeline(rec, rotated.rope),
                  {k_src, slots, k_cache, k_cache, rotated.rows, rotated.rot, rotated.rope_table},
-                 KvStoreParams{n_tokens, row_len, src_stride, 0}, kv_store_groups(type_k, row_len), n_tokens);
+                 KvStoreParams{n_tokens, row_len, src_stride, 0, copy_slots(rotated, row_len)}, kv_store_groups(type_k, row_len), n_tokens);
     record_kv_store(rec, type_v, v_src, src_stride, slots, n_tokens, row_len, v_cache);
     return;
   }
   const BufferView src{k_src.buffer, k_src.offset, v_src.offset + v_src.range - k_src.offset};
   const uint32_t v_offset = static_cast<uint32_t>((v_src.offset - k_src.offset) / 4);
-  const KvStoreParams params{n_tokens, row_len, src_stride, v_offset};
+  const KvStoreParams params{n_tokens, row_len, src_stride, v_offset, rot ? copy_slots(rotated, row_len) : 0};
   if (rot)
     rec.dispatch(kv_store_rot_pipeline(rec, rotated.rope), {src, slots, k_cache, v_cache, rotated.rows, rotated.rot, rotated.rope_table},
                  params, kv_store_groups(type_k, row_len), n_tokens, 2);
@@ -216,7 +222,7 @@ void record_kv_rotate(CommandRecorder& rec, const BufferView& k_cache, const Buf
                       const RotatedK& rotated) {
   const RopeConfig& r = rotated.rope;
   const Pipeline& p = rec.pipelines().get("kv_rotate", 5, sizeof(KvStoreParams), {64, r.head_dim, r.n_rot, r.neox ? 1u : 0u});
-  rec.dispatch(p, {k_cache, slots, rotated.rot, rotated.rows, rotated.rope_table}, KvStoreParams{n, row_len, 0, 0},
+  rec.dispatch(p, {k_cache, slots, rotated.rot, rotated.rows, rotated.rope_table}, KvStoreParams{n, row_len, 0, 0, copy_slots(rotated, row_len)},
                div_ceil(row_len, 64), n);
 }
 

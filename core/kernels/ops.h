@@ -115,7 +115,7 @@ void record_kv_store(CommandRecorder& rec, CacheType type, const BufferView& src
 // each slot's K row rotated by RoPE at a position of its own, so that the decode kernel runs no
 // RoPE per cached token. `rows` null: no copy.
 struct RotatedK {
-  BufferView rows;        // [n_slots][row bytes] f16, the slots of the K cache
+  BufferView rows;        // [n_head_kv][n_slots][head_dim] f16 (head-major), the slots of the K cache
   BufferView rot;         // i32: the position each token's row is (to be) rotated at, in the order
                           // of the slot list it goes with
   BufferView rope_table;  // record_rope_table's, covering every position in rot

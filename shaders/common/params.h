@@ -109,6 +109,7 @@ struct KvStoreParams {
   u32 row_len;     // n_head_kv * head_dim
   u32 src_stride;  // floats between rows of src
   u32 v_offset;    // floats from the K rows to the V rows in src
+  u32 copy_slots;  // ROT_COPY, kv_rotate: slots of the rotated copy of K (head-major: [n_head_kv][slots][head_dim])
 };
 
 // attention: see shaders/attention.comp.
@@ -137,6 +138,7 @@ struct AttentionParams {
   u32 kv_slots_base; // attention_decode: entries of the bound kv_slots, kv_pos and kv_rot texel views
   u32 kv_pos_base;   //   before entry 0 of the list (the views start at their buffers' start)
   u32 kv_rot_base;
+  u32 rot_slots;     // attention_decode with the rotated copy of K: its slots (head-major, [n_head_kv][slots][HD])
 };
 
 #ifdef __cplusplus
