@@ -17,8 +17,9 @@
 //     then the G maxima of its block of entries, as entry n_kv + block (the rows of scores are
 //     n_kv + blocks long).
 //     ROT_COPY (f16): K comes from the rotated copy (docs/kv-cache.md; head-major, so a lane's run
-//     of slots is one stream per head), each row already rotated at kv_rot[e]; the lane rotates q once, at its position plus its block's shift kv_rot − kv_pos
-//     (blocks never straddle p.rot_split, where the shift changes), and runs no RoPE per entry.
+//     of slots is one stream per head), each row already rotated at kv_rot[e]; the lane rotates q
+//     once, at its position plus its block's shift kv_rot − kv_pos (blocks never straddle
+//     p.rot_split, where the shift changes), and runs no RoPE per entry.
 //   OP_VALUES: a workgroup per DC dims of a KV head (grid x = HD / DC, y = KV head). It first
 //     takes each head's maximum score M over the blocks' maxima (a lane per block, one subgroupMax
 //     per head); then lane l takes entries l, l + W, …: it reads the entry's G scores and DC dims
@@ -33,8 +34,8 @@
 // 5 q_pos [n_q], 6 out [n_q][out_stride] f32 (OP_VALUES), 7 scores (scratch), 8 rope table,
 // 9 kv_rot [n_kv] i32 (ROT_COPY; binding 1 is then the rotated copy). Every one that is read per
 // lane is a storage texel buffer (q, the rope table, the lists, the f16 cache, the scores).
-// Push constants: AttentionParams (q_first, q_base, kv_*_base). Specialization: 0 W (subgroup size), 1 HD, 2 G,
-// 3 N_ROT, 4 NEOX, 5 PER_LANE, 6 DC (divides HD; for f16 a multiple of 8).
+// Push constants: AttentionParams (q_first, q_base, kv_*_base, rot_slots). Specialization: 0 W
+// (subgroup size), 1 HD, 2 G, 3 N_ROT, 4 NEOX, 5 PER_LANE, 6 DC (divides HD; for f16 a multiple of 8).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
@@ -183,7 +184,8 @@ void main() {
     [[unroll]] for (uint h = 0; h < GP; ++h) s[h] = NEG;
     [[unroll]] for (uint h = 0; h < G; ++h) {
       vec4 acc4 = vec4(0.0);
-      [[unroll]] for (uint d = 0; d < HD / 4; ++d) acc4 = fma(qv[h * (HD / 4) + d], vec4(k[4 * d], k[4 * d + 1], k[4 * d + 2], k[4 * d + 3]), acc4);
+      [[unroll]] for (uint d = 0; d < HD / 4; ++d)
+        acc4 = fma(qv[h * (HD / 4) + d], vec4(k[4 * d], k[4 * d + 1], k[4 * d + 2], k[4 * d + 3]), acc4);
       float acc = (acc4.x + acc4.y) + (acc4.z + acc4.w);
       acc *= p.scale;
       if (p.softcap > 0.0) acc = p.softcap * safe_tanh(acc / p.softcap);

@@ -141,14 +141,16 @@ void record_decode_attention(CommandRecorder& rec, CacheType type, const Attenti
     if (t > 0) rec.barrier();  // the previous group's values pass has read the scores
     // The whole scratch is bound (a storage texel buffer; one view for every n_kv).
     if (rot)
-      rec.dispatch(ps, {whole(q), rotated.rows, v_cache, whole(kv_slots), whole(kv_pos), q_pos, out, scratch, rope_table, whole(rotated.rot)}, params,
-                   div_ceil(blocks, sg), shape.n_head_kv, n);
+      rec.dispatch(ps,
+                   {whole(q), rotated.rows, v_cache, whole(kv_slots), whole(kv_pos), q_pos, out, scratch, rope_table,
+                    whole(rotated.rot)},
+                   params, div_ceil(blocks, sg), shape.n_head_kv, n);
     else
-      rec.dispatch(ps, {whole(q), k_cache, v_cache, whole(kv_slots), whole(kv_pos), q_pos, out, scratch, rope_table}, params, div_ceil(blocks, sg),
-                   shape.n_head_kv, n);
+      rec.dispatch(ps, {whole(q), k_cache, v_cache, whole(kv_slots), whole(kv_pos), q_pos, out, scratch, rope_table}, params,
+                   div_ceil(blocks, sg), shape.n_head_kv, n);
     rec.barrier();
-    rec.dispatch(pv, {q, k_cache, v_cache, whole(kv_slots), whole(kv_pos), q_pos, out, scratch, rope_table}, params, shape.head_dim / k_decode_dims,
-                 shape.n_head_kv, n);
+    rec.dispatch(pv, {q, k_cache, v_cache, whole(kv_slots), whole(kv_pos), q_pos, out, scratch, rope_table}, params,
+                 shape.head_dim / k_decode_dims, shape.n_head_kv, n);
   }
 }
 
@@ -204,7 +206,8 @@ void record_kv_store_pair(CommandRecorder& rec, CacheType type_k, CacheType type
   if (!one) {  // K (with its copy) alone, then V
     rec.dispatch(kv_store_rot_pipeline(rec, rotated.rope),
                  {k_src, slots, k_cache, k_cache, rotated.rows, rotated.rot, rotated.rope_table},
-                 KvStoreParams{n_tokens, row_len, src_stride, 0, copy_slots(rotated, row_len)}, kv_store_groups(type_k, row_len), n_tokens);
+                 KvStoreParams{n_tokens, row_len, src_stride, 0, copy_slots(rotated, row_len)}, kv_store_groups(type_k, row_len),
+                 n_tokens);
     record_kv_store(rec, type_v, v_src, src_stride, slots, n_tokens, row_len, v_cache);
     return;
   }
@@ -222,8 +225,8 @@ void record_kv_rotate(CommandRecorder& rec, const BufferView& k_cache, const Buf
                       const RotatedK& rotated) {
   const RopeConfig& r = rotated.rope;
   const Pipeline& p = rec.pipelines().get("kv_rotate", 5, sizeof(KvStoreParams), {64, r.head_dim, r.n_rot, r.neox ? 1u : 0u});
-  rec.dispatch(p, {k_cache, slots, rotated.rot, rotated.rows, rotated.rope_table}, KvStoreParams{n, row_len, 0, 0, copy_slots(rotated, row_len)},
-               div_ceil(row_len, 64), n);
+  rec.dispatch(p, {k_cache, slots, rotated.rot, rotated.rows, rotated.rope_table},
+               KvStoreParams{n, row_len, 0, 0, copy_slots(rotated, row_len)}, div_ceil(row_len, 64), n);
 }
 
 bool decode_kernels_fit(const VulkanContext& ctx, const AttentionShape& shape, uint32_t max_kv) {
