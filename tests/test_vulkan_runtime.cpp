@@ -1,6 +1,10 @@
 // The Vulkan runtime: device selection, buffers, an embedded shader dispatched on the device,
 // uploads/downloads through staging, and a clean validation log.
+#include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "kernels/params.h"
@@ -42,6 +46,45 @@ TEST_F(VulkanTest, FillShaderWritesEveryElementAndNoMore) {
     for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(out[i], 2.5f) << "n=" << n << " i=" << i;
     for (uint32_t i = n; i < n + 16; ++i) ASSERT_EQ(out[i], -1.0f) << "n=" << n << " i=" << i;
   }
+}
+
+// The VmFlags line of the /proc/self/smaps entry that holds address `at` ("" when none).
+static std::string smaps_flags_at(uintptr_t at) {
+  std::ifstream smaps("/proc/self/smaps");
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(':') > line.find(' ')) {
+      inside = lo <= at && at < hi;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line;
+    }
+  }
+  return "";
+}
+
+TEST_F(VulkanTest, LargeDeviceBuffersOnACpuDriverAskForHugePages) {
+  VulkanContext& ctx = test::vk();
+  if (ctx.info().type != "cpu") GTEST_SKIP() << "device " << ctx.info().name << " is not a CPU driver";
+  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string modes;
+  if (!std::getline(thp, modes) || modes.find("[never]") != std::string::npos)
+    GTEST_SKIP() << "/sys/kernel/mm/transparent_hugepage/enabled: transparent huge pages are off (" << modes << ")";
+  const uint64_t size = 16u << 20;
+  Buffer buf(ctx, size, MemoryUse::Device, "huge page test");
+  ASSERT_TRUE(buf.host_visible());
+  // The middle of the buffer lies in a whole 2 MiB page, inside the advised range.
+  const std::string flags = smaps_flags_at(reinterpret_cast<uintptr_t>(buf.mapped()) + size / 2);
+  ASSERT_FALSE(flags.empty()) << "no /proc/self/smaps entry holds the buffer";
+  EXPECT_NE((flags + " ").find(" hg "), std::string::npos) << flags;
+  // The memory still works as memory.
+  std::vector<uint32_t> in(size / 4), out(size / 4);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint32_t>(i * 2654435761u);
+  upload(ctx, buf, 0, in.data(), size);
+  download(ctx, buf, 0, out.data(), size);
+  EXPECT_EQ(in, out);
 }
 
 TEST_F(VulkanTest, BindsASubrangeAtAnAlignedOffset) {

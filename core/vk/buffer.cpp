@@ -2,6 +2,7 @@
 #include "vk/buffer.h"
 
 #include <cstring>
+#include <sys/mman.h>
 #include <utility>
 
 #include "vk/commands.h"
@@ -21,6 +22,18 @@ int find_memory_type(const VkPhysicalDeviceMemoryProperties& mem, uint32_t bits,
     if (fallback < 0) fallback = static_cast<int>(i);
   }
   return fallback;
+}
+
+// On a CPU driver device memory is ordinary process memory, and a shader streaming weights or the
+// KV cache through 4 KiB pages spends much of its time in page walks (more so in a virtual machine):
+// lavapipe's texel-load ceiling doubles on 2 MiB pages (docs/performance.md, "Huge pages"). So the
+// mapping of a large device buffer is advised to use transparent huge pages before anything touches
+// it. Only advice: where the kernel has them off or the memory is not anonymous, nothing changes.
+void advise_huge_pages(void* mapped, uint64_t size) {
+  constexpr uintptr_t huge = uintptr_t{2} << 20;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(mapped);
+  const uintptr_t lo = (begin + huge - 1) & ~(huge - 1), hi = (begin + size) & ~(huge - 1);
+  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
 }
 
 }  // namespace
@@ -75,6 +88,7 @@ Buffer::Buffer(const VulkanContext& ctx, uint64_t size, MemoryUse use, const std
   // when coherent, so uploads skip the staging copy.
   const VkMemoryPropertyFlags host = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
   if ((flags & host) == host) VK_CHECK(vkMapMemory(ctx.device(), memory_, 0, VK_WHOLE_SIZE, 0, &mapped_));
+  if (mapped_ && use == MemoryUse::Device && ctx.info().type == "cpu") advise_huge_pages(mapped_, req.size);
 }
 
 Buffer& Buffer::operator=(Buffer&& o) noexcept {
