@@ -11,6 +11,7 @@
 
 #include "commands.h"
 #include "common.h"
+#include "cpu_steal.h"
 #include "format.h"
 #include "kernels/ops.h"
 #include "kernels/tensor.h"
@@ -55,6 +56,7 @@ std::vector<int32_t> random_tokens(uint32_t n, uint32_t n_vocab, uint32_t seed) 
 struct DepthResult {
   uint32_t fill = 0;
   std::vector<double> pp, tg, tg_vs_first;
+  std::vector<double> tg_steal;  // the host's CPU steal during each measured decode test, where known
   double dispatches_per_step = 0, barriers_per_step = 0;  // of the decode test
   std::vector<DispatchTiming> timings;
 };
@@ -112,9 +114,11 @@ void bench_model(BenchCommand& c) {
         const std::vector<int32_t> toks = random_tokens(c.n_gen * c.parallel, n_vocab, 200 + r);
         const uint64_t d0 = lead.dispatches_recorded(), b0 = lead.barriers_recorded();
         const size_t from = lead.timings().size();
+        const std::optional<CpuTimes> cpu0 = cpu_times();
         const auto t0 = Clock::now();
         for (uint32_t i = 0; i < c.n_gen; ++i) lead.decode_batch(seqs, std::span(&toks[i * c.parallel], c.parallel));
         const double secs = seconds(t0);
+        if (const auto steal = steal_share(cpu0, cpu_times()); r && steal) res.tg_steal.push_back(*steal);
         res.dispatches_per_step = double(lead.dispatches_recorded() - d0) / c.n_gen;
         res.barriers_per_step = double(lead.barriers_recorded() - b0) / c.n_gen;
         if (r) res.tg.push_back(double(c.n_gen) * c.parallel / secs);
@@ -151,6 +155,7 @@ void bench_model(BenchCommand& c) {
                      {"bytes_per_token", bytes / c.parallel}, {"effective_gb_s", bytes * st.median / c.parallel / 1e9},
                      {"dispatches_per_token", res.dispatches_per_step / c.parallel},
                      {"barriers_per_token", res.barriers_per_step / c.parallel}};
+      if (!res.tg_steal.empty()) j["decode"]["cpu_steal"] = stat_of(res.tg_steal).median;
     }
   };
   nlohmann::json j = {{"model", c.opts.model}, {"device", s.ctx->info().name}, {"weight_bytes", s.model->weight_bytes()},
@@ -199,6 +204,15 @@ void bench_model(BenchCommand& c) {
                 n_depths > 1 ? (" @ d" + std::to_string(res.fill)).c_str() : "", human_bytes(uint64_t(bytes)).c_str(),
                 human_bytes(s.model->weight_bytes()).c_str(), human_bytes(uint64_t(kv_avg(res))).c_str(),
                 bytes * stat_of(res.tg).median / c.parallel / 1e9);
+  }
+  // On a shared host the CPU time taken by other machines moves a CPU driver's tok/s with it; the
+  // share of each decode test says how far this run's figures can be trusted.
+  for (const DepthResult& res : depths) {
+    if (res.tg_steal.empty()) continue;
+    std::string reps;
+    for (const double v : res.tg_steal) reps += (reps.empty() ? "" : ", ") + std::to_string(int(v * 100 + 0.5)) + "%";
+    std::printf("decode%s: the host took %s of the CPU time (steal, per repetition)\n",
+                n_depths > 1 ? (" @ d" + std::to_string(res.fill)).c_str() : "", reps.c_str());
   }
   for (uint32_t d = 1; d < n_depths && c.n_gen; ++d) {
     std::string reps;

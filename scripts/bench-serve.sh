@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # The server under load (docs/server.md), in one run of `vkllm serve --parallel 4`:
 #   1. decode throughput: one stream alone, then STREAMS streams at once (each TOKENS tokens after
-#      a short prompt); aggregate completion tokens per second of each, and the ratio;
+#      a short prompt), ROUNDS times in turns; aggregate completion tokens per second of each, the
+#      ratio per round and its median, and the host's CPU steal during each (on a shared host a
+#      CPU driver's tok/s moves with it, so a round where the two differ much says little);
 #   2. prefix reuse: a request with a PREFIX-token prompt, then one sharing that prefix with
 #      another question; cached tokens and time to first token of each (max_tokens 1);
 #   3. a long prompt during a stream: while one stream generates, a LONG-token prompt arrives
 #      (max_tokens 1); the stream's tokens while it is prefilled and the longest wait between them.
 #
 # usage: scripts/bench-serve.sh [MODEL]      (default: the 1b q4_0 benchmark model, made if missing)
-#        STREAMS=4 TOKENS=32 PREFIX=2000 LONG=300 CTX=2560 scripts/bench-serve.sh MODEL
+#        STREAMS=4 TOKENS=32 ROUNDS=3 PREFIX=2000 LONG=300 CTX=2560 scripts/bench-serve.sh MODEL
 #        PARTS=throughput scripts/bench-serve.sh     (part 1 only)
 set -euo pipefail
 . "$(dirname "$0")/bench-lib.sh"
 model=${1:-$root/models/bench-1b-q4_0.gguf}
 streams=${STREAMS:-4}
 tokens=${TOKENS:-32}
+rounds=${ROUNDS:-3}
 prefix=${PREFIX:-2000}
 ctx=${CTX:-2560}
 if [ ! -f "$model" ] && [ "$model" = "$root/models/bench-1b-q4_0.gguf" ]; then
@@ -76,13 +79,26 @@ const stream = async (i) => {
 })();
 JS
 }
-read -r tok1 s1 e2e1 dec1 < <(run_streams 1)
-read -r tokn sn e2en decn < <(run_streams "$streams")
-printf 'model %s, --parallel %d, %d tokens per stream, greedy\n' "$(basename "$model")" "$streams" "$tokens"
-printf '| streams | tokens | seconds | tok/s end to end | ratio | decode tok/s | ratio |\n|---:|---:|---:|---:|---:|---:|---:|\n'
-printf '| 1 | %d | %.2f | %.2f | 1.00× | %.2f | 1.00× |\n' "$tok1" "$s1" "$e2e1" "$dec1"
-printf '| %d | %d | %.2f | %.2f | %.2f× | %.2f | %.2f× |\n' "$streams" "$tokn" "$sn" "$e2en" "$(calc "$e2en / $e2e1")" "$decn" \
-  "$(calc "$decn / $dec1")"
+# The host's CPU steal ticks and all ticks so far (/proc/stat's "cpu" line), and the stolen share
+# between two such readings as a percentage ("-" where there is no /proc/stat).
+cpu_ticks() { awk '/^cpu /{t = 0; for (i = 2; i <= 9; i++) t += $i; print $9, t; exit}' /proc/stat 2>/dev/null || true; }
+steal_pct() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " ");
+  print (y[2] > x[2] ? sprintf("%.0f%%", 100 * (y[1] - x[1]) / (y[2] - x[2])) : "-") }' || echo -; }
+median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR] = $1} END { print v[int((NR + 1) / 2)] }'; }
+printf 'model %s, --parallel %d, %d tokens per stream, greedy, %d rounds in turns\n' "$(basename "$model")" "$streams" "$tokens" "$rounds"
+printf '| round | streams | tokens | seconds | tok/s end to end | decode tok/s | decode ratio | host CPU steal |\n'
+printf '|---:|---:|---:|---:|---:|---:|---:|---:|\n'
+e2e_ratios="" dec_ratios=""
+for r in $(seq "$rounds"); do
+  c0=$(cpu_ticks); read -r tok1 s1 e2e1 dec1 < <(run_streams 1); c1=$(cpu_ticks)
+  read -r tokn sn e2en decn < <(run_streams "$streams"); c2=$(cpu_ticks)
+  printf '| %d | 1 | %d | %.2f | %.2f | %.2f | 1.00× | %s |\n' "$r" "$tok1" "$s1" "$e2e1" "$dec1" "$(steal_pct "$c0" "$c1")"
+  printf '| %d | %d | %d | %.2f | %.2f | %.2f | %.2f× | %s |\n' "$r" "$streams" "$tokn" "$sn" "$e2en" "$decn" \
+    "$(calc "$decn / $dec1")" "$(steal_pct "$c1" "$c2")"
+  e2e_ratios+=" $(calc "$e2en / $e2e1")" dec_ratios+=" $(calc "$decn / $dec1")"
+done
+printf 'median over the rounds: decode %.2f×, end to end %.2f× (%d streams against 1)\n' \
+  "$(echo "$dec_ratios" | median)" "$(echo "$e2e_ratios" | median)" "$streams"
 [ "${PARTS:-all}" = throughput ] && exit 0
 
 # Prefix reuse: PREFIX tokens of a manual (repeated sentences), then two questions.

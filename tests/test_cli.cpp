@@ -12,6 +12,7 @@
 #include <sstream>
 #include <nlohmann/json.hpp>
 
+#include "cpu_steal.h"
 #include "test_support.h"
 
 using nlohmann::json;
@@ -117,6 +118,31 @@ TEST(Cli, BenchBothAttentionKernelsOverAFilledCache) {
   const Result bad = vkllm("bench --attention fast -m " + model("stories260K.gguf"));
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.err.find("--attention"), std::string::npos) << bad.err;
+}
+
+// The host's CPU steal comes from /proc/stat's "cpu" line (its 8th number), and bench reports it per
+// decode test where the file exists.
+TEST(Cli, CpuStealFromProcStat) {
+  const auto t = vkllm::cli::parse_cpu_times("cpu  100 5 50 800 10 1 2 32 0 0");
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->steal, 32u);
+  EXPECT_EQ(t->total, 1000u);
+  EXPECT_FALSE(vkllm::cli::parse_cpu_times("cpu0 100 5 50 800 10 1 2 32 0 0").has_value());
+  EXPECT_FALSE(vkllm::cli::parse_cpu_times("cpu  100 5 50").has_value());
+  const vkllm::cli::CpuTimes later{132, 1400};
+  EXPECT_DOUBLE_EQ(*vkllm::cli::steal_share(t, later), 100.0 / 400.0);
+  EXPECT_FALSE(vkllm::cli::steal_share(later, t).has_value());
+  EXPECT_FALSE(vkllm::cli::steal_share(std::nullopt, later).has_value());
+
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  if (!vkllm::cli::cpu_times()) GTEST_SKIP() << "/proc/stat: not readable here";
+  const Result r = vkllm("bench -p 0 -n 8 -r 2 --json -m " + model("stories260K.gguf"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const double steal = json::parse(r.out)["decode"]["cpu_steal"].get<double>();
+  EXPECT_GE(steal, 0.0);
+  EXPECT_LE(steal, 1.0);
+  const Result text = vkllm("bench -p 0 -n 8 -r 2 -m " + model("stories260K.gguf"));
+  EXPECT_NE(text.out.find("of the CPU time (steal, per repetition)"), std::string::npos) << text.out;
 }
 
 // bench --ctx-fill with several depths runs each test at every depth on caches of its own, reports
