@@ -35,5 +35,5 @@ void main() {
   rope_partner(d, N_ROT, NEOX, partner, pair, first, rotated);
   float x = at(row + e);
   if (rotated) x = rope_element(x, at(row + e - d + partner), rope_table[uint(rot[t]) * (HD / 2) + pair], first);
-  copy16[((e / HD) * p.copy_slots + slot) * HD + d] = uint16_t(packHalf2x16(vec2(x, 0.0)) & 0xFFFFu);
+  copy16[rot_copy_index(e, slot, p.copy_slots, HD)] = uint16_t(packHalf2x16(vec2(x, 0.0)) & 0xFFFFu);
 }

@@ -97,7 +97,7 @@ void main() {
     rope_partner(d, N_ROT, NEOX, partner, pair, first, rotated);
     float x = f16_round(src[s + e]);
     if (rotated) x = rope_element(x, f16_round(src[s + e - d + partner]), rope_table[uint(rot[t]) * (HD / 2) + pair], first);
-    copy16[((e / HD) * p.copy_slots + uint(slots[t])) * HD + d] = uint16_t(packHalf2x16(vec2(x, 0.0)) & 0xFFFFu);
+    copy16[rot_copy_index(e, uint(slots[t]), p.copy_slots, HD)] = uint16_t(packHalf2x16(vec2(x, 0.0)) & 0xFFFFu);
   }
 #endif
 }
