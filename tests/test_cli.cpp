@@ -136,12 +136,15 @@ TEST(Cli, CpuStealFromProcStat) {
 
   VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
   if (!vkllm::cli::cpu_times()) GTEST_SKIP() << "/proc/stat: not readable here";
-  const Result r = vkllm("bench -p 0 -n 8 -r 2 --json -m " + model("stories260K.gguf"));
+  // 32 tokens: long enough for /proc/stat's clock ticks (10 ms) to move during each test.
+  const Result r = vkllm("bench -p 0 -n 32 -r 2 --json -m " + model("stories260K.gguf"));
   ASSERT_EQ(r.status, 0) << r.err;
-  const double steal = json::parse(r.out)["decode"]["cpu_steal"].get<double>();
+  const json decode = json::parse(r.out)["decode"];
+  ASSERT_TRUE(decode.contains("cpu_steal")) << r.out;
+  const double steal = decode["cpu_steal"].get<double>();
   EXPECT_GE(steal, 0.0);
   EXPECT_LE(steal, 1.0);
-  const Result text = vkllm("bench -p 0 -n 8 -r 2 -m " + model("stories260K.gguf"));
+  const Result text = vkllm("bench -p 0 -n 32 -r 2 -m " + model("stories260K.gguf"));
   EXPECT_NE(text.out.find("of the CPU time (steal, per repetition)"), std::string::npos) << text.out;
 }
 
