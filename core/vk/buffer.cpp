@@ -26,9 +26,10 @@ int find_memory_type(const VkPhysicalDeviceMemoryProperties& mem, uint32_t bits,
 
 // On a CPU driver device memory is ordinary process memory, and a shader streaming weights or the
 // KV cache through 4 KiB pages spends much of its time in page walks (more so in a virtual machine):
-// lavapipe's texel-load ceiling doubles on 2 MiB pages (docs/performance.md, "Huge pages"). So the
-// mapping of a large device buffer is advised to use transparent huge pages before anything touches
-// it. Only advice: where the kernel has them off or the memory is not anonymous, nothing changes.
+// lavapipe's texel-load ceiling doubles on 2 MiB pages (docs/performance.md, "Huge pages for device
+// memory on CPU drivers"). So the mapping of a large device buffer is advised to use transparent
+// huge pages before anything touches it. Only advice: where the kernel has them off or the memory
+// is not anonymous, nothing changes.
 void advise_huge_pages(void* mapped, uint64_t size) {
   constexpr uintptr_t huge = uintptr_t{2} << 20;
   const uintptr_t begin = reinterpret_cast<uintptr_t>(mapped);

@@ -40,7 +40,6 @@ float rope_element(float self, float partner, vec2 cs, bool first) {
   return first ? self * cs.x - partner * cs.y : partner * cs.y + self * cs.x;
 }
 
-
 // Where element e of slot `slot`'s K row (head e / head_dim, dim e % head_dim) lies in the rotated
 // copy of K, which is head-major: [row_len / head_dim][copy_slots][head_dim] f16, so the decode
 // kernel streams one head's rows contiguously (docs/kv-cache.md, "The rotated copy of K").
