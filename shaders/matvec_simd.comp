@@ -32,6 +32,9 @@
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_EXT_control_flow_attributes : require
+#if defined(X64_QUADS)
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+#endif
 #include "params.h"
 
 layout(local_size_x_id = 0) in;
@@ -108,11 +111,27 @@ layout(binding = 0, rgba32ui) uniform readonly restrict uimageBuffer wtex;
 // products stays within ±16·8·255 < 2^15, so the two halves come apart exactly, every column's
 // integer sum is exact whatever COLS is (batch invariance), and one multiply-add serves two
 // columns. (llama.cpp's CPU backend rounds x to 8 bits for its Q4_0 products; 9 bits halve that
-// error.) docs/performance.md, "Four sequences per step".
+// error.) The nibbles are multiplied unsigned and the −8 applied once per half block, as 8 times
+// its packed sum of x9: the packed arithmetic is exact modulo 2^32 (the halves may carry into each
+// other on the way, never in the end, where each is the bounded sum above). docs/performance.md,
+// "Four sequences per step".
+// X64_QUADS (the variant matvec_simd_q4_0_x64, for hosts where a 64-bit multiply over the lanes is
+// one instruction): four columns per 64-bit integer, column 4p + f in the 16-bit field f, and the
+// nibbles decoded from 64-bit words. Field f comes apart as the low 16 bits, sign-extended, of
+// (v + 2^(16f − 1)) >> 16f: the same integer as with pairs, so results are bit for bit those of
+// the 32-bit packing. Per weight: a shift, a mask, a multiply and an add for four columns, against
+// a shift, a mask and two multiply-adds (docs/performance.md, "Four columns per 64-bit multiply").
 #define INT_X 1
 #define X_LEVELS 255.0
-#define PAIRS ((COLS + 1) / 2)
-int xp[PAIRS][UPL][UNIT];      // x9 of columns 2p and 2p + 1 (the latter times 65536)
+#if defined(X64_QUADS)
+#define PACKS ((COLS + 3) / 4)
+#define xint int64_t
+#else
+#define PACKS ((COLS + 1) / 2)
+#define xint int
+#endif
+xint xq[PACKS][UPL][UNIT];     // x9 of columns 2p, 2p + 1 (times 2^16), or 4p … 4p + 3 (4p + f times 2^16f)
+xint xqh[PACKS][UPL][16];      // Σ xq over each half block of 16: [2b] for the low nibbles, [2b + 1] the high
 float xd[COLS][UPL][8];        // each block's x scale
 #else
 float xs[COLS][UPL][UNIT];     // this lane's x slices, per column (scaled by xs_scale)
@@ -200,17 +219,50 @@ void load_unit(uint at) {
 #define ZERO4(s) [[unroll]] for (uint c = 0; c < COLS; ++c) s[c] = vec4(0.0)
 void dot_unit(uint u, out float part[COLS]) {
   ZERO(part);
-#if defined(WTYPE_Q4_0)
+#if defined(WTYPE_Q4_0) && defined(X64_QUADS)
+  // The unit as 64-bit words: a nibble is then two operations on the same 64-bit lanes as its product.
+  uint64_t w64[(UNIT_WORDS + 1) / 2];
+  [[unroll]] for (uint k = 0; k < (UNIT_WORDS + 1) / 2; ++k) w64[k] = packUint2x32(uvec2(wd[2 * k], wd[2 * k + 1]));
   [[unroll]] for (uint b = 0; b < 8; ++b) {
-    // Low and high nibbles (minus 8) in two sums, each of 16 products, within the 16-bit halves.
-    int lo_s[PAIRS], hi_s[PAIRS];
-    [[unroll]] for (uint i = 0; i < PAIRS; ++i) lo_s[i] = hi_s[i] = 0;
+    int64_t lo_s[PACKS], hi_s[PACKS];
+    [[unroll]] for (uint i = 0; i < PACKS; ++i) {
+      lo_s[i] = -8 * xqh[i][u][2 * b];
+      hi_s[i] = -8 * xqh[i][u][2 * b + 1];
+    }
+    [[unroll]] for (uint j = 0; j < 16; ++j) {
+      const uint at = 18 * b + 2 + j, sh = 8 * (at & 7u);
+      const int64_t q = int64_t(w64[at >> 3]);
+      const int64_t lo = (q >> sh) & 0xF, hi = (q >> (sh + 4)) & 0xF;
+      [[unroll]] for (uint i = 0; i < PACKS; ++i) {
+        lo_s[i] += lo * xq[i][u][32 * b + j];
+        hi_s[i] += hi * xq[i][u][32 * b + 16 + j];
+      }
+    }
+    const float d = uh(18 * b);
+    [[unroll]] for (uint c = 0; c < COLS; ++c) {
+      // Field f of each sum, sign-extended; then as in the 32-bit packing.
+      const uint f = c % 4;
+      const int64_t rb = f == 0 ? int64_t(0) : int64_t(1) << (16 * f - 1);
+      const int l = (int((lo_s[c / 4] + rb) >> (16 * f)) << 16) >> 16;
+      const int h = (int((hi_s[c / 4] + rb) >> (16 * f)) << 16) >> 16;
+      part[c] += d * xd[c][u][b] * float(l + h);
+    }
+  }
+#elif defined(WTYPE_Q4_0)
+  [[unroll]] for (uint b = 0; b < 8; ++b) {
+    // Low and high nibbles in two sums, each of 16 products, ending within the 16-bit halves: the
+    // nibbles unsigned, their −8 through the half block's packed sum of x9 (exact modulo 2^32).
+    int lo_s[PACKS], hi_s[PACKS];
+    [[unroll]] for (uint i = 0; i < PACKS; ++i) {
+      lo_s[i] = -8 * xqh[i][u][2 * b];
+      hi_s[i] = -8 * xqh[i][u][2 * b + 1];
+    }
     [[unroll]] for (uint j = 0; j < 16; ++j) {
       const uint at = 18 * b + 2 + j, q = wd[at >> 2], sh = 8 * (at & 3u);
-      const int lo = int((q >> sh) & 0xFu) - 8, hi = (int(q >> (sh + 4)) & 0xF) - 8;
-      [[unroll]] for (uint i = 0; i < PAIRS; ++i) {
-        lo_s[i] += lo * xp[i][u][32 * b + j];
-        hi_s[i] += hi * xp[i][u][32 * b + 16 + j];
+      const int lo = int((q >> sh) & 0xFu), hi = int((q >> (sh + 4)) & 0xFu);
+      [[unroll]] for (uint i = 0; i < PACKS; ++i) {
+        lo_s[i] += lo * xq[i][u][32 * b + j];
+        hi_s[i] += hi * xq[i][u][32 * b + 16 + j];
       }
     }
     const float d = uh(18 * b);
@@ -426,10 +478,15 @@ void main() {
         const float id = finite && amax != 0.0 ? X_LEVELS / amax : 0.0;
         [[unroll]] for (uint i = 0; i < 8; ++i) {
           [[unroll]] for (uint k = 0; k < 4; ++k) {
-            const int xq = finite ? int(roundEven(v[i][k] * id)) : 0;  // never garbage in the other column's half
+            const int xqv = finite ? int(roundEven(v[i][k] * id)) : 0;  // never garbage in the other column's half
             const uint e = 32 * b + 4 * i + k;
-            if (c % 2 == 0) xp[c / 2][u][e] = xq;
-            else xp[c / 2][u][e] += xq << 16;
+#if defined(X64_QUADS)
+            if (c % 4 == 0) xq[c / 4][u][e] = int64_t(xqv);
+            else xq[c / 4][u][e] += int64_t(xqv) << (16 * (c % 4));
+#else
+            if (c % 2 == 0) xq[c / 2][u][e] = xqv;
+            else xq[c / 2][u][e] += xqv << 16;
+#endif
           }
         }
         xd[c][u][b] = dx;
@@ -446,6 +503,16 @@ void main() {
       }
     }
   }
+#if INT_X
+  // Each half block's packed sum of x9 (for the −8 of every nibble).
+  [[unroll]] for (uint i = 0; i < PACKS; ++i)
+    [[unroll]] for (uint u = 0; u < UPL; ++u)
+      [[unroll]] for (uint h = 0; h < 16; ++h) {
+        xint s = xint(0);
+        [[unroll]] for (uint j = 0; j < 16; ++j) s += xq[i][u][16 * h + j];
+        xqh[i][u][h] = s;
+      }
+#endif
   const uint first = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * p.rows_per_group;
   const uint last = min(first + p.rows_per_group, p.rows);
   // With glu each output row takes two weight rows, gate then up, through the same loop body.

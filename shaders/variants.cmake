@@ -14,6 +14,7 @@ foreach(wtype f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k iq4
   string(TOUPPER ${wtype} WTYPE)
   vkllm_shader(matvec_simd_${wtype} matvec_simd.comp -DWTYPE_${WTYPE})
 endforeach()
+vkllm_shader(matvec_simd_q4_0_x64 matvec_simd.comp -DWTYPE_Q4_0 -DX64_QUADS)
 
 # `bench --ops`'s read ceiling: the same bytes streamed with no arithmetic.
 vkllm_shader(read_ceiling read_ceiling.comp)

@@ -241,16 +241,34 @@ TEST_F(WeightKernels, UnsupportedWeightTypeIsNamed) {
 }
 
 // On CPU drivers, Q4_0 rows of whole 256-element units take matvec_simd, which rounds each block of
-// x to 9 bits and sums in integers, two columns per multiply (docs/shaders.md). It must equal that
+// x to 9 bits and sums in integers, two columns per 32-bit multiply or, where a 64-bit multiply is one
+// instruction (DeviceInfo::wide_int64), four per 64-bit one (docs/shaders.md). It must equal that
 // computation to float rounding: far tighter than the 5e-4 allowed against the f32 reference, where
-// the rounding of x alone is ~1e-6.
+// the rounding of x alone is ~1e-6. Both packings run on every CPU driver (a second context forces the
+// one this host does not choose) and give the same floats bit for bit: the same integers, the same
+// float arithmetic after them.
+std::vector<float> q4_0_simd_results(VulkanContext& ctx, Pipelines& pipelines, const std::vector<uint8_t>& w, const Shape& s,
+                                     const std::vector<float>& x, uint32_t n_tokens) {
+  WeightArena arena(ctx);
+  const DeviceTensor dw = arena.upload("w", TensorType::Q4_0, s.cols, s.rows, w.data());
+  Buffer dx = test::to_device(ctx, x), dy = test::to_device(ctx, std::vector<float>(size_t(n_tokens) * s.rows, 0.0f));
+  CommandRecorder rec(ctx, &pipelines);
+  record_matmul(rec, dw, dx.view(), s.cols, n_tokens, dy.view(), s.rows);
+  rec.submit_and_wait();
+  return test::from_device<float>(ctx, dy, size_t(n_tokens) * s.rows);
+}
+
 TEST_F(WeightKernels, Q4_0OnCpuDriversMatchesNineBitActivations) {
   VulkanContext& ctx = test::vk();
   if (ctx.info().type != "cpu") GTEST_SKIP() << "matvec_simd runs on CPU drivers only; this device is " << ctx.info().type;
+  if (!ctx.info().int64) GTEST_SKIP() << "this CPU driver has no shaderInt64: only one Q4_0 packing to check";
+  ContextOptions other_options;
+  other_options.wide_int64 = !ctx.info().wide_int64;
+  VulkanContext other(other_options);
+  Pipelines other_pipelines(other, "");
+  ASSERT_NE(other.info().wide_int64, ctx.info().wide_int64);
   for (const Shape& s : {Shape{37, 512}, Shape{9, 2304}, Shape{2048, 256}}) {
     const std::vector<uint8_t> w = quantized(TensorType::Q4_0, test::random_floats(size_t(s.rows) * s.cols, s.rows + s.cols), s.rows, s.cols);
-    WeightArena arena(ctx);
-    const DeviceTensor dw = arena.upload("w", TensorType::Q4_0, s.cols, s.rows, w.data());
     for (uint32_t n_tokens : {1u, 4u, 7u}) {
       SCOPED_TRACE("rows " + std::to_string(s.rows) + " cols " + std::to_string(s.cols) + " tokens " + std::to_string(n_tokens));
       std::vector<float> x = test::random_floats(size_t(n_tokens) * s.cols, 3 * n_tokens + s.cols);
@@ -258,34 +276,31 @@ TEST_F(WeightKernels, Q4_0OnCpuDriversMatchesNineBitActivations) {
       std::vector<float> want(size_t(n_tokens) * s.rows), exact(want.size());
       ref::matmul_q4_0_x9(w.data(), s.rows, s.cols, x.data(), n_tokens, want.data());
       ref::matmul(TensorType::Q4_0, w.data(), s.rows, s.cols, x.data(), n_tokens, exact.data());
-      Buffer dx = test::to_device(x), dy = test::to_device(std::vector<float>(want.size(), 0.0f));
-      CommandRecorder rec(ctx, &test::pipelines());
-      record_matmul(rec, dw, dx.view(), s.cols, n_tokens, dy.view(), s.rows);
-      rec.submit_and_wait();
-      const std::vector<float> got = test::from_device<float>(dy, want.size());
+      const std::vector<float> got = q4_0_simd_results(ctx, test::pipelines(), w, s, x, n_tokens);
       EXPECT_LE(test::nmse(got, want), 1e-11);
       EXPECT_GT(test::nmse(got, exact), 1e-9) << "not the 9-bit path";
+      EXPECT_TRUE(got == q4_0_simd_results(other, other_pipelines, w, s, x, n_tokens))
+          << "the 64-bit packing (wide_int64) and the 32-bit one differ";
     }
   }
   // A NaN or an infinity in a column's x makes that column's results NaN, as float activations
-  // would, and leaves the column that shares its integers untouched.
+  // would, and leaves the columns that share its integers untouched, in both packings.
   const Shape s{37, 512};
   const std::vector<uint8_t> w = quantized(TensorType::Q4_0, test::random_floats(size_t(s.rows) * s.cols, 5), s.rows, s.cols);
-  WeightArena arena(ctx);
-  const DeviceTensor dw = arena.upload("w", TensorType::Q4_0, s.cols, s.rows, w.data());
   for (float bad : {std::nanf(""), INFINITY}) {
     std::vector<float> x = test::random_floats(size_t(4) * s.cols, 11);
     x[40] = bad;  // column 0
     std::vector<float> want(size_t(4) * s.rows);
     ref::matmul_q4_0_x9(w.data(), s.rows, s.cols, x.data() + s.cols, 3, want.data() + s.rows);  // columns 1–3
-    Buffer dx = test::to_device(x), dy = test::to_device(std::vector<float>(want.size(), 0.0f));
-    CommandRecorder rec(ctx, &test::pipelines());
-    record_matmul(rec, dw, dx.view(), s.cols, 4, dy.view(), s.rows);
-    rec.submit_and_wait();
-    const std::vector<float> got = test::from_device<float>(dy, want.size());
-    for (uint32_t r = 0; r < s.rows; ++r) EXPECT_TRUE(std::isnan(got[r])) << "row " << r << " of the column with " << bad;
-    const std::vector<float> rest(got.begin() + s.rows, got.end()), rest_want(want.begin() + s.rows, want.end());
-    EXPECT_LE(test::nmse(rest, rest_want), 1e-11) << "the other columns, with " << bad << " in column 0";
+    for (bool wide : {false, true}) {
+      SCOPED_TRACE(wide ? "64-bit packing" : "32-bit packing");
+      const bool mine = wide == ctx.info().wide_int64;
+      const std::vector<float> got =
+          mine ? q4_0_simd_results(ctx, test::pipelines(), w, s, x, 4) : q4_0_simd_results(other, other_pipelines, w, s, x, 4);
+      for (uint32_t r = 0; r < s.rows; ++r) EXPECT_TRUE(std::isnan(got[r])) << "row " << r << " of the column with " << bad;
+      const std::vector<float> rest(got.begin() + s.rows, got.end()), rest_want(want.begin() + s.rows, want.end());
+      EXPECT_LE(test::nmse(rest, rest_want), 1e-11) << "the other columns, with " << bad << " in column 0";
+    }
   }
 }
 

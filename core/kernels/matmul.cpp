@@ -118,8 +118,11 @@ void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const Buf
         // Two variants only (lavapipe compiles each for seconds): a lone column, or k_simd_cols
         // with the columns past n_tokens left dead.
         const uint32_t cols = std::min(k_simd_cols, n_tokens - t);
-        const Pipeline& p =
-            rec.pipelines().get("matvec_simd_" + suffix, 3, sizeof(MatmulParams), {sg, upl, cols == 1 ? 1u : k_simd_cols});
+        // Q4_0's columns go four per 64-bit multiply where that is one instruction (the same integers
+        // as two per 32-bit multiply, so a column's result does not depend on its batch).
+        const bool x64 = cols > 1 && w.type == gguf::TensorType::Q4_0 && rec.context().info().wide_int64;
+        const Pipeline& p = rec.pipelines().get("matvec_simd_" + suffix + (x64 ? "_x64" : ""), 3, sizeof(MatmulParams),
+                                                {sg, upl, cols == 1 ? 1u : k_simd_cols});
         const uint64_t x_at = uint64_t{t} * x_stride * 4;
         MatmulParams group = params;
         group.n_tokens = cols;

@@ -47,6 +47,15 @@ bool env_flag(const char* name) {
   return v && *v && std::strcmp(v, "0") != 0;
 }
 
+// Whether this host's CPU has AVX-512 DQ (a 64-bit multiply over eight 64-bit lanes in one instruction).
+bool host_has_avx512dq() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  return __builtin_cpu_supports("avx512dq");
+#else
+  return false;
+#endif
+}
+
 bool has_layer(const char* name) {
   uint32_t n = 0;
   vkEnumerateInstanceLayerProperties(&n, nullptr);
@@ -152,6 +161,8 @@ DeviceInfo query_device(VkPhysicalDevice pd, uint32_t index) {
   d.fp16 = f12.shaderFloat16;
   d.int8 = f12.shaderInt8;
   d.int64 = feats.features.shaderInt64;
+  // A CPU driver compiles shaders for this host: its vector instructions are the device's.
+  d.wide_int64 = d.type == "cpu" && d.int64 && host_has_avx512dq();
   d.scalar_layout = f12.scalarBlockLayout;
   d.storage16 = f11.storageBuffer16BitAccess;
   d.storage8 = f12.storageBuffer8BitAccess;
@@ -242,6 +253,7 @@ VulkanContext::VulkanContext(const ContextOptions& o) {
     }
     physical_ = pds[chosen];
     info_ = infos[chosen];
+    if (o.wide_int64) info_.wide_int64 = *o.wide_int64 && info_.int64;
     VkPhysicalDeviceProperties props;
     vkGetPhysicalDeviceProperties(physical_, &props);
     limits_ = props.limits;

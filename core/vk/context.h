@@ -37,6 +37,9 @@ struct DeviceInfo {
   bool fp16 = false;           // shaderFloat16
   bool int8 = false;           // shaderInt8
   bool int64 = false;          // shaderInt64 (enabled when present)
+  // A CPU driver on a host with AVX-512 DQ: a 64-bit integer multiply over a subgroup is one
+  // instruction, so matvec_simd packs four Q4_0 columns per multiply (docs/shaders.md).
+  bool wide_int64 = false;
   bool scalar_layout = false;  // scalarBlockLayout (enabled when present)
   bool storage16 = false;      // storageBuffer16BitAccess
   bool storage8 = false;       // storageBuffer8BitAccess
@@ -51,6 +54,7 @@ struct DeviceInfo {
 struct ContextOptions {
   std::optional<uint32_t> device_index;  // --device N; default: discrete > integrated > virtual > cpu
   bool validate = false;                 // enable VK_LAYER_KHRONOS_validation (also VKLLM_VALIDATE=1)
+  std::optional<bool> wide_int64;        // tests: DeviceInfo::wide_int64 forced (where int64 is supported)
 };
 
 class VulkanContext {
