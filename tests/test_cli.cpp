@@ -100,6 +100,27 @@ TEST(Cli, InfoReportsStories260K) {
 
 // bench runs with either attention kernel over a filled cache and reports both tests; a bad kernel
 // name is refused.
+// `devices`: the JSON carries the int64 features; wide_int64 (four Q4_0 columns per 64-bit multiply)
+// only for a CPU driver with shaderInt64, and the text says the same.
+TEST(Cli, DevicesReportInt64) {
+  const Result js = vkllm("devices --json");
+  ASSERT_EQ(js.status, 0) << js.err;
+  const json devices = json::parse(js.out);
+  ASSERT_FALSE(devices.empty());
+  const Result text = vkllm("devices");
+  ASSERT_EQ(text.status, 0) << text.err;
+  for (const json& d : devices) {
+    ASSERT_TRUE(d["int64"].is_boolean() && d["wide_int64"].is_boolean()) << d.dump();
+    if (d["wide_int64"]) {
+      EXPECT_TRUE(d["int64"].get<bool>() && d["type"] == "cpu") << d.dump();
+    }
+  }
+  const bool wide = devices[0]["wide_int64"], int64 = devices[0]["int64"];
+  const std::string line = std::string("int64 arithmetic          ") +
+                           (!int64 ? "no" : wide ? "yes, one instruction per subgroup (AVX-512 DQ)" : "yes");
+  EXPECT_NE(text.out.find(line), std::string::npos) << text.out;
+}
+
 TEST(Cli, BenchBothAttentionKernelsOverAFilledCache) {
   VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
   for (const char* kernel : {"tiled", "simd"}) {
