@@ -98,8 +98,6 @@ TEST(Cli, InfoReportsStories260K) {
   EXPECT_EQ(j["kv_cache"]["types"]["f16"]["bytes_total"], 640ull * 8192 * 8);
 }
 
-// bench runs with either attention kernel over a filled cache and reports both tests; a bad kernel
-// name is refused.
 // `devices`: the JSON carries the int64 features; wide_int64 (four Q4_0 columns per 64-bit multiply)
 // only for a CPU driver with shaderInt64, and the text says the same.
 TEST(Cli, DevicesReportInt64) {
@@ -121,6 +119,8 @@ TEST(Cli, DevicesReportInt64) {
   EXPECT_NE(text.out.find(line), std::string::npos) << text.out;
 }
 
+// bench runs with either attention kernel over a filled cache and reports both tests; a bad kernel
+// name is refused.
 TEST(Cli, BenchBothAttentionKernelsOverAFilledCache) {
   VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
   for (const char* kernel : {"tiled", "simd"}) {
