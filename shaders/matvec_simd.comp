@@ -108,28 +108,30 @@ layout(binding = 0, rgba32ui) uniform readonly restrict uimageBuffer wtex;
 // Q4_0 multiplies integers, two columns per multiply: each 32-element block of x is quantized to
 // 9 bits (±255, scale max|x|/255, rounded to even), and a block's Σ (q − 8)·x9 is summed in 32-bit
 // integers with column 2p's x9 in the low 16 bits and column 2p + 1's above. A sum of 16 such
-// products stays within ±16·8·255 < 2^15, so the two halves come apart exactly, every column's
-// integer sum is exact whatever COLS is (batch invariance), and one multiply-add serves two
-// columns. (llama.cpp's CPU backend rounds x to 8 bits for its Q4_0 products; 9 bits halve that
-// error.) The nibbles are multiplied unsigned and the −8 applied once per half block, as 8 times
-// its packed sum of x9: the packed arithmetic is exact modulo 2^32 (the halves may carry into each
-// other on the way, never in the end, where each is the bounded sum above). docs/performance.md,
-// "Four sequences per step".
+// products stays within ±16·8·255 < 2^15, so the two halves come apart exactly (half f: the low
+// 16 bits, sign-extended, of (v + 2^(16f − 1)) >> 16f), every column's integer sum is exact
+// whatever COLS is (batch invariance), and one multiply-add serves two columns. (llama.cpp's CPU
+// backend rounds x to 8 bits for its Q4_0 products; 9 bits halve that error.) The nibbles are
+// multiplied unsigned and the −8 applied once per half block, as 8 times its packed sum of x9:
+// the packed arithmetic is exact modulo 2^32 (the halves may carry into each other on the way,
+// never in the end, where each is the bounded sum above). docs/performance.md, "Four sequences
+// per step".
 // X64_QUADS (the variant matvec_simd_q4_0_x64, for hosts where a 64-bit multiply over the lanes is
 // one instruction): four columns per 64-bit integer, column 4p + f in the 16-bit field f, and the
-// nibbles decoded from 64-bit words. Field f comes apart as the low 16 bits, sign-extended, of
-// (v + 2^(16f − 1)) >> 16f: the same integer as with pairs, so results are bit for bit those of
-// the 32-bit packing. Per weight: a shift, a mask, a multiply and an add for four columns, against
-// a shift, a mask and two multiply-adds (docs/performance.md, "Four columns per 64-bit multiply").
+// nibbles decoded from 64-bit words; the fields come apart as the halves do, into the same
+// integers as with pairs, so results are bit for bit those of the 32-bit packing. Per weight: a
+// shift, a mask, a multiply and an add for four columns, against a shift, a mask and two
+// multiply-adds (docs/performance.md, "Four columns per 64-bit multiply").
 #define INT_X 1
 #define X_LEVELS 255.0
 #if defined(X64_QUADS)
-#define PACKS ((COLS + 3) / 4)
+#define FIELDS 4          // columns per packed integer
 #define xint int64_t
 #else
-#define PACKS ((COLS + 1) / 2)
+#define FIELDS 2
 #define xint int
 #endif
+#define PACKS ((COLS + FIELDS - 1) / FIELDS)
 xint xq[PACKS][UPL][UNIT];     // x9 of columns 2p, 2p + 1 (times 2^16), or 4p … 4p + 3 (4p + f times 2^16f)
 xint xqh[PACKS][UPL][16];      // Σ xq over each half block of 16: [2b] for the low nibbles, [2b + 1] the high
 float xd[COLS][UPL][8];        // each block's x scale
@@ -219,20 +221,30 @@ void load_unit(uint at) {
 #define ZERO4(s) [[unroll]] for (uint c = 0; c < COLS; ++c) s[c] = vec4(0.0)
 void dot_unit(uint u, out float part[COLS]) {
   ZERO(part);
-#if defined(WTYPE_Q4_0) && defined(X64_QUADS)
+#if defined(WTYPE_Q4_0)
+#if defined(X64_QUADS)
   // The unit as 64-bit words: a nibble is then two operations on the same 64-bit lanes as its product.
   uint64_t w64[(UNIT_WORDS + 1) / 2];
   [[unroll]] for (uint k = 0; k < (UNIT_WORDS + 1) / 2; ++k) w64[k] = packUint2x32(uvec2(wd[2 * k], wd[2 * k + 1]));
+#endif
   [[unroll]] for (uint b = 0; b < 8; ++b) {
-    int64_t lo_s[PACKS], hi_s[PACKS];
+    // Low and high nibbles in two sums, each of 16 products, ending within their 16-bit fields: the
+    // nibbles unsigned, their −8 through the half block's packed sum of x9 (exact modulo 2^32 or 2^64).
+    xint lo_s[PACKS], hi_s[PACKS];
     [[unroll]] for (uint i = 0; i < PACKS; ++i) {
       lo_s[i] = -8 * xqh[i][u][2 * b];
       hi_s[i] = -8 * xqh[i][u][2 * b + 1];
     }
     [[unroll]] for (uint j = 0; j < 16; ++j) {
-      const uint at = 18 * b + 2 + j, sh = 8 * (at & 7u);
-      const int64_t q = int64_t(w64[at >> 3]);
-      const int64_t lo = (q >> sh) & 0xF, hi = (q >> (sh + 4)) & 0xF;
+      const uint at = 18 * b + 2 + j;
+#if defined(X64_QUADS)
+      const xint q = int64_t(w64[at >> 3]);
+      const uint sh = 8 * (at & 7u);
+#else
+      const xint q = int(wd[at >> 2]);
+      const uint sh = 8 * (at & 3u);
+#endif
+      const xint lo = (q >> sh) & 0xF, hi = (q >> (sh + 4)) & 0xF;
       [[unroll]] for (uint i = 0; i < PACKS; ++i) {
         lo_s[i] += lo * xq[i][u][32 * b + j];
         hi_s[i] += hi * xq[i][u][32 * b + 16 + j];
@@ -240,38 +252,12 @@ void dot_unit(uint u, out float part[COLS]) {
     }
     const float d = uh(18 * b);
     [[unroll]] for (uint c = 0; c < COLS; ++c) {
-      // Field f of each sum, sign-extended; then as in the 32-bit packing.
-      const uint f = c % 4;
-      const int64_t rb = f == 0 ? int64_t(0) : int64_t(1) << (16 * f - 1);
-      const int l = (int((lo_s[c / 4] + rb) >> (16 * f)) << 16) >> 16;
-      const int h = (int((hi_s[c / 4] + rb) >> (16 * f)) << 16) >> 16;
+      // Field f of each sum: the low 16 bits, sign-extended, of (v + 2^(16f − 1)) >> 16f.
+      const uint f = c % FIELDS;
+      const xint rb = f == 0 ? xint(0) : xint(1) << (16 * f - 1);
+      const int l = (int((lo_s[c / FIELDS] + rb) >> (16 * f)) << 16) >> 16;
+      const int h = (int((hi_s[c / FIELDS] + rb) >> (16 * f)) << 16) >> 16;
       part[c] += d * xd[c][u][b] * float(l + h);
-    }
-  }
-#elif defined(WTYPE_Q4_0)
-  [[unroll]] for (uint b = 0; b < 8; ++b) {
-    // Low and high nibbles in two sums, each of 16 products, ending within the 16-bit halves: the
-    // nibbles unsigned, their −8 through the half block's packed sum of x9 (exact modulo 2^32).
-    int lo_s[PACKS], hi_s[PACKS];
-    [[unroll]] for (uint i = 0; i < PACKS; ++i) {
-      lo_s[i] = -8 * xqh[i][u][2 * b];
-      hi_s[i] = -8 * xqh[i][u][2 * b + 1];
-    }
-    [[unroll]] for (uint j = 0; j < 16; ++j) {
-      const uint at = 18 * b + 2 + j, q = wd[at >> 2], sh = 8 * (at & 3u);
-      const int lo = int((q >> sh) & 0xFu), hi = int((q >> (sh + 4)) & 0xFu);
-      [[unroll]] for (uint i = 0; i < PACKS; ++i) {
-        lo_s[i] += lo * xq[i][u][32 * b + j];
-        hi_s[i] += hi * xq[i][u][32 * b + 16 + j];
-      }
-    }
-    const float d = uh(18 * b);
-    [[unroll]] for (uint c = 0; c < COLS; ++c) {
-      const int l = lo_s[c / 2], h = hi_s[c / 2];
-      // The low half sign-extended; the high half what is left, shifted down.
-      const int l0 = (l << 16) >> 16, h0 = (h << 16) >> 16;
-      const int sum = c % 2 == 0 ? l0 + h0 : ((l - l0) >> 16) + ((h - h0) >> 16);
-      part[c] += d * xd[c][u][b] * float(sum);
     }
   }
 #elif defined(WTYPE_F32) || defined(WTYPE_F16) || defined(WTYPE_BF16)
@@ -480,13 +466,8 @@ void main() {
           [[unroll]] for (uint k = 0; k < 4; ++k) {
             const int xqv = finite ? int(roundEven(v[i][k] * id)) : 0;  // never garbage in the other column's half
             const uint e = 32 * b + 4 * i + k;
-#if defined(X64_QUADS)
-            if (c % 4 == 0) xq[c / 4][u][e] = int64_t(xqv);
-            else xq[c / 4][u][e] += int64_t(xqv) << (16 * (c % 4));
-#else
-            if (c % 2 == 0) xq[c / 2][u][e] = xqv;
-            else xq[c / 2][u][e] += xqv << 16;
-#endif
+            if (c % FIELDS == 0) xq[c / FIELDS][u][e] = xint(xqv);
+            else xq[c / FIELDS][u][e] += xint(xqv) << (16 * (c % FIELDS));
           }
         }
         xd[c][u][b] = dx;
