@@ -5,7 +5,15 @@
 #   scripts/bench-gpu.sh pack [DIR]   here, after a build: DIR (default .gpu, git-ignored) gets
 #                                     vkllm, make_model, the shared libraries they load beyond
 #                                     glibc (the Vulkan loader among them; libstdc++ as a fallback)
-#                                     and the vocabulary the models are made with (about 17 MiB).
+#                                     and the vocabulary the models are made with (about 6 MiB, xz);
+#                                     the Vulkan test programs with the part of ../shared they read
+#                                     (SHARED_MODELS; about 7 MiB, xz); and, where the anchor is
+#                                     installed (ANCHOR_DIR, default its setup.sh folder), node and
+#                                     the anchor without its CPU-only package (about 38 MiB, xz).
+#   scripts/bench-gpu.sh check [DIR]  there: the packed test programs, each under a time limit, with
+#                                     ../shared and vkllm where they were built to look; one line each.
+#   scripts/bench-gpu.sh models [DIR] there: makes the benchmark models alone.
+#   scripts/bench-gpu.sh all [DIR]    there: all of a lease's work (see all() below).
 #   scripts/bench-gpu.sh run [DIR]    there: makes the benchmark models in $MODELS_DIR (default
 #                                     /tmp/vkllm-gpu-models), runs `vkllm bench` on each and prints
 #                                     one table: prefill and decode tok/s, decode GB/s and its share
@@ -20,7 +28,9 @@
 set -euo pipefail
 mode=${1:-}
 dir=${2:-.gpu}
+models_dir=${MODELS_DIR:-/tmp/vkllm-gpu-models}
 here="$(cd "$(dirname "$0")/.." && pwd)"
+self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 name=bench-gpu
 
 pack() {
@@ -41,7 +51,87 @@ pack() {
       *) cp -L "$lib" "$dir/lib/" ;;
     esac
   done
-  echo "$name: packed $(du -sh "$dir" | cut -f1) into $dir; on the GPU machine: bash $dir/bench-gpu.sh run $dir" >&2
+  # The programs and libraries as one archive (a third of their size), unpacked by setup_env.
+  tar -C "$dir" -cf - bin lib lib-fallback | xz -T0 -6 >"$dir/programs.tar.xz"
+  rm -rf "$dir/bin" "$dir/lib" "$dir/lib-fallback"
+  pack_tests
+  pack_anchor
+  echo "$name: packed $(du -sh "$dir" | cut -f1) into $dir; on the GPU machine: bash $dir/bench-gpu.sh check|run $dir" >&2
+}
+
+# The test programs that drive the device (not the parsers', the CLI's or the server's), the paths
+# they were built to find ../shared and vkllm at, and the part of ../shared they read: the
+# references, the vocabulary and the models in SHARED_MODELS (the others' cases skip, naming them).
+test_programs="test_vulkan_runtime test_ops_matmul test_ops_elementwise test_ops_attention test_kv_cache test_session test_engine_reference"
+pack_tests() {
+  local shared="${VKLLM_SHARED_DIR:-$here/../shared}"
+  tar -C "$here/build/tests" -cf - $test_programs | xz -T0 -6 >"$dir/tests.tar.xz"
+  {
+    echo "shared=$(sed -n 's/.*-DVKLLM_SHARED_DIR=\\"\([^\\]*\)\\".*/\1/p' "$here/build/build.ninja" | head -1)"
+    echo "binary=$(sed -n 's/.*-DVKLLM_BINARY=\\"\([^\\]*\)\\".*/\1/p' "$here/build/build.ninja" | head -1)"
+  } >"$dir/paths.txt"
+  local models=()
+  for m in ${SHARED_MODELS:-stories260K synth-llama-q4_0 synth-llama-q4_k_m synth-llama-q2_k}; do
+    models+=("models/$m.gguf")
+  done
+  tar -C "$shared" -cf - reference vocab/ggml-vocab-llama-spm.gguf "${models[@]}" | xz -T0 -6 >"$dir/shared.tar.xz"
+}
+
+# node and the anchor (../shared/anchor/setup.sh's folder) for llama.cpp's side of the table.
+pack_anchor() {
+  local anchor=${ANCHOR_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/vkllm-anchor}
+  if [ ! -f "$anchor/bench.mjs" ] || ! command -v node >/dev/null; then
+    echo "$name: no anchor at $anchor (../shared/anchor/setup.sh installs it): llama.cpp will not run there" >&2
+    return
+  fi
+  xz -T0 -6 -c "$(readlink -f "$(command -v node)")" >"$dir/node.xz"
+  tar -C "$anchor" -cf - --exclude='node_modules/@node-llama-cpp/linux-x64' --exclude='gitRelease.bundle' \
+    bench.mjs package.json node_modules | xz -T0 -6 >"$dir/anchor.tar.xz"
+}
+
+# Unpacks what pack_anchor packed into /tmp/vkllm-anchor and points ANCHOR and PATH at it.
+unpack_anchor() {
+  [ -f "$dir/anchor.tar.xz" ] || return 0
+  local a=/tmp/vkllm-anchor
+  if [ ! -x "$a/bin/node" ]; then
+    mkdir -p "$a/bin"
+    xz -dc "$dir/node.xz" >"$a/bin/node" && chmod +x "$a/bin/node"
+    tar -C "$a" -xJf "$dir/anchor.tar.xz"
+  fi
+  export ANCHOR=$a PATH="$a/bin:$PATH"
+}
+
+setup_env() {
+  dir="$(cd "$dir" && pwd)"
+  [ -x "$dir/bin/vkllm" ] || tar -C "$dir" -xJf "$dir/programs.tar.xz"
+  export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  if ! "$dir/bin/vkllm" --version >/dev/null 2>&1; then export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$dir/lib-fallback"; fi
+  # NVIDIA's driver files where the lent machines keep them, if the loader finds none by itself.
+  local icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+  if [ -f "$icd" ] && [ -z "${VK_DRIVER_FILES:-}" ]; then export VK_DRIVER_FILES=$icd; fi
+}
+
+check() {
+  setup_env
+  local t=/tmp/vkllm-tests shared binary
+  mkdir -p "$t"
+  tar -C "$t" -xJf "$dir/tests.tar.xz"
+  shared=$(sed -n 's/^shared=//p' "$dir/paths.txt")
+  binary=$(sed -n 's/^binary=//p' "$dir/paths.txt")
+  mkdir -p "$shared" "$(dirname "$binary")"
+  tar -C "$shared" -xJf "$dir/shared.tar.xz"
+  [ -e "$binary" ] || ln -s "$dir/bin/vkllm" "$binary"
+  local prog rc failed=0
+  for prog in $test_programs; do
+    local t0=$SECONDS
+    set +e
+    timeout "${TEST_TIMEOUT:-120}" "$t/$prog" --gtest_brief=1 >"$t/$prog.log" 2>&1
+    rc=$?
+    set -e
+    echo "$name: $prog: rc $rc in $((SECONDS - t0)) s; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$t/$prog.log" | tr '\n' ' ')"
+    if [ $rc -ne 0 ]; then failed=1; grep -E '^\[  FAILED  \]|Failure|rror' "$t/$prog.log" | head -40 || true; fi
+  done
+  return $failed
 }
 
 # The card's memory bandwidth in GB/s, from its name (0: unknown).
@@ -56,40 +146,50 @@ peak_gbs() {
   esac
 }
 
-run() {
-  dir="$(cd "$dir" && pwd)"
-  local vkllm="$dir/bin/vkllm" make_model="$dir/bin/make_model" vocab="$dir/ggml-vocab-llama-spm.gguf"
-  export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  if ! "$vkllm" --version >/dev/null 2>&1; then export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$dir/lib-fallback"; fi
-  # NVIDIA's driver files where the lent machines keep them, if the loader finds none by itself.
-  local icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-  if [ -f "$icd" ] && [ -z "${VK_DRIVER_FILES:-}" ]; then export VK_DRIVER_FILES=$icd; fi
-  "$vkllm" devices >&2 || { echo "$name: vkllm finds no Vulkan device" >&2; exit 1; }
-  local device
-  device=$("$vkllm" devices 2>/dev/null | sed -n 's/^device 0: //p' | head -1)
-  local peak=${PEAK_GBS:-$(peak_gbs "$device")}
-  local models_dir=${MODELS_DIR:-/tmp/vkllm-gpu-models} pp=${PP:-512} tg=${TG:-128} reps=${REPS:-1} layers=${LAYERS:-32}
+# Makes every model of MODELS that $models_dir lacks, all at once (one process each).
+make_models() {
+  local m make_model="$dir/bin/make_model" vocab="$dir/ggml-vocab-llama-spm.gguf" layers=${LAYERS:-32} pids=()
   mkdir -p "$models_dir"
-  local anchor_ok=0
-  if [ -n "${ANCHOR:-}" ] && [ -f "${ANCHOR}/bench.mjs" ] && command -v node >/dev/null; then anchor_ok=1; fi
-  echo "$(date -u +%Y-%m-%d) · ${device:-device 0} · pp$pp, tg$tg, median of $reps$( ((peak > 0)) && echo " · bandwidth $peak GB/s")"
-  printf '| %-12s | %10s | %10s | %10s | %8s |%s\n' model "pp tok/s" "tg tok/s" "tg GB/s" "of peak" \
-    "$( ((anchor_ok)) && printf ' %10s | %10s | %6s | %6s |' "llama pp" "llama tg" "pp ×" "tg ×")"
-  printf '|--------------|-----------:|-----------:|-----------:|---------:|%s\n' "$( ((anchor_ok)) && echo '-----------:|-----------:|-------:|-------:|')"
   for m in ${MODELS:-1b-q4_0 1b-q4_k 1b-q8_0 1b-q6_k 8b-q4_0}; do
     local shape=${m%%-*} type=${m#*-} file="$models_dir/$m.gguf" args
+    [ -f "$file" ] && continue
     case "$shape" in
       1b) args=(--preset 1b) ;;
       8b) args=(--layers "$layers" --embd 4096 --ff 14336 --heads 32 --kv-heads 8) ;;
       tiny) args=(--layers 2 --embd 256 --ff 512 --heads 4 --kv-heads 2) ;;
       *) echo "$name: unknown model shape '$shape' in '$m' (1b, 8b, tiny)" >&2; exit 1 ;;
     esac
-    if [ ! -f "$file" ]; then
-      local t0=$SECONDS
-      "$make_model" "${args[@]}" --type "$type" --vocab-from "$vocab" -o "$file.part" >&2
-      mv "$file.part" "$file"
-      echo "$name: made $m in $((SECONDS - t0)) s" >&2
-    fi
+    (t0=$SECONDS; "$make_model" "${args[@]}" --type "$type" --vocab-from "$vocab" -o "$file.part" >/dev/null &&
+      mv "$file.part" "$file" && echo "$name: made $m in $((SECONDS - t0)) s" >&2) &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+}
+
+# Only the models (to overlap their making with `check`).
+models() {
+  setup_env
+  make_models
+}
+
+run() {
+  setup_env
+  unpack_anchor
+  local vkllm="$dir/bin/vkllm"
+  "$vkllm" devices >&2 || { echo "$name: vkllm finds no Vulkan device" >&2; exit 1; }
+  local device
+  device=$("$vkllm" devices 2>/dev/null | sed -n 's/^device 0: //p' | head -1)
+  local peak=${PEAK_GBS:-$(peak_gbs "$device")}
+  local pp=${PP:-512} tg=${TG:-128} reps=${REPS:-1}
+  local anchor_ok=0
+  if [ -n "${ANCHOR:-}" ] && [ -f "${ANCHOR}/bench.mjs" ] && command -v node >/dev/null; then anchor_ok=1; fi
+  echo "$(date -u +%Y-%m-%d) · ${device:-device 0} · pp$pp, tg$tg, median of $reps$( ((peak > 0)) && echo " · bandwidth $peak GB/s")"
+  printf '| %-12s | %10s | %10s | %10s | %8s |%s\n' model "pp tok/s" "tg tok/s" "tg GB/s" "of peak" \
+    "$( ((anchor_ok)) && printf ' %10s | %10s | %6s | %6s |' "llama pp" "llama tg" "pp ×" "tg ×")"
+  printf '|--------------|-----------:|-----------:|-----------:|---------:|%s\n' "$( ((anchor_ok)) && echo '-----------:|-----------:|-------:|-------:|')"
+  make_models
+  for m in ${MODELS:-1b-q4_0 1b-q4_k 1b-q8_0 1b-q6_k 8b-q4_0}; do
+    local file="$models_dir/$m.gguf"
     local v
     v=$("$vkllm" bench -m "$file" -p "$pp" -n "$tg" -r "$reps" --json 2>/dev/null)
     local vpp vtg vgb
@@ -124,8 +224,34 @@ print("nan" if v is None else v)' "$1" "$2"
   fi
 }
 
+# Everything one lease should do, in the order that keeps the GPU busy: the models are made while
+# the tests run; then the table; then, on the largest model, where decode and prefill time goes
+# (--profile), decode over a 4,096-token cache, and `bench --ops` (each type against the read
+# ceiling). Each step has a time limit, so that one hang costs only its own.
+all() {
+  setup_env
+  local vkllm="$dir/bin/vkllm" last
+  make_models >"$models_dir.log" 2>&1 &
+  local maker=$!
+  timeout "${CHECK_TIMEOUT:-240}" bash "$self" check "$dir" || echo "$name: check: rc $?"
+  wait "$maker" || echo "$name: making the models failed: $(tail -3 "$models_dir.log")"
+  cat "$models_dir.log" >&2
+  timeout "${RUN_TIMEOUT:-300}" bash "$self" run "$dir" || echo "$name: run: rc $?"
+  for last in ${MODELS:-1b-q4_0 1b-q4_k 1b-q8_0 1b-q6_k 8b-q4_0}; do :; done
+  local big="$models_dir/$last.gguf"
+  echo "$name: $last, --profile"
+  timeout 90 "$vkllm" bench -m "$big" -p "${PP:-512}" -n 32 -r 1 --profile 2>&1 || echo "$name: profile: rc $?"
+  echo "$name: $last, decode over 4,096 cached tokens"
+  timeout 90 "$vkllm" bench -m "$big" -p 0 -n 32 -r 1 --ctx-fill 0,4096 -c 4200 2>&1 || echo "$name: ctx-fill: rc $?"
+  echo "$name: bench --ops"
+  timeout 120 "$vkllm" bench --ops 2>&1 || echo "$name: ops: rc $?"
+}
+
 case "$mode" in
   pack) pack ;;
+  check) check ;;
+  models) models ;;
+  all) all ;;
   run) run ;;
-  *) echo "usage: $0 pack|run [DIR]   (see the top of this file)" >&2; exit 2 ;;
+  *) echo "usage: $0 pack|check|models|run|all [DIR]   (see the top of this file)" >&2; exit 2 ;;
 esac
