@@ -70,8 +70,9 @@ void bench_model(BenchCommand& c) {
   const uint32_t n_depths = static_cast<uint32_t>(c.ctx_fill.size());
   c.opts.sequences = c.parallel * n_depths;
   c.opts.attention = c.attention == "tiled" ? AttentionKernel::Tiled
-                     : c.attention == "simd" ? AttentionKernel::Simd
-                                             : AttentionKernel::Auto;
+                     : c.attention == "simd"  ? AttentionKernel::Simd
+                     : c.attention == "lanes" ? AttentionKernel::Lanes
+                                              : AttentionKernel::Auto;
   Session s = open_session(c.opts);
   Engine& e = *s.engine;
   std::vector<Engine*> all{&e};
@@ -325,8 +326,8 @@ void add_bench_command(CLI::App& app) {
                   "each on its own caches, and decode at each is compared with the first")
       ->delimiter(',')
       ->allow_extra_args(false);
-  cmd->add_option("--attention", c->attention, "Attention kernel: auto, tiled (GPUs) or simd (CPU drivers)")
-      ->check(CLI::IsMember({"auto", "tiled", "simd"}));
+  cmd->add_option("--attention", c->attention, "Attention kernel: auto, tiled (GPUs), simd or lanes (CPU drivers)")
+      ->check(CLI::IsMember({"auto", "tiled", "simd", "lanes"}));
   cmd->add_option("-c,--ctx", c->opts.ctx, "KV cache capacity (default: enough for the test)");
   cmd->add_option("--cache-type", c->opts.cache_type, "KV cache type: f16, q8_0, q4_0")->check(CLI::IsMember({"f16", "q8_0", "q4_0"}));
   cmd->add_option("--ubatch", c->opts.ubatch, "Prompt tokens per prefill chunk (default: 512 on GPUs, 64 on CPU drivers)");

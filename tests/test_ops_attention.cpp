@@ -137,11 +137,20 @@ struct AttnCase {
 // from the cache, and attention reads it instead of rotating K. `at_offsets`: q, the slot list and
 // its positions (and rotation positions) are bound at an offset into their buffers, behind garbage,
 // as the engine binds a sequence's rows of a batch and a window layer's suffix of the list.
+const char* kernel_name(AttentionKernel k) {
+  switch (k) {
+    case AttentionKernel::Simd: return " simd";
+    case AttentionKernel::Lanes: return " lanes";
+    case AttentionKernel::Tiled: return " tiled";
+    default: return " auto";
+  }
+}
+
 void check_attention(CacheType ct, const AttnCase& c, bool split, AttentionKernel kernel, bool rotated = false,
                      bool at_offsets = false) {
   SCOPED_TRACE(std::string(cache_type_name(ct)) + " heads " + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) +
                " hd " + std::to_string(c.head_dim) + " q " + std::to_string(c.n_q) + " kv " + std::to_string(c.n_kv) +
-               (split ? " split" : "") + (kernel == AttentionKernel::Simd ? " simd" : kernel == AttentionKernel::Auto ? " auto" : " tiled") + " window " +
+               (split ? " split" : "") + kernel_name(kernel) + " window " +
                std::to_string(c.window) + " softcap " + std::to_string(c.softcap) + (rotated ? " rotated K" : "") +
                (at_offsets ? " at offsets" : ""));
   const uint32_t row_len = c.n_head_kv * c.head_dim;
@@ -271,14 +280,17 @@ TEST_F(AttentionOps, PrefillAndDecodeEveryCacheType) {
       {8, 2, 128, 5, 300, 320, true},               // the same, head dim 128, NeoX
       {4, 2, 64, 12, 400, 420, false, 3, 64},       // prefill over a long prefix with a window and a position jump
   };
-  // Both kernels: the GPUs' shared-memory tiles and the CPU drivers' one-slot-per-lane layout (head
-  // dims ≤ 64; larger heads get Auto instead, which on a CPU driver takes attention_decode.comp
-  // for a decode step over ≥ 256 slots with scratch, the tiles otherwise).
+  // Every kernel: the GPUs' shared-memory tiles and the CPU drivers' one-slot-per-lane and
+  // one-row-per-lane layouts (head dims ≤ 64; larger heads get Auto instead, which on a CPU driver
+  // takes attention_decode.comp for a decode step over ≥ 256 slots with scratch, the tiles
+  // otherwise). The row-per-lane kernel takes no splits: it runs once per case.
   for (CacheType ct : {CacheType::F16, CacheType::Q8_0, CacheType::Q4_0})
-    for (const AttnCase& c : cases)
+    for (const AttnCase& c : cases) {
       for (bool split : {false, true})
         for (AttentionKernel k : {AttentionKernel::Tiled, AttentionKernel::Simd})
           check_attention(ct, c, split, k == AttentionKernel::Simd && c.head_dim > 64 ? AttentionKernel::Auto : k);
+      check_attention(ct, c, false, AttentionKernel::Lanes);
+    }
 }
 
 // The rotated copy of K: kv_store writes it, kv_rotate rebuilds the same bytes, and
@@ -311,10 +323,11 @@ TEST_F(AttentionOps, ListsAndQueriesAtOffsets) {
   const AttnCase cases[] = {
       {4, 2, 64, 1, 300, 512, false},      // decode over ≥ 256 slots
       {4, 2, 64, 9, 600, 640, true, 5},    // prefill over ≥ 256 slots, in query groups, NeoX, a jump
-      {8, 4, 8, 3, 45, 64, true, 3},       // short lists (attention_simd, the tiles)
+      {8, 4, 8, 3, 45, 64, true, 3},       // short lists (attention_simd, attention_lanes, the tiles)
   };
   for (const AttnCase& c : cases) {
-    for (AttentionKernel k : {AttentionKernel::Tiled, AttentionKernel::Simd}) check_attention(CacheType::F16, c, true, k, false, true);
+    for (AttentionKernel k : {AttentionKernel::Tiled, AttentionKernel::Simd, AttentionKernel::Lanes})
+      check_attention(CacheType::F16, c, true, k, false, true);
     check_attention(CacheType::Q8_0, c, true, AttentionKernel::Simd, false, true);
     if (decode_kernels_fit(test::vk(), AttentionShape{c.n_head, c.n_head_kv, c.head_dim, AttentionKernel::Simd}, c.n_kv))
       check_attention(CacheType::F16, c, true, AttentionKernel::Simd, true, true);

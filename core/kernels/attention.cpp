@@ -43,16 +43,28 @@ uint32_t simd_rows(uint32_t head_dim, uint32_t rows) {
   return std::min(max_rows, std::bit_ceil(std::max<uint32_t>(rows, 1)));
 }
 
-// CPU drivers get attention_simd.comp (see its header) for small heads; GPUs attention.comp's
-// shared-memory tiles.
-bool use_simd_kernel(const VulkanContext& ctx, const AttentionShape& shape, uint32_t n_rot) {
+// attention_decode.comp: query tokens over at least this many slots, on CPU drivers.
+constexpr uint32_t k_decode_min_kv = 256;
+// attention_lanes.comp keeps four head-dim rows per lane in registers, its loops over them unrolled.
+constexpr uint32_t k_lanes_max_head_dim = 256;
+
+// Which kernel serves a record that the decode kernels do not take: on CPU drivers, for small heads,
+// attention_lanes.comp (a lane per query row) over lists shorter than k_decode_min_kv and
+// attention_simd.comp (a lane per slot) over longer ones (see their headers); GPUs get
+// attention.comp's shared-memory tiles.
+AttentionKernel attention_kernel_for(const VulkanContext& ctx, const AttentionShape& shape, uint32_t n_rot, uint32_t n_kv) {
   const DeviceInfo& d = ctx.info();
-  const bool fits = shape.head_dim <= k_simd_unroll && shape.head_dim % 8 == 0 && n_rot % 4 == 0 && d.subgroup_shuffle &&
-                    d.int64 && std::has_single_bit(d.subgroup_size);
+  const bool base = shape.head_dim % 8 == 0 && n_rot % 4 == 0 && d.int64 && std::has_single_bit(d.subgroup_size);
+  const bool simd_fits = base && shape.head_dim <= k_simd_unroll && d.subgroup_shuffle;
+  const bool lanes_fit = base && shape.head_dim <= k_lanes_max_head_dim;
   if (shape.kernel == AttentionKernel::Simd)
-    VKLLM_CHECK(fits, "attention_simd needs a head dim ≤ 64 and a multiple of 8, subgroup shuffles and 64-bit integers");
-  if (shape.kernel != AttentionKernel::Auto) return shape.kernel == AttentionKernel::Simd;
-  return d.type == "cpu" && fits;
+    VKLLM_CHECK(simd_fits, "attention_simd needs a head dim ≤ 64 and a multiple of 8, subgroup shuffles and 64-bit integers");
+  if (shape.kernel == AttentionKernel::Lanes)
+    VKLLM_CHECK(lanes_fit, "attention_lanes needs a head dim ≤ 256 and a multiple of 8 and 64-bit integers");
+  if (shape.kernel != AttentionKernel::Auto) return shape.kernel;
+  if (d.type != "cpu") return AttentionKernel::Tiled;
+  if (n_kv < k_decode_min_kv && lanes_fit) return AttentionKernel::Lanes;
+  return simd_fits ? AttentionKernel::Simd : AttentionKernel::Tiled;
 }
 
 // The push constants of every attention pass (the scale defaults to 1/√head_dim).
@@ -63,8 +75,6 @@ AttentionParams attention_params(const AttentionShape& shape, const RopeConfig& 
           kv_per_split, scale, rope.n_rot,   rope.neox ? 1u : 0u, rope.attn_factor, shape.softcap, shape.window, 0};
 }
 
-// attention_decode.comp: query tokens over at least this many slots, on CPU drivers.
-constexpr uint32_t k_decode_min_kv = 256;
 // The query tokens an engine's scratch holds the scores of (a prefill chunk runs in groups of
 // them), within k_decode_group_bytes.
 constexpr uint32_t k_decode_max_group = 64;
@@ -261,7 +271,16 @@ void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape
                             out, out_stride, scratch, rotated);
     return;
   }
-  const bool simd = use_simd_kernel(rec.context(), shape, rope.n_rot);
+  const AttentionKernel kernel = attention_kernel_for(rec.context(), shape, rope.n_rot, n_kv);
+  if (kernel == AttentionKernel::Lanes) {
+    const uint32_t sg = rec.context().subgroup_size();
+    const AttentionParams params = attention_params(shape, rope, n_q, n_kv, q_stride, out_stride, 1, n_kv);
+    const Pipeline& p = rec.pipelines().get(std::string("attention_lanes_") + cache_type_name(type), 9, sizeof(AttentionParams),
+                                            {sg, shape.head_dim, rope.n_rot, rope.neox ? 1u : 0u});
+    rec.dispatch(p, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, out, out, rope_table}, params, div_ceil(n_q * shape.n_head, sg));
+    return;
+  }
+  const bool simd = kernel == AttentionKernel::Simd;
   const AttentionTiles t = simd ? AttentionTiles{rec.context().subgroup_size(), simd_rows(shape.head_dim, rows), 0}
                                 : attention_tiles(rec.context(), shape.head_dim);
   const uint32_t row_tiles = div_ceil(rows, t.bq);

@@ -134,9 +134,10 @@ void record_kv_store_pair(CommandRecorder& rec, CacheType type_k, CacheType type
 void record_kv_rotate(CommandRecorder& rec, const BufferView& k_cache, const BufferView& slots, uint32_t n, uint32_t row_len,
                       const RotatedK& rotated);
 
-// attention.comp (shared-memory tiles: GPUs) or attention_simd.comp (CPU drivers); Auto picks by
-// device type, tests force each.
-enum class AttentionKernel { Auto, Tiled, Simd };
+// attention.comp (shared-memory tiles: GPUs), attention_simd.comp or attention_lanes.comp (CPU
+// drivers: a lane per slot, or per query row for lists under 256 slots); Auto picks by device
+// type and list length, tests force each.
+enum class AttentionKernel { Auto, Tiled, Simd, Lanes };
 
 struct AttentionShape {
   uint32_t n_head = 0;
