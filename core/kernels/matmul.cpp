@@ -46,11 +46,12 @@ constexpr uint32_t k_simd_unit = 256, k_simd_max_upl = 8;
 // Rows per workgroup: each workgroup first loads its x slices (per-lane loads, the costliest kind on
 // lavapipe, COLS times over), so the more rows share them the better; but lavapipe splits a
 // dispatch's workgroups among its threads (one per CPU), so a matrix keeps at least 4 workgroups
-// per CPU. Between 32 and 256 rows, a multiple of 32: on 2 cores 256 for the 2,048-row matrices of
-// a 1B model, 64 for 512 rows (docs/performance.md, "Rows per workgroup").
+// per CPU. Between 32 and 4,096 rows, a multiple of 32: on 2 cores 256 for the 2,048-row matrices of
+// a 1B model, 1,024 for its 8,192-row gate|up, 64 for 512 rows (docs/performance.md, "Rows per
+// workgroup").
 uint32_t simd_rows_per_group(uint32_t rows) {
   static const uint32_t cpus = std::max(1u, std::thread::hardware_concurrency());  // read once: recorded per matmul
-  return std::clamp<uint32_t>(rows / (4 * cpus) / 32 * 32, 32, 256);
+  return std::clamp<uint32_t>(rows / (4 * cpus) / 32 * 32, 32, 4096);
 }
 // Columns one matvec_simd dispatch multiplies (each weight unit loaded once for all of them).
 constexpr uint32_t k_simd_cols = 4;
