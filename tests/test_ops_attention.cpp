@@ -280,10 +280,10 @@ TEST_F(AttentionOps, PrefillAndDecodeEveryCacheType) {
       {8, 2, 128, 5, 300, 320, true},               // the same, head dim 128, NeoX
       {4, 2, 64, 12, 400, 420, false, 3, 64},       // prefill over a long prefix with a window and a position jump
   };
-  // Every kernel: the GPUs' shared-memory tiles and the CPU drivers' one-slot-per-lane and
-  // one-row-per-lane layouts (head dims ≤ 64; larger heads get Auto instead, which on a CPU driver
-  // takes attention_decode.comp for a decode step over ≥ 256 slots with scratch, the tiles
-  // otherwise). The row-per-lane kernel takes no splits: it runs once per case.
+  // Every kernel: the GPUs' shared-memory tiles, the CPU drivers' one-slot-per-lane layout (head
+  // dims ≤ 64; larger heads get Auto instead, which on a CPU driver takes attention_decode.comp
+  // for a decode step over ≥ 256 slots with scratch, attention_lanes under 256) and their
+  // one-row-per-lane layout (every case; it takes no splits, so it runs once per case).
   for (CacheType ct : {CacheType::F16, CacheType::Q8_0, CacheType::Q4_0})
     for (const AttnCase& c : cases) {
       for (bool split : {false, true})

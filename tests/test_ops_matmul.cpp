@@ -272,8 +272,9 @@ TEST_F(WeightKernels, Q4_0OnCpuDriversMatchesNineBitActivations) {
     other_pipelines = std::make_unique<Pipelines>(*other, "");
     ASSERT_NE(other->info().wide_int64, ctx.info().wide_int64);
   }
-  // (4,160 rows: more than 256 rows per workgroup on up to 8 CPUs, and a last workgroup cut short.)
-  for (const Shape& s : {Shape{37, 512}, Shape{9, 2304}, Shape{2048, 256}, Shape{4160, 256}}) {
+  // (16,448 rows: at least 512 rows per workgroup on up to 8 CPUs, 2,048 on 2, more than the 256
+  // of before, and a last workgroup cut short.)
+  for (const Shape& s : {Shape{37, 512}, Shape{9, 2304}, Shape{2048, 256}, Shape{16448, 256}}) {
     const std::vector<uint8_t> w = quantized(TensorType::Q4_0, test::random_floats(size_t(s.rows) * s.cols, s.rows + s.cols), s.rows, s.cols);
     for (uint32_t n_tokens : {1u, 4u, 7u}) {
       SCOPED_TRACE("rows " + std::to_string(s.rows) + " cols " + std::to_string(s.cols) + " tokens " + std::to_string(n_tokens));

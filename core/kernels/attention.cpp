@@ -48,10 +48,10 @@ constexpr uint32_t k_decode_min_kv = 256;
 // attention_lanes.comp keeps four head-dim rows per lane in registers, its loops over them unrolled.
 constexpr uint32_t k_lanes_max_head_dim = 256;
 
-// Which kernel serves a record that the decode kernels do not take: on CPU drivers, for small heads,
-// attention_lanes.comp (a lane per query row) over lists shorter than k_decode_min_kv and
-// attention_simd.comp (a lane per slot) over longer ones (see their headers); GPUs get
-// attention.comp's shared-memory tiles.
+// Which kernel serves a record that the decode kernels do not take: on CPU drivers,
+// attention_lanes.comp (a lane per query row, head dims ≤ 256) over lists shorter than
+// k_decode_min_kv and attention_simd.comp (a lane per slot, head dims ≤ 64) over longer ones (see
+// their headers); attention.comp's shared-memory tiles on GPUs and for what those do not take.
 AttentionKernel attention_kernel_for(const VulkanContext& ctx, const AttentionShape& shape, uint32_t n_rot, uint32_t n_kv) {
   const DeviceInfo& d = ctx.info();
   const bool base = shape.head_dim % 8 == 0 && n_rot % 4 == 0 && d.int64 && std::has_single_bit(d.subgroup_size);
