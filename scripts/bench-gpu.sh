@@ -12,7 +12,6 @@
 #                                     the anchor without its CPU-only package (about 38 MiB, xz).
 #   scripts/bench-gpu.sh check [DIR]  there: the packed test programs, each under a time limit, with
 #                                     ../shared and vkllm where they were built to look; one line each.
-#   scripts/bench-gpu.sh models [DIR] there: makes the benchmark models alone.
 #   scripts/bench-gpu.sh all [DIR]    there: all of a lease's work (see all() below).
 #   scripts/bench-gpu.sh run [DIR]    there: makes the benchmark models in $MODELS_DIR (default
 #                                     /tmp/vkllm-gpu-models), runs `vkllm bench` on each and prints
@@ -29,6 +28,7 @@ set -euo pipefail
 mode=${1:-}
 dir=${2:-.gpu}
 models_dir=${MODELS_DIR:-/tmp/vkllm-gpu-models}
+models=${MODELS:-1b-q4_0 1b-q4_k 1b-q8_0 1b-q6_k 8b-q4_0}
 here="$(cd "$(dirname "$0")/.." && pwd)"
 self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 name=bench-gpu
@@ -56,7 +56,7 @@ pack() {
   rm -rf "$dir/bin" "$dir/lib" "$dir/lib-fallback"
   pack_tests
   pack_anchor
-  echo "$name: packed $(du -sh "$dir" | cut -f1) into $dir; on the GPU machine: bash $dir/bench-gpu.sh check|run $dir" >&2
+  echo "$name: packed $(du -sh "$dir" | cut -f1) into $dir; on the GPU machine: bash $dir/bench-gpu.sh all $dir" >&2
 }
 
 # The test programs that drive the device (not the parsers', the CLI's or the server's), the paths
@@ -70,11 +70,11 @@ pack_tests() {
     echo "shared=$(sed -n 's/.*-DVKLLM_SHARED_DIR=\\"\([^\\]*\)\\".*/\1/p' "$here/build/build.ninja" | head -1)"
     echo "binary=$(sed -n 's/.*-DVKLLM_BINARY=\\"\([^\\]*\)\\".*/\1/p' "$here/build/build.ninja" | head -1)"
   } >"$dir/paths.txt"
-  local models=()
+  local files=()
   for m in ${SHARED_MODELS:-stories260K synth-llama-q4_0 synth-llama-q4_k_m synth-llama-q2_k}; do
-    models+=("models/$m.gguf")
+    files+=("models/$m.gguf")
   done
-  tar -C "$shared" -cf - reference vocab/ggml-vocab-llama-spm.gguf "${models[@]}" | xz -T0 -6 >"$dir/shared.tar.xz"
+  tar -C "$shared" -cf - reference vocab/ggml-vocab-llama-spm.gguf "${files[@]}" | xz -T0 -6 >"$dir/shared.tar.xz"
 }
 
 # node and the anchor (../shared/anchor/setup.sh's folder) for llama.cpp's side of the table.
@@ -150,7 +150,7 @@ peak_gbs() {
 make_models() {
   local m make_model="$dir/bin/make_model" vocab="$dir/ggml-vocab-llama-spm.gguf" layers=${LAYERS:-32} pids=()
   mkdir -p "$models_dir"
-  for m in ${MODELS:-1b-q4_0 1b-q4_k 1b-q8_0 1b-q6_k 8b-q4_0}; do
+  for m in $models; do
     local shape=${m%%-*} type=${m#*-} file="$models_dir/$m.gguf" args
     [ -f "$file" ] && continue
     case "$shape" in
@@ -164,12 +164,6 @@ make_models() {
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p"; done
-}
-
-# Only the models (to overlap their making with `check`).
-models() {
-  setup_env
-  make_models
 }
 
 run() {
@@ -188,7 +182,7 @@ run() {
     "$( ((anchor_ok)) && printf ' %10s | %10s | %6s | %6s |' "llama pp" "llama tg" "pp ×" "tg ×")"
   printf '|--------------|-----------:|-----------:|-----------:|---------:|%s\n' "$( ((anchor_ok)) && echo '-----------:|-----------:|-------:|-------:|')"
   make_models
-  for m in ${MODELS:-1b-q4_0 1b-q4_k 1b-q8_0 1b-q6_k 8b-q4_0}; do
+  for m in $models; do
     local file="$models_dir/$m.gguf"
     local v
     v=$("$vkllm" bench -m "$file" -p "$pp" -n "$tg" -r "$reps" --json 2>/dev/null)
@@ -230,14 +224,14 @@ print("nan" if v is None else v)' "$1" "$2"
 # ceiling). Each step has a time limit, so that one hang costs only its own.
 all() {
   setup_env
-  local vkllm="$dir/bin/vkllm" last
+  local vkllm="$dir/bin/vkllm"
   make_models >"$models_dir.log" 2>&1 &
   local maker=$!
   timeout "${CHECK_TIMEOUT:-240}" bash "$self" check "$dir" || echo "$name: check: rc $?"
   wait "$maker" || echo "$name: making the models failed: $(tail -3 "$models_dir.log")"
   cat "$models_dir.log" >&2
   timeout "${RUN_TIMEOUT:-300}" bash "$self" run "$dir" || echo "$name: run: rc $?"
-  for last in ${MODELS:-1b-q4_0 1b-q4_k 1b-q8_0 1b-q6_k 8b-q4_0}; do :; done
+  local last=${models##* }
   local big="$models_dir/$last.gguf"
   echo "$name: $last, --profile"
   timeout 90 "$vkllm" bench -m "$big" -p "${PP:-512}" -n 32 -r 1 --profile 2>&1 || echo "$name: profile: rc $?"
@@ -250,8 +244,7 @@ all() {
 case "$mode" in
   pack) pack ;;
   check) check ;;
-  models) models ;;
   all) all ;;
   run) run ;;
-  *) echo "usage: $0 pack|check|models|run|all [DIR]   (see the top of this file)" >&2; exit 2 ;;
+  *) echo "usage: $0 pack|check|run|all [DIR]   (see the top of this file)" >&2; exit 2 ;;
 esac
