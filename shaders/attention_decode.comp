@@ -22,11 +22,12 @@
 //     p.rot_split, where the shift changes), and runs no RoPE per entry.
 //   OP_VALUES: a workgroup per DC dims of a KV head (grid x = HD / DC, y = KV head). It first
 //     takes each head's maximum score M over the blocks' maxima (a lane per block, one subgroupMax
-//     per head); then lane l takes entries l, l + W, …: it reads the entry's G scores and DC dims
-//     of its V row and accumulates exp(s − M) and exp(s − M)·v; the lanes sum once at the end
-//     through shared memory. (An online softmax, whose running max is raised inside the loop, cost
-//     a third of this pass: lavapipe runs a branch's body for every lane, taken or not.) Each
-//     lane load is useful (a load at the same address in every lane inside a loop is a per-lane
+//     per head); then lane l takes entries l, l + W, …, two per iteration (l + 2iW and l + (2i+1)W,
+//     so that the G·DC accumulators, on the stack, are loaded and stored once per two entries): it
+//     reads each entry's G scores and DC dims of its V row and accumulates exp(s − M) and
+//     exp(s − M)·v; the lanes sum once at the end through shared memory. (An online softmax, whose
+//     running max is raised inside the loop, cost a third of this pass: lavapipe runs a branch's
+//     body for every lane, taken or not.) Each lane load is useful (a load at the same address in every lane inside a loop is a per-lane
 //     gather on lavapipe, which the first version, a lane per dim, paid for the scores of every
 //     entry), and each exp serves DC dims of one entry.
 //
@@ -153,15 +154,22 @@ void main() {
 #if !defined(ROT_COPY)
   int prev = -2147483647;
 #endif
+  // The next entry's slot and position are loaded an iteration ahead: their loads are gathers
+  // whose latency the slot's K row waits for (a loop body is too long for the CPU to look ahead).
+  uint slot_next = first < end ? kv_slot(first) : 0u;
+  int pos_next = first < end ? kv_position(first) : 0;
   [[dont_unroll]] for (uint t = 0; t < PER_LANE; ++t) {
     const uint e = first + t;
     if (e >= end) break;
-    const int pos = kv_position(e);
+    const int pos = pos_next;
+    const uint slot = slot_next;
+    pos_next = kv_position(min(e + 1, end - 1));
+    slot_next = kv_slot(min(e + 1, end - 1));
 #if defined(ROT_COPY)
     // The copy is head-major ([n_head_kv][rot_slots][HD]): a lane's rows of this head are
     // contiguous along a run of consecutive slots (128 bytes each at head dim 64, not 1 KiB apart).
     float k[HD];
-    CACHE_LOAD_RUN(kc, (hk * p.rot_slots + kv_slot(e)) * (HD * 2), 0, HD, k)
+    CACHE_LOAD_RUN(kc, (hk * p.rot_slots + slot) * (HD * 2), 0, HD, k)
 #else
     if (pos == prev + 1 && t % ANCHOR_EVERY != 0) {
       [[unroll]] for (uint i = 0; i < N_ROT / 2; ++i)
@@ -171,7 +179,7 @@ void main() {
     }
     prev = pos;
     float k[HD];
-    CACHE_LOAD_RUN(kc, kv_slot(e) * row_bytes, hk * HD, HD, k)
+    CACHE_LOAD_RUN(kc, slot * row_bytes, hk * HD, HD, k)
     [[unroll]] for (uint i = 0; i < N_ROT / 2; ++i) {
       const uint d0 = NEOX ? i : 2 * i, d1 = NEOX ? i + N_ROT / 2 : 2 * i + 1;
       const float a = k[d0], b = k[d1];
@@ -220,15 +228,26 @@ void main() {
     l[h] = 0.0;
     [[unroll]] for (uint j = 0; j < DC; ++j) o[h][j] = 0.0;
   }
-  [[dont_unroll]] for (uint e = lane; e < p.n_kv; e += W) {
-    float v[DC];
-    CACHE_LOAD_RUN(vc, kv_slot(e) * row_bytes, d0, DC, v)
-    float sc[GP];
-    read_scores(row, e, sc);
+  // Two entries per iteration (e and e + W), so each accumulator, which lives on the stack (G·DC of
+  // them), is loaded and stored once per two entries; a second entry past the list counts 0. The
+  // slots are loaded an iteration ahead, as in the scores pass.
+  uint slot_next[2] = uint[2](kv_slot(min(lane, p.n_kv - 1)), kv_slot(min(lane + W, p.n_kv - 1)));
+  [[dont_unroll]] for (uint e = lane; e < p.n_kv; e += 2 * W) {
+    const uint slot[2] = slot_next;
+    slot_next[0] = kv_slot(min(e + 2 * W, p.n_kv - 1));
+    slot_next[1] = kv_slot(min(e + 3 * W, p.n_kv - 1));
+    const bool second = e + W < p.n_kv;
+    float v0[DC], v1[DC];
+    CACHE_LOAD_RUN(vc, slot[0] * row_bytes, d0, DC, v0)
+    CACHE_LOAD_RUN(vc, slot[1] * row_bytes, d0, DC, v1)
+    float sc0[GP], sc1[GP];
+    read_scores(row, e, sc0);
+    read_scores(row, min(e + W, p.n_kv - 1), sc1);
     [[unroll]] for (uint h = 0; h < G; ++h) {
-      const float pr = sc[h] <= NEG ? 0.0 : exp(sc[h] - m[h]);
-      l[h] += pr;
-      [[unroll]] for (uint j = 0; j < DC; ++j) o[h][j] += pr * v[j];
+      const float p0 = sc0[h] <= NEG ? 0.0 : exp(sc0[h] - m[h]);
+      const float p1 = !second || sc1[h] <= NEG ? 0.0 : exp(sc1[h] - m[h]);
+      l[h] += p0 + p1;
+      [[unroll]] for (uint j = 0; j < DC; ++j) o[h][j] += p0 * v0[j] + p1 * v1[j];
     }
   }
   // Sum across the lanes in straight-line code whose shared loads are at uniform addresses (one
