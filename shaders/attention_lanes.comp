@@ -16,11 +16,18 @@
 //
 // Bindings and push constants: those of attention.comp (7, the split partials, is not read).
 // Specialization: 0 W (the subgroup size), 1 HD (head_dim, a multiple of 8), 2 N_ROT, 3 NEOX.
+// BATCH (f16 caches): one query token of each of up to MAX_SEQ sequences, each over its own cache
+// and lists (a decode step of several sequences in one dispatch; docs/server.md): grid y =
+// sequence, whose q and output are row y of q and out; bindings 1 to 5 are arrays of MAX_SEQ,
+// element y that sequence's; its list length is the push constants' n_kv_of[y] (p.n_q is 1).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+#if defined(BATCH)
+#define CACHE_TEXEL(NAME, i) NAME##_texel(i)
+#endif
 #include "kv_cache.glsl"
 #include "params.h"
 #include "softcap.glsl"
@@ -33,14 +40,49 @@ const float NEG = -1.0e30;
 const float RESCALE_AT = 8.0;  // probabilities stay below e^8 before the running max is raised
 
 layout(binding = 0) readonly buffer Q { float q[]; };
+layout(binding = 6) writeonly buffer Out { float out_[]; };
+layout(binding = 8) readonly buffer RopeTable { u64vec2 rope_table[]; };  // [pos][HD/2] (cos, sin), two pairs per element
+#if defined(BATCH)
+#if !defined(CACHE_F16)
+#error "attention_lanes: BATCH reads f16 caches"
+#endif
+#define MAX_SEQ 4
+uint seq;  // the workgroup's sequence: the arrays' element it reads
+layout(binding = 1, rgba32ui) uniform readonly restrict uimageBuffer kc_of[MAX_SEQ];
+layout(binding = 2, rgba32ui) uniform readonly restrict uimageBuffer vc_of[MAX_SEQ];
+// Texel i of the sequence's K or V cache. An array of texel buffers may be indexed only by a
+// constant on some devices (lavapipe), so each element under a branch, uniform in the workgroup.
+uvec4 kc_texel(int i) {
+  if (seq == 0) return imageLoad(kc_of[0], i);
+  if (seq == 1) return imageLoad(kc_of[1], i);
+  if (seq == 2) return imageLoad(kc_of[2], i);
+  return imageLoad(kc_of[3], i);
+}
+uvec4 vc_texel(int i) {
+  if (seq == 0) return imageLoad(vc_of[0], i);
+  if (seq == 1) return imageLoad(vc_of[1], i);
+  if (seq == 2) return imageLoad(vc_of[2], i);
+  return imageLoad(vc_of[3], i);
+}
+layout(binding = 3) readonly buffer KvSlots { int d[]; } kv_slots_of[MAX_SEQ];
+layout(binding = 4) readonly buffer KvPos { int d[]; } kv_pos_of[MAX_SEQ];
+layout(binding = 5) readonly buffer QPos { int d[]; } q_pos_of[MAX_SEQ];
+#define kv_slots kv_slots_of[seq].d
+#define kv_pos kv_pos_of[seq].d
+#define q_pos q_pos_of[seq].d
+layout(push_constant) uniform Push { AttentionParams p; uint n_kv_of[MAX_SEQ]; };
+#define N_KV n_kv_of[seq]
+#define Q_ROW(t) seq  // a sequence's one query token is row `seq` of q and out
+#else
 layout(binding = 3) readonly buffer KvSlots { int kv_slots[]; };
 layout(binding = 4) readonly buffer KvPos { int kv_pos[]; };
 layout(binding = 5) readonly buffer QPos { int q_pos[]; };
-layout(binding = 6) writeonly buffer Out { float out_[]; };
-layout(binding = 8) readonly buffer RopeTable { u64vec2 rope_table[]; };  // [pos][HD/2] (cos, sin), two pairs per element
 CACHE_RUN_READER(kc, 1)
 CACHE_RUN_READER(vc, 2)
 layout(push_constant) uniform Push { AttentionParams p; };
+#define N_KV p.n_kv
+#define Q_ROW(t) (t)
+#endif
 
 // The rope table's (cos, sin) of pairs 2j and 2j + 1 at position pos.
 void table_pairs(uint pos, uint j, out vec2 a, out vec2 b) {
@@ -64,6 +106,9 @@ void rotate(inout float v[HD], uint pos) {
 }
 
 void main() {
+#if defined(BATCH)
+  seq = gl_WorkGroupID.y;
+#endif
   const uint lane = gl_LocalInvocationID.x;
   const uint G = p.n_head / p.n_head_kv;
   const uint n_rows = p.n_q * p.n_head;
@@ -78,14 +123,14 @@ void main() {
   const int qmin = subgroupMin(live ? qpos : 2147483647);
   float qv[HD], ov[HD];
   [[unroll]] for (uint d = 0; d < HD; ++d) {
-    qv[d] = q[t * p.q_stride + h * HD + d];
+    qv[d] = q[Q_ROW(t) * p.q_stride + h * HD + d];
     ov[d] = 0.0;
   }
   rotate(qv, uint(max(qpos, 0)));  // q arrives un-rotated
   [[unroll]] for (uint d = 0; d < HD; ++d) qv[d] *= p.scale;
   float m = NEG, l = 0.0;
 
-  for (uint i = 0; i < p.n_kv; ++i) {
+  for (uint i = 0; i < N_KV; ++i) {
     const int pos = kv_pos[i];
     if (pos > qmax) break;  // positions ascend: no later slot is visible to these rows
     if (p.window != 0 && pos + int(p.window) <= qmin) continue;
@@ -110,6 +155,6 @@ void main() {
   }
 
   if (!live) return;
-  const uint at = t * p.out_stride + h * HD;
+  const uint at = Q_ROW(t) * p.out_stride + h * HD;
   [[unroll]] for (uint d = 0; d < HD; ++d) out_[at + d] = l > 0.0 ? ov[d] / l : 0.0;
 }

@@ -11,6 +11,9 @@
 // 5 rot [n_tokens] i32, 6 rope table [pos][HD/2] (cos, sin); specialization 1 HD,
 // 2 N_ROT, 3 NEOX. The element rotated is the f16 one the cache holds, exactly as kv_rotate.comp
 // rotates a cached row, so a copy rebuilt from the cache equals the one stored here bit for bit.
+// BATCH (f16): one token of each of up to MAX_SEQ sequences, each into its own cache (a decode
+// step of several sequences in one dispatch; docs/server.md): grid y = sequence, whose row of src is
+// row y; bindings 1 to 3 (and 4, 5) are arrays of MAX_SEQ, element y that sequence's (n_tokens 1).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "kv_cache.glsl"
@@ -18,19 +21,37 @@
 
 layout(local_size_x_id = 0) in;
 layout(binding = 0) readonly buffer Src { float src[]; };
+#if defined(BATCH)
+#define MAX_SEQ 4
+uint seq;  // the workgroup's sequence: the arrays' element it reads and writes
+layout(binding = 1) readonly buffer Slots { int d[]; } slots_of[MAX_SEQ];
+layout(binding = 2) writeonly buffer Cache0U16 { uint16_t d[]; } c0_16_of[MAX_SEQ];
+layout(binding = 3) writeonly buffer Cache1U16 { uint16_t d[]; } c1_16_of[MAX_SEQ];
+#define slots slots_of[seq].d
+#define c0_16 c0_16_of[seq].d
+#define c1_16 c1_16_of[seq].d
+#else
 layout(binding = 1) readonly buffer Slots { int slots[]; };
 layout(binding = 2) writeonly buffer Cache0U8 { uint8_t c0_8[]; };
 layout(binding = 2) writeonly buffer Cache0U16 { uint16_t c0_16[]; };
 layout(binding = 3) writeonly buffer Cache1U8 { uint8_t c1_8[]; };
 layout(binding = 3) writeonly buffer Cache1U16 { uint16_t c1_16[]; };
+#endif
 layout(push_constant) uniform Push { KvStoreParams p; };
 #if defined(ROT_COPY)
 #include "rope.glsl"
 layout(constant_id = 1) const uint HD = 64;
 layout(constant_id = 2) const uint N_ROT = 64;
 layout(constant_id = 3) const bool NEOX = false;
+#if defined(BATCH)
+layout(binding = 4) writeonly buffer Copy { uint16_t d[]; } copy_of[MAX_SEQ];
+layout(binding = 5) readonly buffer Rot { int d[]; } rot_of[MAX_SEQ];
+#define copy16 copy_of[seq].d
+#define rot rot_of[seq].d
+#else
 layout(binding = 4) writeonly buffer Copy { uint16_t copy16[]; };
 layout(binding = 5) readonly buffer Rot { int rot[]; };
+#endif
 layout(binding = 6) readonly buffer RopeTable { vec2 rope_table[]; };
 // The value an f32 element has in an f16 cache.
 float f16_round(float x) { return unpackHalf2x16(packHalf2x16(vec2(x, 0.0))).x; }
@@ -77,10 +98,16 @@ float f16_round(float x) { return unpackHalf2x16(packHalf2x16(vec2(x, 0.0))).x; 
 #endif
 
 void main() {
-  const uint t = gl_GlobalInvocationID.y, z = gl_WorkGroupID.z;
+  const uint z = gl_WorkGroupID.z;
+#if defined(BATCH)
+  seq = gl_WorkGroupID.y;
+  const uint t = 0, src_row = seq;  // one token per sequence
+#else
+  const uint t = gl_GlobalInvocationID.y, src_row = t;
+#endif
   if (t >= p.n_tokens) return;
   const uint row_base = uint(slots[t]) * cache_row_bytes(p.row_len);
-  const uint s = (z == 0 ? 0 : p.v_offset) + t * p.src_stride;
+  const uint s = (z == 0 ? 0 : p.v_offset) + src_row * p.src_stride;
   const uint e = gl_GlobalInvocationID.x;  // element (f16) or 32-element block
 #if defined(CACHE_F16)
   if (e >= p.row_len) return;

@@ -47,5 +47,9 @@ vkllm_shader(attention_combine attention_combine.comp)
 # The rotated copy of K (f16 caches, CPU drivers): stored with K, rebuilt from the cache, read by
 # the decode kernel's scores pass.
 vkllm_shader(kv_store_f16_rot kv_store.comp -DCACHE_F16 -DROT_COPY)
+# One token of each of several sequences, each into its own f16 cache (a batched decode step).
+vkllm_shader(kv_store_f16_batch kv_store.comp -DCACHE_F16 -DBATCH)
+vkllm_shader(kv_store_f16_rot_batch kv_store.comp -DCACHE_F16 -DROT_COPY -DBATCH)
+vkllm_shader(attention_lanes_f16_batch attention_lanes.comp -DCACHE_F16 -DBATCH)
 vkllm_shader(kv_rotate kv_rotate.comp)
 vkllm_shader(attention_scores_f16_rot attention_decode.comp -DCACHE_F16 -DOP_SCORES -DROT_COPY)

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <random>
 #include <nlohmann/json.hpp>
 
@@ -143,6 +144,68 @@ TEST_F(EngineRotatedK, RotatedCopyOfKGivesTheLogitsOfRopeOnRead) {
   Engine big(test::vk(), test::pipelines(), model, o);
   EXPECT_EQ(big.cache().k_rotated(0) != nullptr, 80000 <= test::vk().limits().maxComputeWorkGroupCount[1]);
   EXPECT_EQ(big.decode(random_tokens(3), LogitsMode::Last).size(), c.n_vocab);
+}
+
+// A decode step of several sequences (decode_batch, as the server runs them): every sequence's
+// logits are bit for bit those it gets decoded alone, over caches of different lengths, with more
+// sequences than one batched dispatch takes (k_batch_seqs), with and without the rotated copy of K;
+// on a device that takes them, the K/V stores and the attention ran batched. One sequence grows
+// past 256 slots, where its attention (attention_decode.comp on CPU drivers) reads the rotated
+// copy's rows that the batched steps stored.
+using EngineBatch = test::VulkanTest;
+
+TEST_F(EngineBatch, DecodeStepOfSeveralSequencesGivesEachItsLogitsAlone) {
+  const std::string model_rel = "models/synth-llama-q4_0.gguf";
+  VKLLM_REQUIRE_SHARED(model_rel);
+  const gguf::File file = gguf::File::open(test::shared_path(model_rel));
+  const Model model(test::vk(), file);
+  const ModelConfig& c = model.config();
+  std::mt19937 rng(11);
+  auto random_tokens = [&](size_t n) {
+    std::vector<int32_t> t(n);
+    for (int32_t& x : t) x = int32_t(rng() % c.n_vocab);
+    return t;
+  };
+  const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim};
+  RopeConfig rope;
+  rope.head_dim = c.head_dim;
+  rope.n_rot = c.n_rot;
+  const bool batched_here = batch_attention_fits(test::vk(), CacheType::F16, CacheType::F16, shape, rope, 200);
+  for (const bool rotated : {true, false}) {
+    EngineOptions o;
+    o.cache.capacity = 300;
+    o.rotated_k = rotated;
+    o.profile = true;
+    constexpr size_t kSeqs = k_batch_seqs + 2;
+    std::vector<std::unique_ptr<Engine>> batch, alone;
+    std::vector<std::vector<int32_t>> prompts;
+    for (size_t i = 0; i < kSeqs; ++i) {
+      prompts.push_back(random_tokens(i + 1 < kSeqs ? 3 + 29 * i : 250));
+      for (auto* list : {&batch, &alone}) {
+        list->push_back(std::make_unique<Engine>(test::vk(), test::pipelines(), model, o));
+        list->back()->decode(prompts[i], LogitsMode::Last);
+      }
+    }
+    std::vector<Engine*> seqs;
+    for (auto& e : batch) seqs.push_back(e.get());
+    ASSERT_TRUE(seqs[0]->can_decode_batch(seqs));
+    EXPECT_EQ(seqs[0]->cache().k_rotated(0) != nullptr, rotated && decode_kernels_fit(test::vk(), shape, o.cache.capacity));
+    for (int step = 0; step < 10; ++step) {
+      const std::vector<int32_t> tokens = random_tokens(kSeqs);
+      const std::vector<float> together = seqs[0]->decode_batch(seqs, tokens);
+      ASSERT_EQ(together.size(), kSeqs * c.n_vocab);
+      for (size_t i = 0; i < kSeqs; ++i) {
+        const std::vector<float> one = alone[i]->decode(std::span(&tokens[i], 1), LogitsMode::Last);
+        ASSERT_EQ(one.size(), c.n_vocab);
+        size_t differ = 0;
+        for (uint32_t v = 0; v < c.n_vocab; ++v) differ += one[v] != together[i * c.n_vocab + v];
+        EXPECT_EQ(differ, 0u) << "sequence " << i << " step " << step << (rotated ? " (rotated copy of K)" : "");
+      }
+    }
+    const auto& t = seqs[0]->timings();
+    const bool ran_batched = std::any_of(t.begin(), t.end(), [](const DispatchTiming& d) { return d.label == "attention_lanes_f16_batch"; });
+    EXPECT_EQ(ran_batched, batched_here) << test::vk().info().name;
+  }
 }
 
 std::vector<std::string> reference_cases() {

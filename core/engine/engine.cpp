@@ -175,6 +175,7 @@ void Engine::record_forward(std::span<const Member> members, uint32_t n, uint32_
     record_scale(rec, x, x, n * c.n_embd, c.embd_scale);
     rec.barrier();
   }
+  const bool batched = batch_step_fits(members);
   for (uint32_t l = 0; l < c.n_layer; ++l) {
     const LayerWeights& L = w.layers[l];
     // Attention block: xn = rms_norm(x) · attn_norm
@@ -203,10 +204,15 @@ void Engine::record_forward(std::span<const Member> members, uint32_t n, uint32_
       rec.barrier();
     }
     // Store k and v at their slots (both un-rotated: attention rotates q and k by RoPE as it reads
-    // them), and attend, each sequence of the batch in its own cache.
-    for (const Member& m : members) m.seq->record_kv_store_of(rec, l, *this, m.first, m.n);
-    rec.barrier();
-    for (const Member& m : members) m.seq->record_attention_of(rec, l, *this, m.first, m.n);
+    // them), and attend, each sequence of the batch in its own cache (a decode step's sequences k
+    // at a time where the device takes it).
+    if (batched && !c.is_swa(l)) {
+      record_batch_step(members, l);
+    } else {
+      for (const Member& m : members) m.seq->record_kv_store_of(rec, l, *this, m.first, m.n);
+      rec.barrier();
+      for (const Member& m : members) m.seq->record_attention_of(rec, l, *this, m.first, m.n);
+    }
     rec.barrier();
     // Output projection and residual: x += wo · attn (Gemma: x += rms_norm(wo · attn) · attn_post_norm)
     record_residual(L.wo, attn, qd, n, L.attn_post_norm, kernel);
@@ -296,6 +302,47 @@ void Engine::record_attention_of(CommandRecorder& rec, uint32_t l, const Engine&
                                             rot_split_ > list_first ? rot_split_ - list_first : 0);
   record_attention(rec, cache_.type_k(), shape, rope, rope_table, pass.q_.sub(at, bytes), qd, pos_.view(), n, cache_.k(l).view(),
                    cache_.v(l).view(), list_slots, list_pos, n_kv, pass.attn_.view(at, bytes), qd, scratch_.view(), rotated);
+}
+
+bool Engine::batch_step_fits(std::span<const Member> members) const {
+  if (members.size() < 2) return false;
+  uint32_t max_kv = 0;
+  for (size_t i = 0; i < members.size(); ++i) {
+    const Member& m = members[i];
+    if (m.n != 1 || m.first != i) return false;
+    max_kv = std::max(max_kv, m.seq->n_kv_listed_);
+  }
+  const ModelConfig& c = model_.config();
+  const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, opts_.attention, c.attn_scale, c.attn_softcap, 0};
+  return batch_attention_fits(ctx_, cache_.type_k(), cache_.type_v(), shape, rope_config(false), max_kv);
+}
+
+void Engine::record_batch_step(std::span<const Member> members, uint32_t l) {
+  const ModelConfig& c = model_.config();
+  const uint32_t qd = c.n_head * c.head_dim, kvd = c.n_embd_kv();
+  const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, opts_.attention, c.attn_scale, c.attn_softcap, 0};
+  std::vector<SeqAttention> seqs;
+  for (const Member& m : members) {
+    const Engine& e = *m.seq;
+    const uint64_t list = uint64_t{e.n_kv_listed_} * 4;
+    seqs.push_back(SeqAttention{e.slots_.view(0, 4), e.pos_.view(0, 4), e.cache_.k(l).view(), e.cache_.v(l).view(),
+                                e.kv_slots_.view(0, list), e.kv_pos_.view(0, list), e.n_kv_listed_,
+                                e.rotated_k(l, *this, e.rot_.view(0, 4), 0)});
+  }
+  // Sequence i's rows are row i of the pass's k, v, q and attention output.
+  const auto rows = [](const BufferView& v, uint32_t first, uint32_t n, uint32_t width) {
+    return v.sub(uint64_t{first} * width * F, uint64_t{n} * width * F);
+  };
+  for (uint32_t g = 0; g < seqs.size(); g += k_batch_seqs) {
+    const uint32_t n = std::min<uint32_t>(k_batch_seqs, static_cast<uint32_t>(seqs.size()) - g);
+    record_batch_kv_store(rec_, rows(k_, g, n, kvd), rows(v_, g, n, kvd), kvd, kvd, std::span(seqs).subspan(g, n));
+  }
+  rec_.barrier();
+  for (uint32_t g = 0; g < seqs.size(); g += k_batch_seqs) {
+    const uint32_t n = std::min<uint32_t>(k_batch_seqs, static_cast<uint32_t>(seqs.size()) - g);
+    record_batch_attention(rec_, shape, rope_config(false), rope_table_.view(), rows(q_, g, n, qd), qd,
+                           rows(attn_.view(), g, n, qd), qd, std::span(seqs).subspan(g, n));
+  }
 }
 
 uint32_t Engine::window_list_start(uint32_t n) const {

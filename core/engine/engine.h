@@ -89,6 +89,11 @@ class Engine {
   // k, v, q and attention buffers.
   void record_kv_store_of(CommandRecorder& rec, uint32_t l, const Engine& pass, uint32_t first, uint32_t n) const;
   void record_attention_of(CommandRecorder& rec, uint32_t l, const Engine& pass, uint32_t first, uint32_t n) const;
+  // Whether a pass's members are a decode step (one token each, member i at row i) whose K/V stores
+  // and attention the device runs for several sequences per dispatch (record_batch_attention), and
+  // those records for layer l (a layer without a sliding window).
+  bool batch_step_fits(std::span<const Member> members) const;
+  void record_batch_step(std::span<const Member> members, uint32_t l);
   // Appends tokens to the cache and writes their ids, positions, slots and the attention lists to
   // the upload buffers; returns their positions.
   std::vector<int32_t> stage(std::span<const int32_t> tokens);

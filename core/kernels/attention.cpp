@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <vector>
 
 namespace vkllm {
 namespace {
@@ -318,6 +319,80 @@ void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape
   rec.barrier();
   const Pipeline& c = rec.pipelines().get("attention_combine", 3, sizeof(AttentionParams), {64});
   rec.dispatch(c, {partial_o, partial_ml, out}, params, div_ceil(shape.head_dim, 64), rows, shape.n_head_kv);
+}
+
+bool batch_attention_fits(const VulkanContext& ctx, CacheType type_k, CacheType type_v, const AttentionShape& shape,
+                          const RopeConfig& rope, uint32_t max_n_kv) {
+  // 24 descriptors: attention_lanes_f16_batch's 9 bindings, 5 of them arrays of k_batch_seqs.
+  const DeviceInfo& d = ctx.info();
+  return d.binding_arrays && d.max_push_descriptors >= 4 + 5 * k_batch_seqs && type_k == CacheType::F16 &&
+         type_v == CacheType::F16 && shape.kernel != AttentionKernel::Simd && shape.kernel != AttentionKernel::Tiled &&
+         attention_kernel_for(ctx, shape, rope.n_rot, max_n_kv) == AttentionKernel::Lanes;
+}
+
+namespace {
+
+// The views of the sequences' field `f` for an array binding of k_batch_seqs: the missing ones
+// repeat the first (bound, never read: the grid covers only the sequences there are).
+template <typename F>
+void add_views(std::vector<BufferView>& views, std::span<const SeqAttention> seqs, F f) {
+  for (uint32_t i = 0; i < k_batch_seqs; ++i) views.push_back(f(seqs[i < seqs.size() ? i : 0]));
+}
+
+}  // namespace
+
+void record_batch_kv_store(CommandRecorder& rec, const BufferView& k_src, const BufferView& v_src, uint32_t src_stride,
+                           uint32_t row_len, std::span<const SeqAttention> seqs) {
+  VKLLM_CHECK(!seqs.empty() && seqs.size() <= k_batch_seqs, "batched kv_store: 1 to 4 sequences");
+  VKLLM_CHECK(k_src.buffer == v_src.buffer && v_src.offset >= k_src.offset && (v_src.offset - k_src.offset) % 4 == 0,
+              "batched kv_store: V rows must follow the K rows in one buffer");
+  const RotatedK& r0 = seqs[0].rotated;
+  const bool rot = r0.rows.buffer != VK_NULL_HANDLE;
+  for (const SeqAttention& s : seqs)
+    VKLLM_CHECK((s.rotated.rows.buffer != VK_NULL_HANDLE) == rot && (!rot || copy_slots(s.rotated, row_len) == copy_slots(r0, row_len)),
+                "batched kv_store: every sequence has a rotated copy of K of one size, or none does");
+  const BufferView src{k_src.buffer, k_src.offset, v_src.offset + v_src.range - k_src.offset};
+  const KvStoreParams params{1, row_len, src_stride, static_cast<uint32_t>((v_src.offset - k_src.offset) / 4),
+                             rot ? copy_slots(r0, row_len) : 0};
+  std::vector<BufferView> views{src};
+  add_views(views, seqs, [](const SeqAttention& s) { return s.slots; });
+  add_views(views, seqs, [](const SeqAttention& s) { return s.k_cache; });
+  add_views(views, seqs, [](const SeqAttention& s) { return s.v_cache; });
+  const uint32_t n = static_cast<uint32_t>(seqs.size());
+  if (!rot) {
+    const Pipeline& p = rec.pipelines().get("kv_store_f16_batch", 4, sizeof(KvStoreParams), {64});
+    rec.dispatch_views(p, views, params, kv_store_groups(CacheType::F16, row_len), n, 2);
+    return;
+  }
+  add_views(views, seqs, [](const SeqAttention& s) { return s.rotated.rows; });
+  add_views(views, seqs, [](const SeqAttention& s) { return s.rotated.rot; });
+  views.push_back(r0.rope_table);
+  const RopeConfig& r = r0.rope;
+  const Pipeline& p = rec.pipelines().get("kv_store_f16_rot_batch", 7, sizeof(KvStoreParams), {64, r.head_dim, r.n_rot, r.neox ? 1u : 0u});
+  rec.dispatch_views(p, views, params, kv_store_groups(CacheType::F16, row_len), n, 2);
+}
+
+void record_batch_attention(CommandRecorder& rec, const AttentionShape& shape, const RopeConfig& rope, const BufferView& rope_table,
+                            const BufferView& q, uint32_t q_stride, const BufferView& out, uint32_t out_stride,
+                            std::span<const SeqAttention> seqs) {
+  VKLLM_CHECK(!seqs.empty() && seqs.size() <= k_batch_seqs, "batched attention: 1 to 4 sequences");
+  VKLLM_CHECK(shape.n_head % shape.n_head_kv == 0, "bad attention shape");
+  struct {
+    AttentionParams a;
+    uint32_t n_kv[k_batch_seqs];
+  } params{attention_params(shape, rope, 1, 0, q_stride, out_stride, 1, 0), {}};
+  for (size_t i = 0; i < seqs.size(); ++i) params.n_kv[i] = seqs[i].n_kv;
+  std::vector<BufferView> views{q};
+  add_views(views, seqs, [](const SeqAttention& s) { return s.k_cache; });
+  add_views(views, seqs, [](const SeqAttention& s) { return s.v_cache; });
+  add_views(views, seqs, [](const SeqAttention& s) { return s.kv_slots; });
+  add_views(views, seqs, [](const SeqAttention& s) { return s.kv_pos; });
+  add_views(views, seqs, [](const SeqAttention& s) { return s.q_pos; });
+  views.insert(views.end(), {out, out, rope_table});
+  const uint32_t sg = rec.context().subgroup_size();
+  const Pipeline& p = rec.pipelines().get("attention_lanes_f16_batch", 9, sizeof(params),
+                                          {sg, shape.head_dim, rope.n_rot, rope.neox ? 1u : 0u});
+  rec.dispatch_views(p, views, params, div_ceil(shape.n_head, sg), static_cast<uint32_t>(seqs.size()));
 }
 
 }  // namespace vkllm

@@ -175,4 +175,30 @@ void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape
                       const BufferView& kv_pos, uint32_t n_kv, const BufferView& out, uint32_t out_stride,
                       const BufferView& scratch, const RotatedK& rotated = {});
 
+// One decode step of several sequences, each one query token over its own f16 cache (a server's
+// batched step): the K/V stores of up to k_batch_seqs of them in one dispatch, and their attention
+// (attention_lanes.comp) in another, instead of one of each per sequence (docs/server.md, "One
+// dispatch for every sequence"). Each does exactly what record_kv_store_pair and record_attention
+// do for that sequence alone, bit for bit.
+constexpr uint32_t k_batch_seqs = 4;
+struct SeqAttention {
+  BufferView slots;              // [1] i32: the cache slot of the new token's K and V
+  BufferView q_pos;              // [1] i32: its position
+  BufferView k_cache, v_cache;   // f16 [n_slots][row bytes]
+  BufferView kv_slots, kv_pos;   // the slot list attention reads, and its positions
+  uint32_t n_kv = 0;
+  RotatedK rotated;              // as record_kv_store_pair's (rot: [1]); rows null: none (for every sequence)
+};
+// Whether the batched records serve these: a CPU driver with arrays of bindings, f16 K and V, and
+// lists of at most max_n_kv slots that attention_lanes.comp takes.
+bool batch_attention_fits(const VulkanContext& ctx, CacheType type_k, CacheType type_v, const AttentionShape& shape,
+                          const RopeConfig& rope, uint32_t max_n_kv);
+// Row i of k_src and v_src (v_src after k_src in one buffer) is the new token of seqs[i].
+void record_batch_kv_store(CommandRecorder& rec, const BufferView& k_src, const BufferView& v_src, uint32_t src_stride,
+                           uint32_t row_len, std::span<const SeqAttention> seqs);
+// Row i of q (un-rotated) and of out is seqs[i]'s query token.
+void record_batch_attention(CommandRecorder& rec, const AttentionShape& shape, const RopeConfig& rope, const BufferView& rope_table,
+                            const BufferView& q, uint32_t q_stride, const BufferView& out, uint32_t out_stride,
+                            std::span<const SeqAttention> seqs);
+
 }  // namespace vkllm

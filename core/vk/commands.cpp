@@ -41,10 +41,10 @@ void CommandRecorder::begin_if_needed() {
   recording_ = true;
 }
 
-void CommandRecorder::dispatch_raw(const Pipeline& p, std::initializer_list<BufferView> buffers, const void* params,
+void CommandRecorder::dispatch_raw(const Pipeline& p, std::span<const BufferView> buffers, const void* params,
                                    uint32_t params_size, uint32_t groups_x, uint32_t groups_y, uint32_t groups_z) {
-  VKLLM_CHECK(buffers.size() == p.n_buffers(), p.name() + ": " + std::to_string(buffers.size()) + " buffers bound, pipeline has " +
-                                                   std::to_string(p.n_buffers()));
+  VKLLM_CHECK(buffers.size() == p.n_views(), p.name() + ": " + std::to_string(buffers.size()) + " buffers bound, pipeline has " +
+                                                 std::to_string(p.n_views()));
   VKLLM_CHECK(params_size == p.push_size(), p.name() + ": push constant size mismatch");
   ++n_dispatches_;
   VKLLM_CHECK(groups_x <= ctx_.limits().maxComputeWorkGroupCount[0] && groups_y <= ctx_.limits().maxComputeWorkGroupCount[1] &&
@@ -52,30 +52,39 @@ void CommandRecorder::dispatch_raw(const Pipeline& p, std::initializer_list<Buff
               p.name() + ": too many workgroups");
   if (groups_x == 0 || groups_y == 0 || groups_z == 0) return;
   begin_if_needed();
-  VkDescriptorBufferInfo infos[16];
-  VkWriteDescriptorSet writes[16];
-  VKLLM_CHECK(buffers.size() <= 16, "too many bindings");
-  uint32_t i = 0;
-  VkBufferView texels[16];
-  for (const BufferView& b : buffers) {
+  // The views fill the bindings in order, an array binding taking as many as it holds.
+  constexpr size_t kMaxViews = 32;
+  VKLLM_CHECK(buffers.size() <= kMaxViews, "too many bindings");
+  VkDescriptorBufferInfo infos[kMaxViews];
+  VkBufferView texels[kMaxViews];
+  VkWriteDescriptorSet writes[kMaxViews];
+  auto view = buffers.begin();
+  uint32_t at = 0;
+  for (uint32_t i = 0; i < p.n_buffers(); ++i) {
+    const BindingShape& shape = p.binding(i);
     writes[i] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
     writes[i].dstBinding = i;
-    writes[i].descriptorCount = 1;
-    if (const VkFormat f = p.texel_format(i); f != VK_FORMAT_UNDEFINED) {
-      texels[i] = ctx_.texel_view(b.buffer, b.offset, b.range, f);
+    writes[i].descriptorCount = shape.count;
+    if (shape.format != VK_FORMAT_UNDEFINED) {
       writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_TEXEL_BUFFER;
-      writes[i].pTexelBufferView = &texels[i];
+      writes[i].pTexelBufferView = &texels[at];
     } else {
-      VKLLM_CHECK(b.range <= ctx_.max_storage_range(), p.name() + ": binding " + std::to_string(i) + " range " +
-                                                           std::to_string(b.range) + " exceeds maxStorageBufferRange");
-      infos[i] = {b.buffer, b.offset, b.range ? b.range : VK_WHOLE_SIZE};
       writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-      writes[i].pBufferInfo = &infos[i];
+      writes[i].pBufferInfo = &infos[at];
     }
-    ++i;
+    for (uint32_t k = 0; k < shape.count; ++k, ++at, ++view) {
+      const BufferView& b = *view;
+      if (shape.format != VK_FORMAT_UNDEFINED) {
+        texels[at] = ctx_.texel_view(b.buffer, b.offset, b.range, shape.format);
+      } else {
+        VKLLM_CHECK(b.range <= ctx_.max_storage_range(), p.name() + ": binding " + std::to_string(i) + " range " +
+                                                             std::to_string(b.range) + " exceeds maxStorageBufferRange");
+        infos[at] = {b.buffer, b.offset, b.range ? b.range : VK_WHOLE_SIZE};
+      }
+    }
   }
   vkCmdBindPipeline(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, p.handle());
-  ctx_.push_descriptor_fn()(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout(), 0, i, writes);
+  ctx_.push_descriptor_fn()(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout(), 0, p.n_buffers(), writes);
   if (params_size) vkCmdPushConstants(cmd_, p.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, params_size, params);
   const bool timed = queries_ && labels_.size() < max_timestamps_;
   if (timed) vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries_, uint32_t(labels_.size() * 2));

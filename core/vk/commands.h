@@ -4,6 +4,7 @@
 #include <vulkan/vulkan.h>
 
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -28,14 +29,23 @@ class CommandRecorder {
   CommandRecorder(const CommandRecorder&) = delete;
   CommandRecorder& operator=(const CommandRecorder&) = delete;
 
-  // Binds `buffers` to bindings 0..n-1, pushes `params` and dispatches `groups_*` workgroups.
+  // Binds `buffers` to bindings 0..n-1 (an array binding of N takes the next N of them), pushes
+  // `params` and dispatches `groups_*` workgroups.
   template <typename Params>
   void dispatch(const Pipeline& p, std::initializer_list<BufferView> buffers, const Params& params, uint32_t groups_x,
                 uint32_t groups_y = 1, uint32_t groups_z = 1) {
     static_assert(sizeof(Params) % 4 == 0, "push constants are 4-byte fields");
+    dispatch_raw(p, std::span<const BufferView>(buffers.begin(), buffers.size()), &params, sizeof(Params), groups_x, groups_y,
+                 groups_z);
+  }
+  // The same with the views in a container (array bindings of a length set by the caller).
+  template <typename Params>
+  void dispatch_views(const Pipeline& p, std::span<const BufferView> buffers, const Params& params, uint32_t groups_x,
+                      uint32_t groups_y = 1, uint32_t groups_z = 1) {
+    static_assert(sizeof(Params) % 4 == 0, "push constants are 4-byte fields");
     dispatch_raw(p, buffers, &params, sizeof(Params), groups_x, groups_y, groups_z);
   }
-  void dispatch_raw(const Pipeline& p, std::initializer_list<BufferView> buffers, const void* params, uint32_t params_size,
+  void dispatch_raw(const Pipeline& p, std::span<const BufferView> buffers, const void* params, uint32_t params_size,
                     uint32_t groups_x, uint32_t groups_y, uint32_t groups_z);
   // Makes every earlier shader/transfer write visible to every later shader/transfer access.
   void barrier();

@@ -134,6 +134,10 @@ DeviceInfo query_device(VkPhysicalDevice pd, uint32_t index) {
   props.pNext = &p11;
   vkGetPhysicalDeviceProperties2(pd, &props);
   VkPhysicalDeviceMaintenance3Properties m3{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
+  // (The push-descriptor limits only where the extension is there: a struct of a missing one is invalid.)
+  VkPhysicalDevicePushDescriptorPropertiesKHR pushd{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PUSH_DESCRIPTOR_PROPERTIES_KHR};
+  d.push_descriptor = has_device_extension(pd, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
+  if (d.push_descriptor) m3.pNext = &pushd;
   VkPhysicalDeviceProperties2 props_m3{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
   props_m3.pNext = &m3;
   vkGetPhysicalDeviceProperties2(pd, &props_m3);
@@ -166,7 +170,8 @@ DeviceInfo query_device(VkPhysicalDevice pd, uint32_t index) {
   d.scalar_layout = f12.scalarBlockLayout;
   d.storage16 = f11.storageBuffer16BitAccess;
   d.storage8 = f12.storageBuffer8BitAccess;
-  d.push_descriptor = has_device_extension(pd, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
+  d.max_push_descriptors = d.push_descriptor ? pushd.maxPushDescriptors : 0;
+  d.binding_arrays = feats.features.shaderStorageBufferArrayDynamicIndexing;
   d.max_storage_buffer_range = props.properties.limits.maxStorageBufferRange;
   d.max_allocation_size = m3.maxMemoryAllocationSize;
   d.max_shared_memory = props.properties.limits.maxComputeSharedMemorySize;
@@ -291,6 +296,7 @@ VulkanContext::VulkanContext(const ContextOptions& o) {
     vkGetPhysicalDeviceFeatures(physical_, &supported);
     feats.features.shaderInt16 = supported.shaderInt16;
     feats.features.shaderInt64 = supported.shaderInt64;
+    feats.features.shaderStorageBufferArrayDynamicIndexing = info_.binding_arrays;
     const char* exts[] = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
     VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
     dci.pNext = &feats;

@@ -44,6 +44,11 @@ struct DeviceInfo {
   bool storage16 = false;      // storageBuffer16BitAccess
   bool storage8 = false;       // storageBuffer8BitAccess
   bool push_descriptor = false;
+  // Arrays of storage buffers indexed by a dynamically uniform value (enabled when present): one
+  // dispatch reads several sequences' caches (docs/server.md). (Arrays of texel buffers are indexed
+  // by constants: lavapipe indexes no others.)
+  bool binding_arrays = false;
+  uint32_t max_push_descriptors = 0;  // descriptors one push may write (all bindings' array elements)
   uint64_t max_storage_buffer_range = 0;
   uint64_t max_allocation_size = 0;
   uint32_t max_shared_memory = 0;

@@ -14,11 +14,13 @@ namespace vkllm {
 namespace {
 
 // The format of each of the first `n` bindings (set 0) that the module declares as a storage
-// texel buffer (an OpVariable of an OpTypeImage with Dim Buffer and Sampled 2), else UNDEFINED.
-std::vector<VkFormat> texel_bindings(const uint32_t* code, size_t n_words, uint32_t n, const std::string& name) {
-  constexpr uint32_t kDecorate = 71, kTypeImage = 25, kTypePointer = 32, kVariable = 59;
+// texel buffer (an OpVariable of an OpTypeImage with Dim Buffer and Sampled 2), else UNDEFINED,
+// and its descriptor count: the length of the array the binding is declared as (1 if none).
+std::vector<BindingShape> reflect_bindings(const uint32_t* code, size_t n_words, uint32_t n, const std::string& name) {
+  constexpr uint32_t kDecorate = 71, kTypeImage = 25, kTypeArray = 28, kTypePointer = 32, kConstant = 43, kVariable = 59;
   constexpr uint32_t kDecorationBinding = 33, kDimBuffer = 5, kFormatRgba32ui = 30, kFormatR32ui = 33;
-  std::map<uint32_t, uint32_t> binding_of, pointee, var_type;
+  std::map<uint32_t, uint32_t> binding_of, pointee, var_type, constant;
+  std::map<uint32_t, std::pair<uint32_t, uint32_t>> array_of;  // array type: (element type, length id)
   std::map<uint32_t, VkFormat> image_format;
   for (size_t at = 5; at < n_words;) {
     const uint32_t op = code[at] & 0xFFFFu, len = code[at] >> 16;
@@ -29,20 +31,31 @@ std::vector<VkFormat> texel_bindings(const uint32_t* code, size_t n_words, uint3
       image_format[w[1]] = w[8] == kFormatRgba32ui ? VK_FORMAT_R32G32B32A32_UINT
                            : w[8] == kFormatR32ui  ? VK_FORMAT_R32_UINT
                                                    : VK_FORMAT_UNDEFINED;
+    if (op == kTypeArray && len >= 4) array_of[w[1]] = {w[2], w[3]};
+    if (op == kConstant && len >= 4) constant[w[2]] = w[3];
     if (op == kTypePointer && len >= 4) pointee[w[1]] = w[3];
     if (op == kVariable && len >= 3) var_type[w[2]] = w[1];
     at += len;
   }
-  std::vector<VkFormat> formats(n, VK_FORMAT_UNDEFINED);
+  std::vector<BindingShape> shapes(n);
   for (const auto& [var, ptr] : var_type) {
-    const auto image = image_format.find(pointee.count(ptr) ? pointee[ptr] : 0);
     const auto binding = binding_of.find(var);
-    if (image == image_format.end() || binding == binding_of.end() || binding->second >= n) continue;
+    if (binding == binding_of.end() || binding->second >= n || !pointee.count(ptr)) continue;
+    uint32_t type = pointee[ptr];
+    BindingShape& b = shapes[binding->second];
+    if (const auto arr = array_of.find(type); arr != array_of.end()) {
+      VKLLM_CHECK(constant.count(arr->second.second), name + ": binding " + std::to_string(binding->second) +
+                                                          " is an array of a length that is not a constant");
+      b.count = constant[arr->second.second];
+      type = arr->second.first;
+    }
+    const auto image = image_format.find(type);
+    if (image == image_format.end()) continue;
     VKLLM_CHECK(image->second != VK_FORMAT_UNDEFINED, name + ": texel buffer binding " + std::to_string(binding->second) +
                                                           " is neither r32ui nor rgba32ui");
-    formats[binding->second] = image->second;
+    b.format = image->second;
   }
-  return formats;
+  return shapes;
 }
 
 }  // namespace
@@ -61,13 +74,17 @@ Pipeline::Pipeline(const VulkanContext& ctx, VkPipelineCache cache, const std::s
   smci.pCode = m->code;
   VK_CHECK(vkCreateShaderModule(ctx.device(), &smci, nullptr, &module_));
 
-  texel_formats_ = texel_bindings(m->code, m->n_words, n_buffers, shader);
+  bindings_ = reflect_bindings(m->code, m->n_words, n_buffers, shader);
   std::vector<VkDescriptorSetLayoutBinding> bindings(n_buffers);
   for (uint32_t i = 0; i < n_buffers; ++i) {
     const VkDescriptorType type =
-        texel_formats_[i] != VK_FORMAT_UNDEFINED ? VK_DESCRIPTOR_TYPE_STORAGE_TEXEL_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-    bindings[i] = {i, type, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
+        bindings_[i].format != VK_FORMAT_UNDEFINED ? VK_DESCRIPTOR_TYPE_STORAGE_TEXEL_BUFFER : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    bindings[i] = {i, type, bindings_[i].count, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
+    n_views_ += bindings_[i].count;
   }
+  VKLLM_CHECK(n_views_ <= ctx.info().max_push_descriptors,
+              shader + ": " + std::to_string(n_views_) + " descriptors, the device pushes at most " +
+                  std::to_string(ctx.info().max_push_descriptors));
   VkDescriptorSetLayoutCreateInfo dslci{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
   dslci.flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR;
   dslci.bindingCount = n_buffers;

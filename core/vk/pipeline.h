@@ -11,10 +11,19 @@
 
 namespace vkllm {
 
+// One binding of a pipeline: a storage texel buffer's format (UNDEFINED: a storage buffer) and how
+// many descriptors it holds (an array binding: more than 1).
+struct BindingShape {
+  VkFormat format = VK_FORMAT_UNDEFINED;
+  uint32_t count = 1;
+};
+
 // One compute pipeline: `n_buffers` buffer bindings 0..n-1 (push descriptors) and one
 // push-constant struct of `push_size` bytes. A binding the shader declares as an r32ui or rgba32ui
-// `uimageBuffer` is a storage texel buffer (found in the SPIR-V), every other one a storage buffer. Specialization constant 0 is the workgroup size x;
-// the others are the kernel's own (documented in its .comp file).
+// `uimageBuffer` is a storage texel buffer (found in the SPIR-V), every other one a storage
+// buffer; one declared as an array of N holds N descriptors (the kernels that serve several
+// sequences in one dispatch). Specialization constant 0 is the workgroup size x; the others are the
+// kernel's own (documented in its .comp file).
 class Pipeline {
  public:
   Pipeline(const VulkanContext& ctx, VkPipelineCache cache, const std::string& shader, uint32_t n_buffers,
@@ -26,11 +35,12 @@ class Pipeline {
   VkPipeline handle() const { return pipeline_; }
   VkPipelineLayout layout() const { return layout_; }
   uint32_t n_buffers() const { return n_buffers_; }
+  // Buffer views a dispatch binds: one per descriptor, binding by binding (n_buffers() without arrays).
+  uint32_t n_views() const { return n_views_; }
+  const BindingShape& binding(uint32_t i) const { return bindings_[i]; }
   uint32_t push_size() const { return push_size_; }
   uint32_t workgroup_size() const { return workgroup_size_; }
   const std::string& name() const { return name_; }
-  // The format of binding i when it is a storage texel buffer, else VK_FORMAT_UNDEFINED.
-  VkFormat texel_format(uint32_t i) const { return texel_formats_[i]; }
 
  private:
   const VulkanContext& ctx_;
@@ -38,7 +48,8 @@ class Pipeline {
   uint32_t n_buffers_ = 0;
   uint32_t push_size_ = 0;
   uint32_t workgroup_size_ = 0;
-  std::vector<VkFormat> texel_formats_;
+  uint32_t n_views_ = 0;
+  std::vector<BindingShape> bindings_;
   VkShaderModule module_ = VK_NULL_HANDLE;
   VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
   VkPipelineLayout layout_ = VK_NULL_HANDLE;

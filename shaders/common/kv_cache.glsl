@@ -41,12 +41,16 @@ uint cache_row_bytes(uint n) { return n / 32 * 18; }  // f16 d; u8 q[16]: j < 16
 // 16-byte texels, eight halves per load (n and e0 multiples of 8, rows 16-byte aligned); lavapipe
 // serves a texel load several times faster than storage-buffer loads of the same bytes
 // (docs/performance.md, "Texel loads"). q8_0 / q4_0: word loads per block (CACHE_READER).
+// (A kernel that reads its caches otherwise defines CACHE_TEXEL(NAME, i), texel i of NAME's.)
 #if defined(CACHE_F16)
 #define CACHE_RUN_READER(NAME, BINDING) \
   layout(binding = BINDING, rgba32ui) uniform readonly restrict uimageBuffer NAME##_tex;
+#if !defined(CACHE_TEXEL)
+#define CACHE_TEXEL(NAME, i) imageLoad(NAME##_tex, i)
+#endif
 #define CACHE_LOAD_RUN(NAME, row_base, e0, n, dst)                                          \
   [[unroll]] for (uint t = 0; t < (n) / 8; ++t) {                                           \
-    const uvec4 w = imageLoad(NAME##_tex, int(((row_base) + 2 * (e0) + 16 * t) >> 4));      \
+    const uvec4 w = CACHE_TEXEL(NAME, int(((row_base) + 2 * (e0) + 16 * t) >> 4));         \
     const vec2 h0 = unpackHalf2x16(w.x), h1 = unpackHalf2x16(w.y);                          \
     const vec2 h2 = unpackHalf2x16(w.z), h3 = unpackHalf2x16(w.w);                          \
     dst[8 * t] = h0.x; dst[8 * t + 1] = h0.y; dst[8 * t + 2] = h1.x; dst[8 * t + 3] = h1.y; \
