@@ -27,9 +27,9 @@
 //     reads each entry's G scores and DC dims of its V row and accumulates exp(s − M) and
 //     exp(s − M)·v; the lanes sum once at the end through shared memory. (An online softmax, whose
 //     running max is raised inside the loop, cost a third of this pass: lavapipe runs a branch's
-//     body for every lane, taken or not.) Each lane load is useful (a load at the same address in every lane inside a loop is a per-lane
-//     gather on lavapipe, which the first version, a lane per dim, paid for the scores of every
-//     entry), and each exp serves DC dims of one entry.
+//     body for every lane, taken or not.) Each lane load is useful (a load at the same address in
+//     every lane inside a loop is a per-lane gather on lavapipe, which the first version, a lane per
+//     dim, paid for the scores of every entry), and each exp serves DC dims of one entry.
 //
 // Bindings (both): 0 q [n_q][q_stride] f32 (un-rotated; OP_SCORES rotates it as it loads it), 1 k cache, 2 v cache, 3 kv_slots, 4 kv_pos,
 // 5 q_pos [n_q], 6 out [n_q][out_stride] f32 (OP_VALUES), 7 scores (scratch), 8 rope table,

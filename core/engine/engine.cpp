@@ -306,10 +306,13 @@ void Engine::record_attention_of(CommandRecorder& rec, uint32_t l, const Engine&
 
 bool Engine::batch_step_fits(std::span<const Member> members) const {
   if (members.size() < 2) return false;
+  // (can_batch_with gave the members one model, capacity and rotated-copy option; their cache
+  // types may still differ, and every one must be f16.)
   uint32_t max_kv = 0;
   for (size_t i = 0; i < members.size(); ++i) {
     const Member& m = members[i];
-    if (m.n != 1 || m.first != i) return false;
+    if (m.n != 1 || m.first != i || m.seq->cache_.type_k() != cache_.type_k() || m.seq->cache_.type_v() != cache_.type_v())
+      return false;
     max_kv = std::max(max_kv, m.seq->n_kv_listed_);
   }
   const ModelConfig& c = model_.config();

@@ -323,9 +323,13 @@ void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape
 
 bool batch_attention_fits(const VulkanContext& ctx, CacheType type_k, CacheType type_v, const AttentionShape& shape,
                           const RopeConfig& rope, uint32_t max_n_kv) {
-  // 24 descriptors: attention_lanes_f16_batch's 9 bindings, 5 of them arrays of k_batch_seqs.
+  // attention_lanes_f16_batch pushes 24 descriptors (9 bindings, 5 of them arrays of k_batch_seqs):
+  // 8 texel buffers and 16 storage buffers; kv_store_f16_rot_batch 22 storage buffers.
   const DeviceInfo& d = ctx.info();
-  return d.binding_arrays && d.max_push_descriptors >= 4 + 5 * k_batch_seqs && type_k == CacheType::F16 &&
+  const VkPhysicalDeviceLimits& l = ctx.limits();
+  return d.binding_arrays && d.max_push_descriptors >= 4 + 5 * k_batch_seqs &&
+         l.maxPerStageDescriptorStorageBuffers >= 2 + 5 * k_batch_seqs && l.maxPerStageDescriptorStorageImages >= 2 * k_batch_seqs &&
+         l.maxPerStageResources >= 4 + 5 * k_batch_seqs && type_k == CacheType::F16 &&
          type_v == CacheType::F16 && shape.kernel != AttentionKernel::Simd && shape.kernel != AttentionKernel::Tiled &&
          attention_kernel_for(ctx, shape, rope.n_rot, max_n_kv) == AttentionKernel::Lanes;
 }

@@ -189,8 +189,9 @@ struct SeqAttention {
   uint32_t n_kv = 0;
   RotatedK rotated;              // as record_kv_store_pair's (rot: [1]); rows null: none (for every sequence)
 };
-// Whether the batched records serve these: a CPU driver with arrays of bindings, f16 K and V, and
-// lists of at most max_n_kv slots that attention_lanes.comp takes.
+// Whether the batched records serve these: a device with arrays of bindings (and room for their
+// descriptors), f16 K and V, and lists of at most max_n_kv slots that the kernel choice gives to
+// attention_lanes.comp (on CPU drivers, under 256 slots; anywhere, when it is forced).
 bool batch_attention_fits(const VulkanContext& ctx, CacheType type_k, CacheType type_v, const AttentionShape& shape,
                           const RopeConfig& rope, uint32_t max_n_kv);
 // Row i of k_src and v_src (v_src after k_src in one buffer) is the new token of seqs[i].
