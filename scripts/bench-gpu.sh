@@ -13,6 +13,9 @@
 #   scripts/bench-gpu.sh check [DIR]  there: the packed test programs, each under a time limit, with
 #                                     ../shared and vkllm where they were built to look; one line each.
 #   scripts/bench-gpu.sh all [DIR]    there: all of a lease's work (see all() below).
+#   scripts/bench-gpu.sh ab [DIR]     there: decode of every model of MODELS and `bench --ops` by
+#                                     this build and by the one packed from BASE_VKLLM (another
+#                                     build's vkllm, packed as bin/vkllm.base), taking turns.
 #   scripts/bench-gpu.sh run [DIR]    there: makes the benchmark models in $MODELS_DIR (default
 #                                     /tmp/vkllm-gpu-models), runs `vkllm bench` on each and prints
 #                                     one table: prefill and decode tok/s, decode GB/s and its share
@@ -40,6 +43,7 @@ pack() {
   rm -rf "$dir"
   mkdir -p "$dir/bin" "$dir/lib" "$dir/lib-fallback"
   cp "$vkllm" "$make_model" "$dir/bin/"
+  if [ -n "${BASE_VKLLM:-}" ]; then cp "$BASE_VKLLM" "$dir/bin/vkllm.base"; fi
   cp "$vocab" "$dir/"
   cp "$here/scripts/bench-gpu.sh" "$dir/"
   # Every library the two load except glibc's own; the C++ runtime only as a fallback (the
@@ -62,7 +66,7 @@ pack() {
 # The test programs that drive the device (not the parsers', the CLI's or the server's), the paths
 # they were built to find ../shared and vkllm at, and the part of ../shared they read: the
 # references, the vocabulary and the models in SHARED_MODELS (the others' cases skip, naming them).
-test_programs="test_vulkan_runtime test_ops_matmul test_ops_elementwise test_ops_attention test_kv_cache test_session test_engine_reference"
+test_programs=${TEST_PROGRAMS:-test_vulkan_runtime test_ops_matmul test_ops_elementwise test_ops_attention test_kv_cache test_session test_engine_reference}
 pack_tests() {
   local shared="${VKLLM_SHARED_DIR:-$here/../shared}"
   tar -C "$here/build/tests" -cf - $test_programs | xz -T0 -6 >"$dir/tests.tar.xz"
@@ -125,7 +129,8 @@ check() {
   for prog in $test_programs; do
     local t0=$SECONDS
     set +e
-    timeout "${TEST_TIMEOUT:-120}" "$t/$prog" --gtest_brief=1 >"$t/$prog.log" 2>&1
+    # (Line-buffered where stdbuf exists: a program stopped at its limit still leaves its log.)
+    $(command -v stdbuf >/dev/null && echo stdbuf -oL) timeout "${TEST_TIMEOUT:-120}" "$t/$prog" >"$t/$prog.log" 2>&1
     rc=$?
     set -e
     echo "$name: $prog: rc $rc in $((SECONDS - t0)) s; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$t/$prog.log" | tr '\n' ' ')"
@@ -241,10 +246,32 @@ all() {
   timeout 120 "$vkllm" bench --ops 2>&1 || echo "$name: ops: rc $?"
 }
 
+# This build against the packed base build (bin/vkllm.base): decode (tg TG, REPS repetitions) of each
+# model, the two taking turns, then each one's `bench --ops` (unless OPS=0).
+ab() {
+  setup_env
+  local vkllm="$dir/bin/vkllm" base="$dir/bin/vkllm.base" m
+  [ -x "$base" ] || { echo "$name: no base build packed (BASE_VKLLM=... $0 pack)" >&2; exit 1; }
+  make_models
+  printf '| %-12s | %12s | %12s | %6s |\n' model "base tg/s" "this tg/s" "×"
+  for m in $models; do
+    local file="$models_dir/$m.gguf" a b
+    a=$(json_num "$("$base" bench -m "$file" -p 0 -n "${TG:-128}" -r "${REPS:-3}" --json 2>/dev/null)" decode.tok_s)
+    b=$(json_num "$("$vkllm" bench -m "$file" -p 0 -n "${TG:-128}" -r "${REPS:-3}" --json 2>/dev/null)" decode.tok_s)
+    awk -v n="$m" -v a="$a" -v b="$b" 'BEGIN { printf "| %-12s | %12.2f | %12.2f | %5.2fx |\n", n, a, b, b / a }'
+  done
+  [ "${OPS:-1}" = 1 ] || return 0
+  echo "$name: base, bench --ops"
+  timeout 120 "$base" bench --ops 2>&1 || echo "$name: ops: rc $?"
+  echo "$name: this build, bench --ops"
+  timeout 120 "$vkllm" bench --ops 2>&1 || echo "$name: ops: rc $?"
+}
+
 case "$mode" in
   pack) pack ;;
   check) check ;;
   all) all ;;
   run) run ;;
-  *) echo "usage: $0 pack|check|run|all [DIR]   (see the top of this file)" >&2; exit 2 ;;
+  ab) ab ;;
+  *) echo "usage: $0 pack|check|run|all|ab [DIR]   (see the top of this file)" >&2; exit 2 ;;
 esac

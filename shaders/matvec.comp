@@ -1,22 +1,27 @@
 // matvec: y[dest(r, t)] (+)= W[r] · x[t] for activation vector t = the workgroup's z
 // (decode on GPUs: one; the server's step of several sequences: one per sequence, each computed
 // exactly as it would be alone). A workgroup handles ROWS consecutive rows; each subgroup takes a
-// row at a time, its invocations stride over the row's units, and one subgroupAdd reduces it — no
-// shared memory, no barrier. Correct for any actual subgroup count (rows are strided by
-// gl_NumSubgroups).
+// row at a time, its invocations stride over the row's 8-element pieces (four in flight per
+// invocation on GPUs), and one subgroupAdd reduces it — no shared memory, no barrier. Correct for any actual
+// subgroup count (rows are strided by gl_NumSubgroups).
 //
-// A unit is what one invocation reads at a time, each weight byte once, with 16- or 32-bit loads,
-// and x as vec4 where the host says x is 16-byte aligned (X_VEC4):
-//   - the 32-element block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL): one block, its scale
-//     applied once (offsets and mins through the block's sum of x); neighbouring invocations read
-//     neighbouring blocks;
-//   - Q4_K: 64 elements, the two sub-blocks whose nibbles share 32 bytes;
+// A piece is 8 elements of the row: neighbouring invocations take neighbouring pieces, so a
+// subgroup's loads of x (vec4 where the host says x is 16-byte aligned: X_VEC4) and of the weights
+// cover one stretch of memory each instead of one stretch per invocation (each invocation a whole
+// block read x from 128-byte-apart addresses: a 32-way uncoalesced load on a GPU, measured
+// 26% of the read ceiling for Q4_0 on an H200). Each weight byte is read once:
+//   - the 32-element block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL): piece i of a block is its
+//     quantized word i (elements 4i … 4i+3 and 16+4i … 16+4i+3 of the 4-bit types, 8i … 8i+7 of
+//     Q8_0), times the block's scale (offsets and mins through the piece's sum of x);
+//   - Q4_K: piece i of a 64-element chunk is its word i (4 elements of each of the chunk's two
+//     sub-blocks, which share their nibble bytes);
 //   - the other types: 8 consecutive elements through dequant.glsl's dq8.
 // Where rows go, and the gated activation of a fused gate|up projection (each row then done for
 // its gate row and its up row): common/matmul_out.glsl.
 // Bindings: 0 W [rows][row_bytes] (weight type), 1 x [n_tokens][x_stride] f32, 2 y f32.
 // Specialization: 0 workgroup size, 1 ROWS (rows per workgroup; the host uses size / subgroup
-// size), 2 X_VEC4 (x's binding offset and x_stride allow vec4 loads).
+// size), 2 X_VEC4 (x's binding offset and x_stride allow vec4 loads), 3 IN_FLIGHT (pieces per
+// invocation per loop step: 4 on GPUs, 1 on CPU drivers).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -28,6 +33,7 @@
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint ROWS = 8;
 layout(constant_id = 2) const bool X_VEC4 = false;
+layout(constant_id = 3) const uint IN_FLIGHT = 1;
 layout(binding = 1) readonly buffer X { float x[]; };
 layout(binding = 1) readonly buffer X4 { vec4 x4[]; };
 layout(binding = 2) buffer Y { float y[]; };
@@ -59,16 +65,17 @@ vec4 iq4_of(uint q, uint sh) {
 }
 #endif
 
-// The unit of the row at byte row_base that starts at element k, times x from element x_at + k.
-float unit_dot(uint row_base, uint k, uint x_at) {
-  const uint xa = x_at + k;
+// Piece s (elements 8s … 8s+7 of the row, in the order above) of the row at byte row_base, times
+// x from element x_at.
+float piece_dot(uint row_base, uint s, uint x_at) {
 #if UNIT == 32
-  const uint base = row_base + (k / 32) * BLOCK_BYTES;
+  const uint i = s % 4, base = row_base + (s / 4) * BLOCK_BYTES, xa = x_at + (s / 4) * 32;
   const float d = wf16(base);
-  vec4 s = vec4(0.0), sx = vec4(0.0);
 #if defined(WTYPE_Q8_0)
-  [[unroll]] for (uint i = 0; i < 8; ++i) s += i8_of(word_at(base + 2 + 4 * i)) * xv(xa + 4 * i);
-  return d * sum4(s);
+  const uint qs = base + 2 + 8 * i;
+  const bool aligned = (qs & 3u) == 0;
+  const uint q0 = aligned ? w1x32(qs) : word_at(qs), q1 = aligned ? w1x32(qs + 4) : word_at(qs + 4);
+  return d * sum4(i8_of(q0) * xv(xa + 8 * i) + i8_of(q1) * xv(xa + 8 * i + 4));
 #else
   // Elements 4i … 4i+3 are the low nibbles of qs bytes 4i … 4i+3, elements 16+4i … the high ones.
 #if defined(WTYPE_Q4_0) || defined(WTYPE_IQ4_NL)
@@ -80,57 +87,62 @@ float unit_dot(uint row_base, uint k, uint x_at) {
 #else  // Q5_1
   const uint qh = w1x32(base + 4), qs = base + 8;
 #endif
-  [[unroll]] for (uint i = 0; i < 4; ++i) {
-    const uint q = (qs & 3u) == 0 ? w1x32(qs + 4 * i) : word_at(qs + 4 * i);
-    const vec4 xl = xv(xa + 4 * i), xh = xv(xa + 16 + 4 * i);
+  const uint q = (qs & 3u) == 0 ? w1x32(qs + 4 * i) : word_at(qs + 4 * i);
+  const vec4 xl = xv(xa + 4 * i), xh = xv(xa + 16 + 4 * i);
 #if defined(WTYPE_IQ4_NL)
-    s += iq4_of(q, 0) * xl + iq4_of(q, 4) * xh;
+  return d * sum4(iq4_of(q, 0) * xl + iq4_of(q, 4) * xh);
 #else
-    vec4 lo = bytes_of(q, 0, 0xFu), hi = bytes_of(q, 4, 0xFu);
+  vec4 lo = bytes_of(q, 0, 0xFu), hi = bytes_of(q, 4, 0xFu);
 #if defined(WTYPE_Q5_0) || defined(WTYPE_Q5_1)
-    lo += 16.0 * vec4((uvec4(qh) >> (uvec4(0, 1, 2, 3) + 4 * i)) & 1u);
-    hi += 16.0 * vec4((uvec4(qh) >> (uvec4(16, 17, 18, 19) + 4 * i)) & 1u);
+  lo += 16.0 * vec4((uvec4(qh) >> (uvec4(0, 1, 2, 3) + 4 * i)) & 1u);
+  hi += 16.0 * vec4((uvec4(qh) >> (uvec4(16, 17, 18, 19) + 4 * i)) & 1u);
 #endif
-    s += lo * xl + hi * xh;
-    sx += xl + xh;
-#endif
-  }
-#if defined(WTYPE_IQ4_NL)
-  return d * sum4(s);
-#elif defined(WTYPE_Q4_0)
-  return d * (sum4(s) - 8.0 * sum4(sx));
+  const float dot_q = sum4(lo * xl + hi * xh), sum_x = sum4(xl + xh);
+#if defined(WTYPE_Q4_0)
+  return d * (dot_q - 8.0 * sum_x);
 #elif defined(WTYPE_Q5_0)
-  return d * (sum4(s) - 16.0 * sum4(sx));
+  return d * (dot_q - 16.0 * sum_x);
 #else  // Q4_1, Q5_1: q·d + m
-  return d * sum4(s) + wf16(base + 2) * sum4(sx);
+  return d * dot_q + wf16(base + 2) * sum_x;
+#endif
 #endif
 #endif
 #elif UNIT == 64
-  // Q4_K: chunk c of the super-block, sub-blocks 2c (low nibbles) and 2c+1 (high) of qs[32c …].
-  const uint base = row_base + (k / 256) * BLOCK_BYTES, c = (k % 256) / 64;
+  // Q4_K: word i of chunk c of the super-block, sub-blocks 2c (low nibbles) and 2c+1 (high).
+  const uint i = s % 8, k = (s / 8) * 64, base = row_base + (k / 256) * BLOCK_BYTES, c = (k % 256) / 64;
   float sc0, mn0, sc1, mn1;
   scale_min_k4(base + 4, 2 * c, sc0, mn0);
   scale_min_k4(base + 4, 2 * c + 1, sc1, mn1);
-  vec4 s0 = vec4(0.0), s1 = vec4(0.0), x0 = vec4(0.0), x1 = vec4(0.0);
-  [[unroll]] for (uint i = 0; i < 8; ++i) {
-    const uint q = w1x32(base + 16 + 32 * c + 4 * i);
-    const vec4 xl = xv(xa + 4 * i), xh = xv(xa + 32 + 4 * i);
-    s0 += bytes_of(q, 0, 0xFu) * xl;
-    s1 += bytes_of(q, 4, 0xFu) * xh;
-    x0 += xl;
-    x1 += xh;
-  }
+  const uint q = w1x32(base + 16 + 32 * c + 4 * i);
+  const vec4 xl = xv(x_at + k + 4 * i), xh = xv(x_at + k + 32 + 4 * i);
   const float d = wf16(base), dmin = wf16(base + 2);
-  return d * (sc0 * sum4(s0) + sc1 * sum4(s1)) - dmin * (mn0 * sum4(x0) + mn1 * sum4(x1));
+  return d * (sc0 * sum4(bytes_of(q, 0, 0xFu) * xl) + sc1 * sum4(bytes_of(q, 4, 0xFu) * xh)) -
+         dmin * (mn0 * sum4(xl) + mn1 * sum4(xh));
 #else
+  const uint k = 8 * s;
   uint base, j8;
   dq_offsets(row_base, k, base, j8);
   float v[8];
   dq8(base, j8, min(8u, p.cols - k), v);
   float acc = 0.0;
-  for (uint i = 0; i < 8 && k + i < p.cols; ++i) acc += v[i] * x[xa + i];
+  for (uint i = 0; i < 8 && k + i < p.cols; ++i) acc += v[i] * x[x_at + k + i];
   return acc;
 #endif
+}
+
+// The row at byte row_base times x from element x_at, this invocation's share: pieces strided by
+// the subgroup, four at a time where IN_FLIGHT says so (GPUs: their loads all issued before their
+// arithmetic waits on any; on lavapipe the unrolled loop made the whole kernel 2.6× slower).
+float row_share(uint row_base, uint x_at) {
+  const uint n = (p.cols + 7) / 8, step = gl_SubgroupSize;
+  uint s = gl_SubgroupInvocationID;
+  float acc = 0.0;
+  if (IN_FLIGHT == 4)
+    for (; s + 3 * step < n; s += 4 * step)
+      acc += (piece_dot(row_base, s, x_at) + piece_dot(row_base, s + step, x_at)) +
+             (piece_dot(row_base, s + 2 * step, x_at) + piece_dot(row_base, s + 3 * step, x_at));
+  for (; s < n; s += step) acc += piece_dot(row_base, s, x_at);
+  return acc;
 }
 
 void main() {
@@ -142,9 +154,7 @@ void main() {
     float total = 0.0, gate = 0.0;
     for (uint h = 0; h < halves; ++h) {
       const uint row_base = (r + h * p.rows) * p.row_bytes;
-      float acc = 0.0;
-      for (uint k = gl_SubgroupInvocationID * UNIT; k < p.cols; k += gl_SubgroupSize * UNIT) acc += unit_dot(row_base, k, x_at);
-      total = subgroupAdd(acc);
+      total = subgroupAdd(row_share(row_base, x_at));
       if (h == 0) gate = total;
     }
     if (subgroupElect()) {

@@ -10,7 +10,9 @@
 namespace vkllm {
 namespace {
 
-constexpr uint32_t k_max_split = 16;
+// Splits of the slot list for the tiled kernel (each at least 64 slots): 64 keep an H200 busy at
+// 4,096 slots (8 KV heads × 64 workgroups; 16 left 128 workgroups of 256 slots, one per SM).
+constexpr uint32_t k_max_split = 64;
 
 // A BufferView to bind where a kernel declares a binding it will not read this time.
 BufferView or_dummy(const BufferView& v, const BufferView& dummy) { return v.buffer ? v : dummy; }

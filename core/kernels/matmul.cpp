@@ -139,7 +139,8 @@ void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const Buf
       // x as vec4 where its binding and rows allow it.
       const uint32_t rows_per_wg = std::max<uint32_t>(64 / std::max<uint32_t>(rec.context().subgroup_size(), 1), 1);
       const uint32_t x_vec4 = x.offset % 16 == 0 && x_stride % 4 == 0 ? 1 : 0;
-      const Pipeline& p = rec.pipelines().get("matvec_" + suffix, 3, sizeof(MatmulParams), {64, rows_per_wg, x_vec4});
+      const uint32_t in_flight = rec.context().info().type == "cpu" ? 1 : 4;
+      const Pipeline& p = rec.pipelines().get("matvec_" + suffix, 3, sizeof(MatmulParams), {64, rows_per_wg, x_vec4, in_flight});
       const uint32_t groups = div_ceil(rows, rows_per_wg);
       const uint32_t gx = std::min(groups, max_groups);  // folded into y past the x limit
       rec.dispatch(p, {part.view, x, y}, params, gx, div_ceil(groups, gx), n_tokens);

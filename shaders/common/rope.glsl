@@ -36,8 +36,13 @@ void rope_partner(uint d, uint n_rot, bool neox, out uint partner, out uint pair
   }
 }
 
+// `precise`: no fused multiply-add, so every shader that rotates the same value rounds it the same
+// way (kv_store's rotated copy of K and kv_rotate's rebuild of it must agree bit for bit; NVIDIA's
+// compiler fused the two differently, measured on an H200).
 float rope_element(float self, float partner, vec2 cs, bool first) {
-  return first ? self * cs.x - partner * cs.y : partner * cs.y + self * cs.x;
+  precise float a = self * cs.x, b = partner * cs.y;
+  precise float r = first ? a - b : b + a;
+  return r;
 }
 
 // Where element e of slot `slot`'s K row (head e / head_dim, dim e % head_dim) lies in the rotated
