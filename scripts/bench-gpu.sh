@@ -133,7 +133,7 @@ check() {
     $(command -v stdbuf >/dev/null && echo stdbuf -oL) timeout "${TEST_TIMEOUT:-120}" "$t/$prog" >"$t/$prog.log" 2>&1
     rc=$?
     set -e
-    echo "$name: $prog: rc $rc in $((SECONDS - t0)) s; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$t/$prog.log" | tr '\n' ' ')"
+    echo "$name: $prog: rc $rc in $((SECONDS - t0)) s; $(grep -E '^\[  (PASSED|FAILED) \]|^\[  SKIPPED \] [0-9]+ test' "$t/$prog.log" | tr '\n' ' ')"
     if [ $rc -ne 0 ]; then failed=1; grep -E '^\[  FAILED  \]|Failure|rror' "$t/$prog.log" | head -40 || true; fi
   done
   return $failed
@@ -246,6 +246,13 @@ all() {
   timeout 120 "$vkllm" bench --ops 2>&1 || echo "$name: ops: rc $?"
 }
 
+# Decode tok/s of `vkllm` ($1) on a model ($2), under a time limit; 0 when it fails.
+decode_tok_s() {
+  local out
+  out=$(timeout 120 "$1" bench -m "$2" -p 0 -n "${TG:-128}" -r "${REPS:-3}" --json 2>/dev/null) || { echo 0; return; }
+  json_num "$out" decode.tok_s 2>/dev/null | sed 's/^nan$/0/' || echo 0
+}
+
 # This build against the packed base build (bin/vkllm.base): decode (tg TG, REPS repetitions) of each
 # model, the two taking turns, then each one's `bench --ops` (unless OPS=0).
 ab() {
@@ -253,12 +260,13 @@ ab() {
   local vkllm="$dir/bin/vkllm" base="$dir/bin/vkllm.base" m
   [ -x "$base" ] || { echo "$name: no base build packed (BASE_VKLLM=... $0 pack)" >&2; exit 1; }
   make_models
-  printf '| %-12s | %12s | %12s | %6s |\n' model "base tg/s" "this tg/s" "×"
+  printf '| %-12s | %12s | %12s | %6s |\n' model "base tg/s" "this tg/s" "x"
+  printf '|--------------|-------------:|-------------:|-------:|\n'
   for m in $models; do
     local file="$models_dir/$m.gguf" a b
-    a=$(json_num "$("$base" bench -m "$file" -p 0 -n "${TG:-128}" -r "${REPS:-3}" --json 2>/dev/null)" decode.tok_s)
-    b=$(json_num "$("$vkllm" bench -m "$file" -p 0 -n "${TG:-128}" -r "${REPS:-3}" --json 2>/dev/null)" decode.tok_s)
-    awk -v n="$m" -v a="$a" -v b="$b" 'BEGIN { printf "| %-12s | %12.2f | %12.2f | %5.2fx |\n", n, a, b, b / a }'
+    a=$(decode_tok_s "$base" "$file")
+    b=$(decode_tok_s "$vkllm" "$file")
+    awk -v n="$m" -v a="$a" -v b="$b" 'BEGIN { printf "| %-12s | %12.2f | %12.2f | %6s |\n", n, a, b, (a > 0 ? sprintf("%.2fx", b / a) : "-") }'
   done
   [ "${OPS:-1}" = 1 ] || return 0
   echo "$name: base, bench --ops"

@@ -28,14 +28,14 @@ uint32_t row_wg(const CommandRecorder& rec, uint32_t n_cols) {
 // rms_norm's workgroup size: one subgroup on CPU drivers, where the lanes are the SIMD width and
 // a barrier between subgroups is a switch between them (≈ 40% less rms_norm time per decode step
 // on lavapipe, docs/performance.md). On GPUs a decode step's one row is the whole dispatch, and
-// each invocation's loads wait in turn: up to 1,024 invocations (and 64 subgroups, the shader's
-// partial sums) with about 4 elements each (256 invocations, 16 each, took ≈ 11 µs for a 4,096
+// each invocation's loads wait in turn: up to 1,024 invocations (and 32 subgroups of the reported
+// size: the shader holds 128 partial sums) with about 4 elements each (256 invocations, 16 each, took ≈ 11 µs for a 4,096
 // row on an H200).
 uint32_t norm_wg(const CommandRecorder& rec, uint32_t n_cols) {
   const VulkanContext& ctx = rec.context();
   const uint32_t sg = ctx.subgroup_size();
   if (ctx.info().type == "cpu") return sg;
-  const uint32_t most = std::min({1024u, ctx.limits().maxComputeWorkGroupInvocations, ctx.limits().maxComputeWorkGroupSize[0], 64 * sg});
+  const uint32_t most = std::min({1024u, ctx.limits().maxComputeWorkGroupInvocations, ctx.limits().maxComputeWorkGroupSize[0], 32 * sg});
   uint32_t wg = sg;
   while (wg * 2 <= most && wg * 4 < n_cols) wg *= 2;
   return wg;
