@@ -2,8 +2,8 @@
 // (decode on GPUs: one; the server's step of several sequences: one per sequence, each computed
 // exactly as it would be alone). A workgroup handles ROWS consecutive rows; each subgroup takes a
 // row at a time, its invocations stride over the row's 8-element pieces (four in flight per
-// invocation on GPUs), and one subgroupAdd reduces it — no shared memory, no barrier. Correct for any actual
-// subgroup count (rows are strided by gl_NumSubgroups).
+// invocation on GPUs), and one subgroupAdd reduces it — no shared memory, no barrier. Correct for
+// any actual subgroup count (rows are strided by gl_NumSubgroups).
 //
 // A piece is 8 elements of the row: neighbouring invocations take neighbouring pieces, so a
 // subgroup's loads of x (vec4 where the host says x is 16-byte aligned: X_VEC4) and of the weights

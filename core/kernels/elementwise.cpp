@@ -18,10 +18,11 @@ void dispatch_1d(CommandRecorder& rec, const Pipeline& p, std::initializer_list<
   rec.dispatch(p, buffers, params, gx, div_ceil(groups, gx));
 }
 
-// Workgroup size of the row kernels: a power of two up to 256, at least one subgroup.
-uint32_t row_wg(const CommandRecorder& rec, uint32_t n_cols) {
+// Workgroup size of the row kernels: a power of two from one subgroup up to `most` (256 unless the
+// kernel says otherwise), doubled while the row has more than `per_invocation` elements per invocation.
+uint32_t row_wg(const CommandRecorder& rec, uint32_t n_cols, uint32_t most = 256, uint32_t per_invocation = 1) {
   uint32_t wg = rec.context().subgroup_size();
-  while (wg < 256 && wg < n_cols) wg *= 2;
+  while (wg * 2 <= most && wg * per_invocation < n_cols) wg *= 2;
   return wg;
 }
 
@@ -29,16 +30,14 @@ uint32_t row_wg(const CommandRecorder& rec, uint32_t n_cols) {
 // a barrier between subgroups is a switch between them (≈ 40% less rms_norm time per decode step
 // on lavapipe, docs/performance.md). On GPUs a decode step's one row is the whole dispatch, and
 // each invocation's loads wait in turn: up to 1,024 invocations (and 32 subgroups of the reported
-// size: the shader holds 128 partial sums) with about 4 elements each (256 invocations, 16 each, took ≈ 11 µs for a 4,096
-// row on an H200).
+// size: the shader holds 128 partial sums) with about 4 elements each (256 invocations of 16
+// took ≈ 11 µs for a 4,096 row on an H200).
 uint32_t norm_wg(const CommandRecorder& rec, uint32_t n_cols) {
   const VulkanContext& ctx = rec.context();
   const uint32_t sg = ctx.subgroup_size();
   if (ctx.info().type == "cpu") return sg;
-  const uint32_t most = std::min({1024u, ctx.limits().maxComputeWorkGroupInvocations, ctx.limits().maxComputeWorkGroupSize[0], 32 * sg});
-  uint32_t wg = sg;
-  while (wg * 2 <= most && wg * 4 < n_cols) wg *= 2;
-  return wg;
+  const VkPhysicalDeviceLimits& l = ctx.limits();
+  return row_wg(rec, n_cols, std::min({1024u, l.maxComputeWorkGroupInvocations, l.maxComputeWorkGroupSize[0], 32 * sg}), 4);
 }
 
 }  // namespace
