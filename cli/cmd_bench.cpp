@@ -259,7 +259,7 @@ void bench_ops(const BenchCommand& c) {
   // The ceiling over the largest type's bytes (Q8_0-sized or more), so every row compares with it.
   const uint64_t ceiling_bytes = uint64_t{n} * n * 4;
   Buffer data(ctx, ceiling_bytes, MemoryUse::Device, "bench read ceiling");
-  Buffer sink(ctx, read_ceiling_out_bytes(ceiling_bytes), MemoryUse::Device, "bench read sink");
+  Buffer sink(ctx, read_ceiling_out_bytes(ctx, ceiling_bytes), MemoryUse::Device, "bench read sink");
   // Two ceilings: storage-buffer loads (the definition) and texel loads, the faster path
   // the CPU-driver kernels read weights through.
   auto ceiling_of = [&](bool texel) {

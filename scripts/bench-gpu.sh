@@ -26,12 +26,14 @@
 # MODELS: which models, as NAME-TYPE words (default "1b-q4_0 1b-q4_k 1b-q8_0 1b-q6_k 8b-q4_0"):
 # 1b is make_model's preset, 8b the 8B shape (LAYERS of them, default 32: 4,096 wide, 14,336
 # feed-forward, 32/8 heads), tiny a 2-layer 256-wide model for trying the script out. PP (512) and
-# TG (128) set the test sizes, REPS (1) the repetitions.
+# TG (128) set the test sizes, REPS (1) the repetitions. OPS_SIZE (12288) is `bench --ops`' matrix
+# size: at 4,096 a Q4_0 matrix (9 MiB) sits in a large GPU's L2 cache, at 12,288 (81 MiB) it does not.
 set -euo pipefail
 mode=${1:-}
 dir=${2:-.gpu}
 models_dir=${MODELS_DIR:-/tmp/vkllm-gpu-models}
 models=${MODELS:-1b-q4_0 1b-q4_k 1b-q8_0 1b-q6_k 8b-q4_0}
+ops_size=${OPS_SIZE:-12288}
 here="$(cd "$(dirname "$0")/.." && pwd)"
 self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 name=bench-gpu
@@ -243,7 +245,7 @@ all() {
   echo "$name: $last, decode over 4,096 cached tokens"
   timeout 90 "$vkllm" bench -m "$big" -p 0 -n 32 -r 1 --ctx-fill 0,4096 -c 4200 2>&1 || echo "$name: ctx-fill: rc $?"
   echo "$name: bench --ops"
-  timeout 120 "$vkllm" bench --ops 2>&1 || echo "$name: ops: rc $?"
+  timeout 120 "$vkllm" bench --ops --ops-size "$ops_size" 2>&1 || echo "$name: ops: rc $?"
 }
 
 # Decode tok/s of `vkllm` ($1) on a model ($2), under a time limit; 0 when it fails.
@@ -270,9 +272,9 @@ ab() {
   done
   [ "${OPS:-1}" = 1 ] || return 0
   echo "$name: base, bench --ops"
-  timeout 120 "$base" bench --ops 2>&1 || echo "$name: ops: rc $?"
+  timeout 120 "$base" bench --ops --ops-size "$ops_size" 2>&1 || echo "$name: ops: rc $?"
   echo "$name: this build, bench --ops"
-  timeout 120 "$vkllm" bench --ops 2>&1 || echo "$name: ops: rc $?"
+  timeout 120 "$vkllm" bench --ops --ops-size "$ops_size" 2>&1 || echo "$name: ops: rc $?"
 }
 
 case "$mode" in

@@ -13,9 +13,13 @@
 //   - the 32-element block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL): piece i of a block is its
 //     quantized word i (elements 4i … 4i+3 and 16+4i … 16+4i+3 of the 4-bit types, 8i … 8i+7 of
 //     Q8_0), times the block's scale (offsets and mins through the piece's sum of x);
-//   - Q4_K: piece i of a 64-element chunk is its word i (4 elements of each of the chunk's two
-//     sub-blocks, which share their nibble bytes);
-//   - the other types: 8 consecutive elements through dequant.glsl's dq8.
+//   - Q4_K, Q5_K: piece i of a 64-element chunk is its word i (4 elements of each of the chunk's
+//     two sub-blocks, which share their nibble bytes; Q5_K's fifth bits from qh's word i), the
+//     scales and mins decoded from the three words that hold all of them;
+//   - Q6_K, Q2_K, Q3_K: a piece is 16 elements, word i of a 128-element half's low bits (ql, qs)
+//     holding 4 elements of each of its 4 quarters (Q6_K: two words, low and high nibbles; the high
+//     bits from qh's or hmask's word i), the 4 quarters' scales from two or three words;
+//   - the other types (F32, F16, BF16, IQ4_XS): 8 consecutive elements through dequant.glsl's dq8.
 // Where rows go, and the gated activation of a fused gate|up projection (each row then done for
 // its gate row and its up row): common/matmul_out.glsl.
 // Bindings: 0 W [rows][row_bytes] (weight type), 1 x [n_tokens][x_stride] f32, 2 y f32.
@@ -43,10 +47,18 @@ layout(push_constant) uniform Push { MatmulParams p; };
 #if defined(WTYPE_Q4_0) || defined(WTYPE_Q4_1) || defined(WTYPE_Q5_0) || defined(WTYPE_Q5_1) || defined(WTYPE_Q8_0) || \
     defined(WTYPE_IQ4_NL)
 #define UNIT 32
-#elif defined(WTYPE_Q4_K)
+#elif defined(WTYPE_Q4_K) || defined(WTYPE_Q5_K)
 #define UNIT 64
+#elif defined(WTYPE_Q6_K) || defined(WTYPE_Q2_K) || defined(WTYPE_Q3_K)
+#define UNIT 128
 #else
 #define UNIT 8
+#endif
+// Elements per piece.
+#if UNIT == 128
+#define PIECE 16
+#else
+#define PIECE 8
 #endif
 
 // x[at … at+3] (at a multiple of 4).
@@ -54,10 +66,29 @@ vec4 xv(uint at) { return X_VEC4 ? x4[at >> 2] : vec4(x[at], x[at + 1], x[at + 2
 // The 4 bytes at byte o, o a multiple of 4, from one 32-bit load (dequant.glsl's word_at takes
 // two 16-bit loads for an even o).
 uint w1x32(uint o) { return floatBitsToUint(w32[o >> 2]); }
+// The 4 bytes at byte o (o even) with one 32-bit load where o is a multiple of 4, else two 16-bit.
+uint wany(uint o) { return (o & 3u) == 0 ? w1x32(o) : word_at(o); }
+// Byte b (0…3) of word q, unsigned and as a signed byte.
+uint byte_of(uint q, uint b) { return (q >> (8u * b)) & 0xFFu; }
+int sbyte_of(uint q, uint b) { return int(q << (24u - 8u * b)) >> 24; }
 // The four bytes (or nibbles at bit `sh`, masked to `mask`) of word q, as floats.
 vec4 bytes_of(uint q, uint sh, uint mask) { return vec4((uvec4(q) >> (uvec4(0, 8, 16, 24) + sh)) & mask); }
 vec4 i8_of(uint q) { return vec4((ivec4(q) << ivec4(24, 16, 8, 0)) >> 24); }
 float sum4(vec4 v) { return (v.x + v.y) + (v.z + v.w); }
+#if UNIT == 64
+// The 6-bit scale and min of sub-block j (0…7) of a Q4_K/Q5_K super-block, from the three words
+// s0, s1, s2 of its 12 scale bytes (one load each, the same address for a block's invocations).
+void scale_min_words(uint s0, uint s1, uint s2, uint j, out float sc, out float mn) {
+  if (j < 4) {
+    sc = float(byte_of(s0, j) & 63u);
+    mn = float(byte_of(s1, j) & 63u);
+  } else {
+    const uint b = byte_of(s2, j - 4);
+    sc = float((b & 0xFu) | ((byte_of(s0, j - 4) >> 6) << 4));
+    mn = float((b >> 4) | ((byte_of(s1, j - 4) >> 6) << 4));
+  }
+}
+#endif
 #if defined(WTYPE_IQ4_NL)
 vec4 iq4_of(uint q, uint sh) {
   const uvec4 n = (uvec4(q) >> (uvec4(0, 8, 16, 24) + sh)) & 0xFu;
@@ -65,7 +96,7 @@ vec4 iq4_of(uint q, uint sh) {
 }
 #endif
 
-// Piece s (elements 8s … 8s+7 of the row, in the order above) of the row at byte row_base, times
+// Piece s (PIECE elements of the row, in the order above) of the row at byte row_base, times
 // x from element x_at.
 float piece_dot(uint row_base, uint s, uint x_at) {
 #if UNIT == 32
@@ -108,16 +139,71 @@ float piece_dot(uint row_base, uint s, uint x_at) {
 #endif
 #endif
 #elif UNIT == 64
-  // Q4_K: word i of chunk c of the super-block, sub-blocks 2c (low nibbles) and 2c+1 (high).
+  // Q4_K, Q5_K: word i of chunk c of the super-block, sub-blocks 2c (low nibbles) and 2c+1 (high).
   const uint i = s % 8, k = (s / 8) * 64, base = row_base + (k / 256) * BLOCK_BYTES, c = (k % 256) / 64;
   float sc0, mn0, sc1, mn1;
-  scale_min_k4(base + 4, 2 * c, sc0, mn0);
-  scale_min_k4(base + 4, 2 * c + 1, sc1, mn1);
+  const uint s0 = w1x32(base + 4), s1 = w1x32(base + 8), s2 = w1x32(base + 12);
+  scale_min_words(s0, s1, s2, 2 * c, sc0, mn0);
+  scale_min_words(s0, s1, s2, 2 * c + 1, sc1, mn1);
+#if defined(WTYPE_Q4_K)
   const uint q = w1x32(base + 16 + 32 * c + 4 * i);
+  const vec4 lo = bytes_of(q, 0, 0xFu), hi = bytes_of(q, 4, 0xFu);
+#else
+  // The fifth bit of element 4i + m of either sub-block: bit 2c (or 2c + 1) of qh byte 4i + m.
+  const uint q = w1x32(base + 48 + 32 * c + 4 * i), qh = w1x32(base + 16 + 4 * i);
+  const vec4 lo = bytes_of(q, 0, 0xFu) + 16.0 * bytes_of(qh, 2 * c, 1u);
+  const vec4 hi = bytes_of(q, 4, 0xFu) + 16.0 * bytes_of(qh, 2 * c + 1, 1u);
+#endif
   const vec4 xl = xv(x_at + k + 4 * i), xh = xv(x_at + k + 32 + 4 * i);
   const float d = wf16(base), dmin = wf16(base + 2);
-  return d * (sc0 * sum4(bytes_of(q, 0, 0xFu) * xl) + sc1 * sum4(bytes_of(q, 4, 0xFu) * xh)) -
-         dmin * (mn0 * sum4(xl) + mn1 * sum4(xh));
+  return d * (sc0 * sum4(lo * xl) + sc1 * sum4(hi * xh)) - dmin * (mn0 * sum4(xl) + mn1 * sum4(xh));
+#elif UNIT == 128
+  // Piece i (0…7) of half n of a super-block: elements 128n + 32j + 4i + m of quarters j = 0…3,
+  // m = 0…3, whose low bits are byte 4i + m of a word of the half (the quarter picks the shift or
+  // nibble) and whose scale is sub-block 8n + 2j + i/4.
+  const uint p16 = s % 16, n = p16 / 8, i = p16 % 8, base = row_base + (s / 16) * BLOCK_BYTES;
+  const uint e0 = (s / 16) * 256 + 128 * n + 4 * i;  // element of quarter 0, m = 0
+  float acc = 0.0;
+#if defined(WTYPE_Q6_K)
+  // Low 4 bits: ql word i of the half (quarters 0, 2: low and high nibbles) and word 8 + i
+  // (quarters 1, 3); high 2 bits: qh word i at shift 2j; scales: the half's 8 signed bytes.
+  const uint ql0 = wany(base + 64 * n + 4 * i), ql1 = wany(base + 64 * n + 32 + 4 * i);
+  const uint qh = wany(base + 128 + 32 * n + 4 * i);
+  const uint sa = wany(base + 192 + 8 * n), sb = wany(base + 196 + 8 * n);
+  [[unroll]] for (uint j = 0; j < 4; ++j) {
+    const vec4 q = bytes_of((j & 1u) == 0 ? ql0 : ql1, 4 * (j / 2), 0xFu) + 16.0 * bytes_of(qh, 2 * j, 3u) - 32.0;
+    acc += float(sbyte_of(j < 2 ? sa : sb, i / 4 + 2 * (j & 1u))) * sum4(q * xv(x_at + e0 + 32 * j));
+  }
+  return wf16(base + 208) * acc;
+#elif defined(WTYPE_Q2_K)
+  // 2 bits at shift 2j of qs word i of the half; scale byte 8n + 2j + i/4: d times its low nibble,
+  // dmin times its high nibble the min.
+  const uint q = w1x32(base + 16 + 32 * n + 4 * i);
+  const uint sa = w1x32(base + 8 * n), sb = w1x32(base + 8 * n + 4);
+  float mins = 0.0;
+  [[unroll]] for (uint j = 0; j < 4; ++j) {
+    const uint sc = byte_of(j < 2 ? sa : sb, i / 4 + 2 * (j & 1u));
+    const vec4 x4j = xv(x_at + e0 + 32 * j);
+    acc += float(sc & 0xFu) * sum4(bytes_of(q, 2 * j, 3u) * x4j);
+    mins += float(sc >> 4) * sum4(x4j);
+  }
+  return wf16(base + 80) * acc - wf16(base + 82) * mins;
+#else  // Q3_K
+  // 2 bits at shift 2j of qs word i of the half, minus 4 where bit 4n + j of the hmask byte is
+  // clear (hmask word i); 6-bit scale of sub-block is = 8n + 2j + i/4: its low 4 bits the low (n = 0)
+  // or high (n = 1) nibble of scale byte 2j + i/4, its top 2 bits from byte 8 + (2j + i/4) % 4 at
+  // shift 2(2n + j/2); value − 32.
+  const uint q = wany(base + 32 + 32 * n + 4 * i), hm = wany(base + 4 * i);
+  const uint sa = wany(base + 96), sb = wany(base + 100), sh = wany(base + 104);
+  [[unroll]] for (uint j = 0; j < 4; ++j) {
+    const uint b = i / 4 + 2 * (j & 1u);
+    const uint lo = (byte_of(j < 2 ? sa : sb, b) >> (4 * n)) & 0xFu;
+    const uint hi = (byte_of(sh, (2 * j + i / 4) % 4) >> (2 * (2 * n + j / 2))) & 3u;
+    const vec4 v = bytes_of(q, 2 * j, 3u) - 4.0 + 4.0 * bytes_of(hm, 4 * n + j, 1u);
+    acc += float(int(lo | (hi << 4)) - 32) * sum4(v * xv(x_at + e0 + 32 * j));
+  }
+  return wf16(base + 108) * acc;
+#endif
 #else
   const uint k = 8 * s;
   uint base, j8;
@@ -134,7 +220,7 @@ float piece_dot(uint row_base, uint s, uint x_at) {
 // the subgroup, four at a time where IN_FLIGHT says so (GPUs: their loads all issued before their
 // arithmetic waits on any; on lavapipe the unrolled loop made the whole kernel 2.6× slower).
 float row_share(uint row_base, uint x_at) {
-  const uint n = (p.cols + 7) / 8, step = gl_SubgroupSize;
+  const uint n = (p.cols + PIECE - 1) / PIECE, step = gl_SubgroupSize;
   uint s = gl_SubgroupInvocationID;
   float acc = 0.0;
   if (IN_FLIGHT == 4)

@@ -1,7 +1,9 @@
 // read_ceiling: streams a buffer with uvec4 loads and nothing else, for `vkllm bench --ops`'s
 // "read ceiling" rows: the device's read rate for the bytes a matvec reads, with no arithmetic.
-// Each invocation reads one contiguous run of per_invocation vec4 words (4 KiB by default, where
-// CPU drivers read fastest) and writes their XOR, so the loads cannot be dropped.
+// Each invocation reads per_invocation vec4 words and writes their XOR, so the loads cannot be
+// dropped: on CPU drivers one contiguous run (stride 0; 4 KiB, where they read fastest), on GPUs
+// words id, id + stride, id + 2·stride, … (stride = the invocations), so that a subgroup's loads
+// cover one stretch of memory, as a GPU reads fastest.
 // Two variants: storage-buffer loads (read_ceiling), and with TEXEL texel loads of a storage texel
 // buffer (read_ceiling_texel), the way the CPU-driver kernels read weights and the f16 cache;
 // lavapipe serves the latter several times faster.
@@ -24,8 +26,13 @@ layout(push_constant) uniform Push { ReadCeilingParams p; };
 
 void main() {
   const uint id = gl_GlobalInvocationID.x;
-  const uint begin = id * p.per_invocation, end = min(begin + p.per_invocation, p.n_words);
   uvec4 acc = uvec4(0);
-  for (uint i = begin; i < end; ++i) acc ^= LOAD(i);
-  if (begin < p.n_words) out_[id] = acc.x ^ acc.y ^ acc.z ^ acc.w;
+  if (p.stride == 0) {
+    const uint begin = id * p.per_invocation, end = min(begin + p.per_invocation, p.n_words);
+    for (uint i = begin; i < end; ++i) acc ^= LOAD(i);
+    if (begin < p.n_words) out_[id] = acc.x ^ acc.y ^ acc.z ^ acc.w;
+  } else if (id < p.stride) {
+    for (uint k = 0, i = id; k < p.per_invocation && i < p.n_words; ++k, i += p.stride) acc ^= LOAD(i);
+    out_[id] = acc.x ^ acc.y ^ acc.z ^ acc.w;
+  }
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <random>
 
 #include "op_test_util.h"
 #include "kernels/ops.h"
@@ -74,7 +75,9 @@ TEST_P(WeightOps, MatchReference) {
         for (size_t i = 0; i < y0.size(); ++i) y0[i] = 1.0f + float(i % s.rows);
         for (size_t i = 0; i < y0.size(); ++i) ysum[i] = y0[i] + ywant[i];
         Buffer dy0 = test::to_device(y0);
-        for (MatmulKernel kernel : {MatmulKernel::Auto, MatmulKernel::Portable}) {
+        // PortableGpu: matvec.comp as tuned for GPUs (four pieces in flight per lane).
+        for (MatmulKernel kernel : {MatmulKernel::Auto, MatmulKernel::Portable, MatmulKernel::PortableGpu}) {
+          if (kernel == MatmulKernel::PortableGpu && n_tokens != 1) continue;
           for (MatmulStore store : {MatmulStore::Overwrite, MatmulStore::Accumulate}) {
             CommandRecorder rec(ctx, &test::pipelines());
             rec.copy(dy0.view(), dy.view());
@@ -83,7 +86,9 @@ TEST_P(WeightOps, MatchReference) {
             rec.submit_and_wait();
             const bool acc = store == MatmulStore::Accumulate;
             EXPECT_LE(test::nmse(test::from_device<float>(dy, ywant.size()), acc ? ysum : ywant), 5e-4)
-                << "tokens " << n_tokens << (kernel == MatmulKernel::Auto ? " auto" : " portable") << (acc ? " accumulate" : "");
+                << "tokens " << n_tokens
+                << (kernel == MatmulKernel::Auto ? " auto" : kernel == MatmulKernel::Portable ? " portable" : " portable, GPU-tuned")
+                << (acc ? " accumulate" : "");
           }
         }
         // The GPU kernels with x rows a stride of cols + 1 apart: no vec4 loads of x.
@@ -238,6 +243,32 @@ TEST_F(WeightKernels, UnsupportedWeightTypeIsNamed) {
     ADD_FAILURE();
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "tensor 'blk.0.ffn_up.weight' has type IQ2_XS, which vkllm cannot run yet");
+  }
+}
+
+// bench --ops' read ceiling reads every word once in either layout (a 4 KiB run per invocation, or
+// words strided by the invocations as on GPUs), through storage-buffer and texel loads: the XOR of
+// its outputs is the XOR of the data, which a word skipped or read twice would change.
+TEST_F(WeightKernels, ReadCeilingReadsEveryWordOnce) {
+  VulkanContext& ctx = test::vk();
+  const uint32_t n_words = 5000;  // uvec4 words: neither layout's multiple
+  std::vector<uint32_t> data(size_t(n_words) * 4);
+  std::mt19937 rng(7);
+  for (uint32_t& v : data) v = rng();
+  uint32_t want = 0;
+  for (uint32_t v : data) want ^= v;
+  Buffer dd = test::to_device(data);
+  for (bool strided : {false, true}) {
+    for (bool texel : {false, true}) {
+      const uint64_t out_bytes = read_ceiling_out_bytes(ctx, dd.size(), strided);
+      Buffer dout = test::to_device(std::vector<uint32_t>(out_bytes / 4, 0u));
+      CommandRecorder rec(ctx, &test::pipelines());
+      record_read_ceiling(rec, dd.view(), dout.view(), texel, strided);
+      rec.submit_and_wait();
+      uint32_t got = 0;
+      for (uint32_t v : test::from_device<uint32_t>(dout, out_bytes / 4)) got ^= v;
+      EXPECT_EQ(got, want) << (strided ? "strided" : "runs") << (texel ? ", texel loads" : ", storage-buffer loads");
+    }
   }
 }
 

@@ -89,7 +89,8 @@ enum class WeightKernel { Simd, Matvec, Tiled };
 
 WeightKernel weight_kernel_for(const VulkanContext& ctx, const DeviceTensor& w, const WeightPart& part, const BufferView& x,
                                uint32_t x_stride, uint32_t n_tokens, MatmulKernel kernel) {
-  if (kernel != MatmulKernel::Portable && use_simd_matvec(ctx, w, part, x, x_stride)) return WeightKernel::Simd;
+  const bool portable = kernel == MatmulKernel::Portable || kernel == MatmulKernel::PortableGpu;
+  if (!portable && use_simd_matvec(ctx, w, part, x, x_stride)) return WeightKernel::Simd;
   return n_tokens == 1 || kernel == MatmulKernel::Columns ? WeightKernel::Matvec : WeightKernel::Tiled;
 }
 
@@ -139,7 +140,7 @@ void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const Buf
       // x as vec4 where its binding and rows allow it.
       const uint32_t rows_per_wg = std::max<uint32_t>(64 / std::max<uint32_t>(rec.context().subgroup_size(), 1), 1);
       const uint32_t x_vec4 = x.offset % 16 == 0 && x_stride % 4 == 0 ? 1 : 0;
-      const uint32_t in_flight = rec.context().info().type == "cpu" ? 1 : 4;
+      const uint32_t in_flight = rec.context().info().type == "cpu" && kernel != MatmulKernel::PortableGpu ? 1 : 4;
       const Pipeline& p = rec.pipelines().get("matvec_" + suffix, 3, sizeof(MatmulParams), {64, rows_per_wg, x_vec4, in_flight});
       const uint32_t groups = div_ceil(rows, rows_per_wg);
       const uint32_t gx = std::min(groups, max_groups);  // folded into y past the x limit
@@ -226,12 +227,27 @@ void record_matmul_glu(CommandRecorder& rec, const DeviceTensor& w, const Buffer
   record_glu(rec, act, gate, up, out, n_tokens * n);
 }
 
-uint64_t read_ceiling_out_bytes(uint64_t data_bytes) { return div_ceil(data_bytes, 4096) * uint64_t{4}; }
+namespace {
+// Whether read_ceiling strides its invocations' words (GPUs) or reads a run per invocation (CPU
+// drivers), and how many words an invocation reads: a 4 KiB run, or 16 words.
+bool read_ceiling_strided(const VulkanContext& ctx, std::optional<bool> strided) {
+  return strided.value_or(ctx.info().type != "cpu");
+}
+uint32_t read_ceiling_words(bool strided) { return strided ? 16 : 4096 / 16; }
+}  // namespace
 
-void record_read_ceiling(CommandRecorder& rec, const BufferView& data, const BufferView& out, bool texel) {
+uint64_t read_ceiling_out_bytes(const VulkanContext& ctx, uint64_t data_bytes, std::optional<bool> strided) {
+  return div_ceil(data_bytes / 16, uint64_t{read_ceiling_words(read_ceiling_strided(ctx, strided))}) * 4;
+}
+
+void record_read_ceiling(CommandRecorder& rec, const BufferView& data, const BufferView& out, bool texel,
+                         std::optional<bool> strided) {
   const Pipeline& p = rec.pipelines().get(texel ? "read_ceiling_texel" : "read_ceiling", 2, sizeof(ReadCeilingParams), {64});
-  const ReadCeilingParams params{uint32_t(data.range / 16), 4096 / 16};
-  rec.dispatch(p, {data, out}, params, div_ceil(div_ceil(data.range, 4096), 64));
+  const bool by_stride = read_ceiling_strided(rec.context(), strided);
+  const uint32_t words = uint32_t(data.range / 16), per = read_ceiling_words(by_stride);
+  const uint32_t invocations = div_ceil(words, per);
+  const ReadCeilingParams params{words, per, by_stride ? invocations : 0};
+  rec.dispatch(p, {data, out}, params, div_ceil(invocations, 64u));
 }
 
 }  // namespace vkllm

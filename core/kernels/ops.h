@@ -3,6 +3,7 @@
 // Callers insert rec.barrier() between dependent ops.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "kernels/cache_type.h"
@@ -25,8 +26,10 @@ void record_get_rows(CommandRecorder& rec, const DeviceTensor& w, const BufferVi
 // tests force to cover it on lavapipe too), matvec.comp for one token and the tiled matmul.comp for
 // more. Columns: as Auto, but never the tiled matmul (matvec.comp once per column instead), so
 // every column's result is bit for bit what it would be alone: the server's decode step of
-// several sequences, whose tokens must not depend on the batch.
-enum class MatmulKernel { Auto, Portable, Columns };
+// several sequences, whose tokens must not depend on the batch. PortableGpu: Portable tuned as on
+// a GPU whatever the device (matvec.comp's four pieces in flight), so tests cover that loop on
+// lavapipe.
+enum class MatmulKernel { Auto, Portable, Columns, PortableGpu };
 
 // Overwrite: y = w·x; Accumulate: y += w·x (a residual add folded into the projection).
 enum class MatmulStore { Overwrite, Accumulate };
@@ -55,12 +58,14 @@ void record_matmul_glu(CommandRecorder& rec, const DeviceTensor& w, const Buffer
                        uint32_t n_tokens, const BufferView& gate, const BufferView& up, const BufferView& out, Glu act,
                        MatmulKernel kernel = MatmulKernel::Auto);
 
-// The read ceiling of `bench --ops`: streams `data` (a multiple of 16 bytes) with uvec4 loads, one
-// 4 KiB run per invocation, XOR-folding each run into out [ceil(bytes / 4096)] u32. `texel`: the
-// loads are texel loads of a storage texel buffer (as the CPU-driver kernels read), else
-// storage-buffer loads.
-void record_read_ceiling(CommandRecorder& rec, const BufferView& data, const BufferView& out, bool texel);
-uint64_t read_ceiling_out_bytes(uint64_t data_bytes);
+// The read ceiling of `bench --ops`: streams `data` (a multiple of 16 bytes) with uvec4 loads,
+// XOR-folding each invocation's words into out [read_ceiling_out_bytes / 4] u32: on CPU drivers a
+// 4 KiB run per invocation, on GPUs 16 words strided by the invocations (a subgroup's loads
+// coalesced). `texel`: the loads are texel loads of a storage texel buffer (as the CPU-driver
+// kernels read), else storage-buffer loads. `strided` overrides the device's layout (tests).
+void record_read_ceiling(CommandRecorder& rec, const BufferView& data, const BufferView& out, bool texel,
+                         std::optional<bool> strided = {});
+uint64_t read_ceiling_out_bytes(const VulkanContext& ctx, uint64_t data_bytes, std::optional<bool> strided = {});
 
 // ---- element-wise and row ops (out may alias an input) -----------------------------------------
 

@@ -60,6 +60,7 @@ struct MatmulParams {
 struct ReadCeilingParams {
   u32 n_words;         // uvec4 words in the buffer
   u32 per_invocation;  // words one invocation reads
+  u32 stride;          // 0: each invocation's words are one run; else the words between its loads
 };
 
 // binary: out[i] = a[i] OP b[i % b_period] for i < n (b_period = n: same-shape; = row width:
