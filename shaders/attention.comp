@@ -1,7 +1,8 @@
 // attention: causal grouped-query attention over cache slots listed in a buffer, with online
 // softmax (no n×n score matrix) — flash-attention style.
 //
-// A workgroup owns one KV head, a tile of BQ query rows and one split of the slot list. Query row
+// A workgroup owns one KV head, a tile of BQ query rows (a decode step's G rows: a tile of their
+// own size, the host's choice) and one split of the slot list. Query row
 // r is (token r / G, head hk·G + r % G) with G = n_head / n_head_kv, so the query heads that share a
 // KV head share every K/V load. For each tile of BKV slots it loads K (rotated by RoPE at the
 // slot's position as it is read, from the cos/sin table of rope_table.comp: the cache holds K
@@ -44,7 +45,9 @@ layout(binding = 8) readonly buffer RopeTable { vec2 rope_table[]; };
 layout(push_constant) uniform Push { AttentionParams p; };
 
 shared float qs[BQ * HD];   // query rows, pre-scaled
-shared float ks[BKV * HD];  // K tile, rotated
+const uint KS = HD + 1;     // K tile row stride: the scores read K rows j = 0, 1, … at once, and
+                            // HD floats apart they would share one bank
+shared float ks[BKV * KS];  // K tile, rotated
 shared float vs[BKV * HD];  // V tile
 shared float ss[BQ * BKV];  // scores, then probabilities
 shared int s_qpos[BQ];
@@ -107,8 +110,8 @@ void main() {
           a = a2;
         }
       }
-      ks[j * HD + d0] = a;
-      ks[j * HD + d1] = b;
+      ks[j * KS + d0] = a;
+      ks[j * KS + d1] = b;
     }
     for (uint e = tid; e < BKV * HD; e += wg) {
       const uint j = e / HD, d = e % HD, idx = kv0 + j;
@@ -121,7 +124,7 @@ void main() {
       float s = NEG;
       if (s_kpos[j] <= s_qpos[i] && (p.window == 0 || s_qpos[i] - s_kpos[j] < int(p.window))) {
         s = 0.0;
-        for (uint d = 0; d < HD; ++d) s += qs[i * HD + d] * ks[j * HD + d];
+        for (uint d = 0; d < HD; ++d) s += qs[i * HD + d] * ks[j * KS + d];
         if (p.softcap > 0.0) s = p.softcap * safe_tanh(s / p.softcap);
       }
       ss[e] = s;

@@ -21,14 +21,18 @@ struct AttentionTiles {
   uint32_t wg, bq, bkv;
 };
 
-// Tile sizes that fit the device's shared memory: Q tile + K and V tiles + scores, f32.
-AttentionTiles attention_tiles(const VulkanContext& ctx, uint32_t head_dim) {
+// Tile sizes that fit the device's shared memory: Q tile + K (rows padded by a float, so that the
+// scores' reads of different K rows fall in different banks) and V tiles + scores, f32. A tile holds
+// up to as many query rows as the record has: a decode step's G rows take a tile of their own size
+// (bit_ceil(G)) instead of a 16- or 32-row one that is mostly empty, and more slots per tile.
+AttentionTiles attention_tiles(const VulkanContext& ctx, uint32_t head_dim, uint32_t rows) {
   const uint32_t shared = ctx.limits().maxComputeSharedMemorySize;
   // Larger tiles mean fewer barriers per score (which dominate on CPU drivers like lavapipe).
   for (uint32_t b : {32u, 16u, 8u, 4u}) {
-    const uint64_t bytes = 4ull * (b * head_dim * 3 + b * b + 6 * b);
+    const uint32_t bq = std::min(b, std::bit_ceil(std::max<uint32_t>(rows, 1)));
+    const uint64_t bytes = 4ull * (bq * head_dim + b * (2 * head_dim + 1) + bq * b + 4 * bq + b);
     const uint32_t wg = 128;
-    if (bytes <= shared && b * head_dim <= wg * 32) return {wg, b, b};
+    if (bytes <= shared && bq * head_dim <= wg * 32) return {wg, bq, b};
   }
   throw Error("head dim " + std::to_string(head_dim) + " needs more shared memory than " + ctx.info().name + " has (" +
               std::to_string(shared) + " bytes)");
@@ -285,7 +289,7 @@ void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape
   }
   const bool simd = kernel == AttentionKernel::Simd;
   const AttentionTiles t = simd ? AttentionTiles{rec.context().subgroup_size(), simd_rows(shape.head_dim, rows), 0}
-                                : attention_tiles(rec.context(), shape.head_dim);
+                                : attention_tiles(rec.context(), shape.head_dim, rows);
   const uint32_t row_tiles = div_ceil(rows, t.bq);
   // Split the slot list when one tile of queries per KV head would leave the device idle
   // (decode over a long context); each split covers at least 64 slots.
