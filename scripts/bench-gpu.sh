@@ -243,7 +243,7 @@ all() {
   echo "$name: $last, --profile"
   timeout 90 "$vkllm" bench -m "$big" -p "${PP:-512}" -n 32 -r 1 --profile 2>&1 || echo "$name: profile: rc $?"
   echo "$name: $last, decode over 4,096 cached tokens"
-  timeout 90 "$vkllm" bench -m "$big" -p 0 -n 32 -r 1 --ctx-fill 0,4096 -c 4200 2>&1 || echo "$name: ctx-fill: rc $?"
+  timeout 90 "$vkllm" bench -m "$big" -p 0 -n 32 -r 1 --ctx-fill 0,4096 -c 4200 --profile 2>&1 || echo "$name: ctx-fill: rc $?"
   echo "$name: bench --ops"
   timeout 120 "$vkllm" bench --ops --ops-size "$ops_size" 2>&1 || echo "$name: ops: rc $?"
 }
@@ -256,7 +256,8 @@ decode_tok_s() {
 }
 
 # This build against the packed base build (bin/vkllm.base): decode (tg TG, REPS repetitions) of each
-# model, the two taking turns, then each one's `bench --ops` (unless OPS=0).
+# model, the two taking turns; decode over a 4,096-token cache on the last model (unless DEPTH=0);
+# then each one's `bench --ops` (unless OPS=0).
 ab() {
   setup_env
   local vkllm="$dir/bin/vkllm" base="$dir/bin/vkllm.base" m
@@ -270,6 +271,14 @@ ab() {
     b=$(decode_tok_s "$vkllm" "$file")
     awk -v n="$m" -v a="$a" -v b="$b" 'BEGIN { printf "| %-12s | %12.2f | %12.2f | %6s |\n", n, a, b, (a > 0 ? sprintf("%.2fx", b / a) : "-") }'
   done
+  if [ "${DEPTH:-1}" = 1 ]; then
+    local big="$models_dir/${models##* }.gguf" which
+    for which in base this; do
+      echo "$name: $which, ${models##* } decode over 4,096 cached tokens"
+      timeout 120 "$([ $which = base ] && echo "$base" || echo "$vkllm")" bench -m "$big" -p 0 -n 32 -r 1 --ctx-fill 0,4096 -c 4200 --profile 2>&1 ||
+        echo "$name: ctx-fill: rc $?"
+    done
+  fi
   [ "${OPS:-1}" = 1 ] || return 0
   echo "$name: base, bench --ops"
   timeout 120 "$base" bench --ops --ops-size "$ops_size" 2>&1 || echo "$name: ops: rc $?"
