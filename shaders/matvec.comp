@@ -1,9 +1,10 @@
 // matvec: y[dest(r, t)] (+)= W[r] · x[t] for activation vector t = the workgroup's z
 // (decode on GPUs: one; the server's step of several sequences: one per sequence, each computed
-// exactly as it would be alone). A workgroup handles ROWS consecutive rows; each subgroup takes a
-// row at a time, its invocations stride over the row's 8-element pieces (four in flight per
-// invocation on GPUs), and one subgroupAdd reduces it — no shared memory, no barrier. Correct for
-// any actual subgroup count (rows are strided by gl_NumSubgroups).
+// exactly as it would be alone). A workgroup handles ROWS consecutive rows; each subgroup takes RPS
+// rows at a time (two on GPUs), its invocations stride over the rows' pieces (four in flight per
+// invocation on GPUs), each piece's x loaded once for the RPS rows, and one subgroupAdd per row
+// reduces it — no shared memory, no barrier. Correct for any actual subgroup count (row groups are
+// strided by gl_NumSubgroups).
 //
 // A piece is 8 elements of the row: neighbouring invocations take neighbouring pieces, so a
 // subgroup's loads of x (vec4 where the host says x is 16-byte aligned: X_VEC4) and of the weights
@@ -24,8 +25,8 @@
 // its gate row and its up row): common/matmul_out.glsl.
 // Bindings: 0 W [rows][row_bytes] (weight type), 1 x [n_tokens][x_stride] f32, 2 y f32.
 // Specialization: 0 workgroup size, 1 ROWS (rows per workgroup; the host uses size / subgroup
-// size), 2 X_VEC4 (x's binding offset and x_stride allow vec4 loads), 3 IN_FLIGHT (pieces per
-// invocation per loop step: 4 on GPUs, 1 on CPU drivers).
+// size × RPS), 2 X_VEC4 (x's binding offset and x_stride allow vec4 loads), 3 IN_FLIGHT (pieces per
+// invocation per loop step: 4 on GPUs, 1 on CPU drivers), 4 RPS (2 on GPUs, 1 on CPU drivers).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -38,6 +39,7 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint ROWS = 8;
 layout(constant_id = 2) const bool X_VEC4 = false;
 layout(constant_id = 3) const uint IN_FLIGHT = 1;
+layout(constant_id = 4) const uint RPS = 1;  // rows per subgroup at a time, sharing each piece's x
 layout(binding = 1) readonly buffer X { float x[]; };
 layout(binding = 1) readonly buffer X4 { vec4 x4[]; };
 layout(binding = 2) buffer Y { float y[]; };
@@ -96,17 +98,55 @@ vec4 iq4_of(uint q, uint sh) {
 }
 #endif
 
-// Piece s (PIECE elements of the row, in the order above) of the row at byte row_base, times
-// x from element x_at.
-float piece_dot(uint row_base, uint s, uint x_at) {
+// x for one piece: the vec4s its elements meet (see load_x). Loaded once per piece and used for
+// every row of the subgroup's group.
+#if PIECE == 16
+#define XN 4
+#else
+#define XN 2
+#endif
+struct PieceX {
+  vec4 v[XN];
+};
+
+// x for piece s, from element x_at: the same elements piece_dot multiplies, in its order.
+PieceX load_x(uint s, uint x_at) {
+  PieceX X;
 #if UNIT == 32
-  const uint i = s % 4, base = row_base + (s / 4) * BLOCK_BYTES, xa = x_at + (s / 4) * 32;
+  const uint i = s % 4, xa = x_at + (s / 4) * 32;
+#if defined(WTYPE_Q8_0)
+  X.v[0] = xv(xa + 8 * i);
+  X.v[1] = xv(xa + 8 * i + 4);
+#else
+  X.v[0] = xv(xa + 4 * i);
+  X.v[1] = xv(xa + 16 + 4 * i);
+#endif
+#elif UNIT == 64
+  const uint i = s % 8, k = (s / 8) * 64;
+  X.v[0] = xv(x_at + k + 4 * i);
+  X.v[1] = xv(x_at + k + 32 + 4 * i);
+#elif UNIT == 128
+  const uint p16 = s % 16, e0 = (s / 16) * 256 + 128 * (p16 / 8) + 4 * (p16 % 8);
+  [[unroll]] for (uint j = 0; j < 4; ++j) X.v[j] = xv(x_at + e0 + 32 * j);
+#else
+  // 8 consecutive elements, 0 past the row's end (rows of the plain types need not be a multiple of 8).
+  const uint k = 8 * s;
+  [[unroll]] for (uint i = 0; i < 8; ++i) X.v[i / 4][i % 4] = k + i < p.cols ? x[x_at + k + i] : 0.0;
+#endif
+  return X;
+}
+
+// Piece s (PIECE elements of the row, in the order above) of the row at byte row_base, times its
+// x (load_x).
+float piece_dot(uint row_base, uint s, PieceX X) {
+#if UNIT == 32
+  const uint i = s % 4, base = row_base + (s / 4) * BLOCK_BYTES;
   const float d = wf16(base);
 #if defined(WTYPE_Q8_0)
   const uint qs = base + 2 + 8 * i;
   const bool aligned = (qs & 3u) == 0;
   const uint q0 = aligned ? w1x32(qs) : word_at(qs), q1 = aligned ? w1x32(qs + 4) : word_at(qs + 4);
-  return d * sum4(i8_of(q0) * xv(xa + 8 * i) + i8_of(q1) * xv(xa + 8 * i + 4));
+  return d * sum4(i8_of(q0) * X.v[0] + i8_of(q1) * X.v[1]);
 #else
   // Elements 4i … 4i+3 are the low nibbles of qs bytes 4i … 4i+3, elements 16+4i … the high ones.
 #if defined(WTYPE_Q4_0) || defined(WTYPE_IQ4_NL)
@@ -119,7 +159,7 @@ float piece_dot(uint row_base, uint s, uint x_at) {
   const uint qh = w1x32(base + 4), qs = base + 8;
 #endif
   const uint q = (qs & 3u) == 0 ? w1x32(qs + 4 * i) : word_at(qs + 4 * i);
-  const vec4 xl = xv(xa + 4 * i), xh = xv(xa + 16 + 4 * i);
+  const vec4 xl = X.v[0], xh = X.v[1];
 #if defined(WTYPE_IQ4_NL)
   return d * sum4(iq4_of(q, 0) * xl + iq4_of(q, 4) * xh);
 #else
@@ -154,7 +194,7 @@ float piece_dot(uint row_base, uint s, uint x_at) {
   const vec4 lo = bytes_of(q, 0, 0xFu) + 16.0 * bytes_of(qh, 2 * c, 1u);
   const vec4 hi = bytes_of(q, 4, 0xFu) + 16.0 * bytes_of(qh, 2 * c + 1, 1u);
 #endif
-  const vec4 xl = xv(x_at + k + 4 * i), xh = xv(x_at + k + 32 + 4 * i);
+  const vec4 xl = X.v[0], xh = X.v[1];
   const float d = wf16(base), dmin = wf16(base + 2);
   return d * (sc0 * sum4(lo * xl) + sc1 * sum4(hi * xh)) - dmin * (mn0 * sum4(xl) + mn1 * sum4(xh));
 #elif UNIT == 128
@@ -162,7 +202,6 @@ float piece_dot(uint row_base, uint s, uint x_at) {
   // m = 0…3, whose low bits are byte 4i + m of a word of the half (the quarter picks the shift or
   // nibble) and whose scale is sub-block 8n + 2j + i/4.
   const uint p16 = s % 16, n = p16 / 8, i = p16 % 8, base = row_base + (s / 16) * BLOCK_BYTES;
-  const uint e0 = (s / 16) * 256 + 128 * n + 4 * i;  // element of quarter 0, m = 0
   float acc = 0.0;
 #if defined(WTYPE_Q6_K)
   // Low 4 bits: ql word i of the half (quarters 0, 2: low and high nibbles) and word 8 + i
@@ -172,7 +211,7 @@ float piece_dot(uint row_base, uint s, uint x_at) {
   const uint sa = wany(base + 192 + 8 * n), sb = wany(base + 196 + 8 * n);
   [[unroll]] for (uint j = 0; j < 4; ++j) {
     const vec4 q = bytes_of((j & 1u) == 0 ? ql0 : ql1, 4 * (j / 2), 0xFu) + 16.0 * bytes_of(qh, 2 * j, 3u) - 32.0;
-    acc += float(sbyte_of(j < 2 ? sa : sb, i / 4 + 2 * (j & 1u))) * sum4(q * xv(x_at + e0 + 32 * j));
+    acc += float(sbyte_of(j < 2 ? sa : sb, i / 4 + 2 * (j & 1u))) * sum4(q * X.v[j]);
   }
   return wf16(base + 208) * acc;
 #elif defined(WTYPE_Q2_K)
@@ -183,7 +222,7 @@ float piece_dot(uint row_base, uint s, uint x_at) {
   float mins = 0.0;
   [[unroll]] for (uint j = 0; j < 4; ++j) {
     const uint sc = byte_of(j < 2 ? sa : sb, i / 4 + 2 * (j & 1u));
-    const vec4 x4j = xv(x_at + e0 + 32 * j);
+    const vec4 x4j = X.v[j];
     acc += float(sc & 0xFu) * sum4(bytes_of(q, 2 * j, 3u) * x4j);
     mins += float(sc >> 4) * sum4(x4j);
   }
@@ -200,7 +239,7 @@ float piece_dot(uint row_base, uint s, uint x_at) {
     const uint lo = (byte_of(j < 2 ? sa : sb, b) >> (4 * n)) & 0xFu;
     const uint hi = (byte_of(sh, (2 * j + i / 4) % 4) >> (2 * (2 * n + j / 2))) & 3u;
     const vec4 v = bytes_of(q, 2 * j, 3u) - 4.0 + 4.0 * bytes_of(hm, 4 * n + j, 1u);
-    acc += float(int(lo | (hi << 4)) - 32) * sum4(v * xv(x_at + e0 + 32 * j));
+    acc += float(int(lo | (hi << 4)) - 32) * sum4(v * X.v[j]);
   }
   return wf16(base + 108) * acc;
 #endif
@@ -211,41 +250,59 @@ float piece_dot(uint row_base, uint s, uint x_at) {
   float v[8];
   dq8(base, j8, min(8u, p.cols - k), v);
   float acc = 0.0;
-  for (uint i = 0; i < 8 && k + i < p.cols; ++i) acc += v[i] * x[x_at + k + i];
+  for (uint i = 0; i < 8 && k + i < p.cols; ++i) acc += v[i] * X.v[i / 4][i % 4];
   return acc;
 #endif
 }
 
-// The row at byte row_base times x from element x_at, this invocation's share: pieces strided by
+// RPS rows from row r0 (rows past `end` repeat the last one; their sums are not stored), half h
+// of a gate|up pair, times x from element x_at, this invocation's share of each: pieces strided by
 // the subgroup, four at a time where IN_FLIGHT says so (GPUs: their loads all issued before their
-// arithmetic waits on any; on lavapipe the unrolled loop made the whole kernel 2.6× slower).
-float row_share(uint row_base, uint x_at) {
+// arithmetic waits on any; on lavapipe the unrolled loop made the whole kernel 2.6× slower). Each
+// piece's x is loaded once for the RPS rows; each row's sum runs in the same order whatever RPS is.
+void rows_share(uint r0, uint h, uint end, uint x_at, out float acc[RPS]) {
+  uint base[RPS];
+  [[unroll]] for (uint i = 0; i < RPS; ++i) {
+    base[i] = (min(r0 + i, end - 1) + h * p.rows) * p.row_bytes;
+    acc[i] = 0.0;
+  }
   const uint n = (p.cols + PIECE - 1) / PIECE, step = gl_SubgroupSize;
   uint s = gl_SubgroupInvocationID;
-  float acc = 0.0;
   if (IN_FLIGHT == 4)
-    for (; s + 3 * step < n; s += 4 * step)
-      acc += (piece_dot(row_base, s, x_at) + piece_dot(row_base, s + step, x_at)) +
-             (piece_dot(row_base, s + 2 * step, x_at) + piece_dot(row_base, s + 3 * step, x_at));
-  for (; s < n; s += step) acc += piece_dot(row_base, s, x_at);
-  return acc;
+    for (; s + 3 * step < n; s += 4 * step) {
+      const PieceX x0 = load_x(s, x_at), x1 = load_x(s + step, x_at), x2 = load_x(s + 2 * step, x_at),
+                   x3 = load_x(s + 3 * step, x_at);
+      [[unroll]] for (uint i = 0; i < RPS; ++i)
+        acc[i] += (piece_dot(base[i], s, x0) + piece_dot(base[i], s + step, x1)) +
+                  (piece_dot(base[i], s + 2 * step, x2) + piece_dot(base[i], s + 3 * step, x3));
+    }
+  for (; s < n; s += step) {
+    const PieceX x0 = load_x(s, x_at);
+    [[unroll]] for (uint i = 0; i < RPS; ++i) acc[i] += piece_dot(base[i], s, x0);
+  }
 }
 
 void main() {
   const uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
-  const uint first = wg * ROWS;
+  const uint first = wg * ROWS, end = min(first + ROWS, p.rows);
   const uint t = gl_WorkGroupID.z, x_at = t * p.x_stride;
   const uint halves = p.glu != 0u ? 2 : 1;
-  for (uint r = first + gl_SubgroupID; r < min(first + ROWS, p.rows); r += gl_NumSubgroups) {
-    float total = 0.0, gate = 0.0;
+  for (uint r0 = first + gl_SubgroupID * RPS; r0 < end; r0 += gl_NumSubgroups * RPS) {
+    float total[RPS], gate[RPS];
     for (uint h = 0; h < halves; ++h) {
-      const uint row_base = (r + h * p.rows) * p.row_bytes;
-      total = subgroupAdd(row_share(row_base, x_at));
-      if (h == 0) gate = total;
+      float acc[RPS];
+      rows_share(r0, h, end, x_at, acc);
+      [[unroll]] for (uint i = 0; i < RPS; ++i) {
+        total[i] = subgroupAdd(acc[i]);
+        if (h == 0) gate[i] = total[i];
+      }
     }
     if (subgroupElect()) {
-      const uint at = matmul_dest(r, t);
-      y[at] = matmul_store_value(halves == 2 ? glu_apply(gate, total) : total, y[at]);
+      [[unroll]] for (uint i = 0; i < RPS; ++i) {
+        if (r0 + i >= end) break;
+        const uint at = matmul_dest(r0 + i, t);
+        y[at] = matmul_store_value(halves == 2 ? glu_apply(gate[i], total[i]) : total[i], y[at]);
+      }
     }
   }
 }

@@ -186,8 +186,11 @@ TEST_P(WeightOps, FusedProjectionsMatchPieces) {
           glu[i] = act == Glu::SiLU ? g / (1.0f + std::exp(-g)) * u
                                     : 0.5f * g * (1.0f + std::tanh(0.7978845608f * g * (1.0f + 0.044715f * g * g))) * u;
         }
-        for (MatmulKernel kernel : {MatmulKernel::Auto, MatmulKernel::Portable, MatmulKernel::Columns}) {
-          SCOPED_TRACE(kernel == MatmulKernel::Auto ? "auto" : kernel == MatmulKernel::Portable ? "portable" : "columns");
+        for (MatmulKernel kernel : {MatmulKernel::Auto, MatmulKernel::Portable, MatmulKernel::Columns, MatmulKernel::PortableGpu}) {
+          SCOPED_TRACE(kernel == MatmulKernel::Auto       ? "auto"
+                       : kernel == MatmulKernel::Portable ? "portable"
+                       : kernel == MatmulKernel::Columns  ? "columns"
+                                                          : "portable, GPU-tuned");
           // Regions 1 KiB-aligned past each other's ends, as the engine lays them out.
           const uint64_t q_at = 0, k_at = (n * rq * 4 + 1023) / 1024 * 1024, kv_bytes = n * rkv * 4,
                          v_at = k_at + (kv_bytes + 1023) / 1024 * 1024, ff_bytes = n * rff * 4, up_at = (ff_bytes + 1023) / 1024 * 1024;

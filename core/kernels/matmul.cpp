@@ -135,13 +135,16 @@ void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const Buf
         rec.dispatch(p, {texels, x.sub(x_at, x.range - x_at), y}, group, gx, div_ceil(groups, gx));
       }
     } else if (which == WeightKernel::Matvec) {
-      // One subgroup per row: a workgroup of 64 covers 64 / subgroup-size rows (at least 1).
+      // Each subgroup takes `rps` rows at a time (GPUs: two, sharing each piece's loads of x; CPU
+      // drivers: one), a workgroup of 64 covers 64 / subgroup-size subgroups (at least 1).
       // Columns: one workgroup layer (z) per column.
       // x as vec4 where its binding and rows allow it.
-      const uint32_t rows_per_wg = std::max<uint32_t>(64 / std::max<uint32_t>(rec.context().subgroup_size(), 1), 1);
+      const bool gpu_tuned = rec.context().info().type != "cpu" || kernel == MatmulKernel::PortableGpu;
+      const uint32_t in_flight = gpu_tuned ? 4 : 1, rps = gpu_tuned ? 2 : 1;
+      const uint32_t rows_per_wg = std::max<uint32_t>(64 / std::max<uint32_t>(rec.context().subgroup_size(), 1), 1) * rps;
       const uint32_t x_vec4 = x.offset % 16 == 0 && x_stride % 4 == 0 ? 1 : 0;
-      const uint32_t in_flight = rec.context().info().type == "cpu" && kernel != MatmulKernel::PortableGpu ? 1 : 4;
-      const Pipeline& p = rec.pipelines().get("matvec_" + suffix, 3, sizeof(MatmulParams), {64, rows_per_wg, x_vec4, in_flight});
+      const Pipeline& p =
+          rec.pipelines().get("matvec_" + suffix, 3, sizeof(MatmulParams), {64, rows_per_wg, x_vec4, in_flight, rps});
       const uint32_t groups = div_ceil(rows, rows_per_wg);
       const uint32_t gx = std::min(groups, max_groups);  // folded into y past the x limit
       rec.dispatch(p, {part.view, x, y}, params, gx, div_ceil(groups, gx), n_tokens);
