@@ -232,22 +232,29 @@ void record_matmul_glu(CommandRecorder& rec, const DeviceTensor& w, const Buffer
 
 namespace {
 // Whether read_ceiling strides its invocations' words (GPUs) or reads a run per invocation (CPU
-// drivers), and how many words an invocation reads: a 4 KiB run, or 16 words.
+// drivers), and how many words an invocation reads: a 4 KiB run, or 16 words (more where that many
+// invocations would exceed the device's workgroup count).
 bool read_ceiling_strided(const VulkanContext& ctx, std::optional<bool> strided) {
   return strided.value_or(ctx.info().type != "cpu");
 }
-uint32_t read_ceiling_words(bool strided) { return strided ? 16 : 4096 / 16; }
+uint32_t read_ceiling_words(const VulkanContext& ctx, bool strided, uint64_t data_bytes) {
+  if (!strided) return 4096 / 16;
+  const uint64_t max_invocations = uint64_t{ctx.limits().maxComputeWorkGroupCount[0]} * 64;
+  return static_cast<uint32_t>(std::max<uint64_t>(16, div_ceil(data_bytes / 16, max_invocations)));
+}
 }  // namespace
 
+// Enough for any part of data_bytes too (bench --ops reads its buffer a binding at a time): an
+// invocation reads at least 16 (or exactly 256) words.
 uint64_t read_ceiling_out_bytes(const VulkanContext& ctx, uint64_t data_bytes, std::optional<bool> strided) {
-  return div_ceil(data_bytes / 16, uint64_t{read_ceiling_words(read_ceiling_strided(ctx, strided))}) * 4;
+  return div_ceil(data_bytes / 16, uint64_t{read_ceiling_strided(ctx, strided) ? 16u : 4096u / 16}) * 4;
 }
 
 void record_read_ceiling(CommandRecorder& rec, const BufferView& data, const BufferView& out, bool texel,
                          std::optional<bool> strided) {
   const Pipeline& p = rec.pipelines().get(texel ? "read_ceiling_texel" : "read_ceiling", 2, sizeof(ReadCeilingParams), {64});
   const bool by_stride = read_ceiling_strided(rec.context(), strided);
-  const uint32_t words = uint32_t(data.range / 16), per = read_ceiling_words(by_stride);
+  const uint32_t words = uint32_t(data.range / 16), per = read_ceiling_words(rec.context(), by_stride, data.range);
   const uint32_t invocations = div_ceil(words, per);
   const ReadCeilingParams params{words, per, by_stride ? invocations : 0};
   rec.dispatch(p, {data, out}, params, div_ceil(invocations, 64u));

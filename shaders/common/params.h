@@ -56,7 +56,8 @@ struct MatmulParams {
   u32 rows_per_group;  // matvec_simd: output rows per workgroup
 };
 
-// read_ceiling: each invocation XORs data[id * per_invocation …] (uvec4 words, < n_words).
+// read_ceiling: each invocation XORs per_invocation uvec4 words (< n_words) into out[id]: data[id *
+// per_invocation …] (stride 0, CPU drivers) or data[id], data[id + stride], … (GPUs).
 struct ReadCeilingParams {
   u32 n_words;         // uvec4 words in the buffer
   u32 per_invocation;  // words one invocation reads
