@@ -165,6 +165,20 @@ Session open_session(const RunOptions& o) {
   }
 
   s.pipelines = std::make_unique<Pipelines>(*s.ctx, default_cache_dir().empty() ? "" : default_cache_dir() + "/pipelines.bin");
+  // A CPU driver compiles each kernel when it first runs it, so the first prompt on a machine waits
+  // for a minute or two: a status line on a terminal says why.
+  if (stderr_is_tty())
+    s.pipelines->set_first_use_wait([device = s.ctx->info().name, shown = -1L](double seconds) mutable {
+      if (seconds < 0) {
+        std::fprintf(stderr, "\r\033[K");
+        shown = -1;
+      } else if (long(seconds) != shown) {
+        shown = long(seconds);
+        std::fprintf(stderr, "\rvkllm: compiling GPU kernels for %s (their first use here; cached afterwards): %ld s",
+                     device.c_str(), shown);
+      }
+      std::fflush(stderr);
+    });
   {
     ProgressBar bar("loading", "bytes");
     s.model = std::make_unique<Model>(*s.ctx, s.file, [&](uint64_t done, uint64_t total) { bar.update(done, total); });

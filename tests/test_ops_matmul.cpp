@@ -9,6 +9,7 @@
 
 #include "op_test_util.h"
 #include "kernels/ops.h"
+#include "kernels/params.h"
 #include "reference/ref_ops.h"
 #include "kernels/tensor.h"
 
@@ -273,6 +274,33 @@ TEST_F(WeightKernels, ReadCeilingReadsEveryWordOnce) {
       EXPECT_EQ(got, want) << (strided ? "strided" : "runs") << (texel ? ", texel loads" : ", storage-buffer loads");
     }
   }
+}
+
+// A submit that runs a pipeline for the first time reports its wait (CPU drivers compile a kernel
+// when they first run it: the first prompt's status line): with no threshold, a 64 MiB read is
+// reported at least once, then done (-1); the same pipeline's next submit is not reported.
+TEST_F(WeightKernels, FirstUseOfAPipelineReportsItsWait) {
+  VulkanContext& ctx = test::vk();
+  Pipelines pipes(ctx, "");  // its own: every pipeline new to it
+  std::vector<double> calls;
+  pipes.set_first_use_wait([&](double s) { calls.push_back(s); }, std::chrono::milliseconds(0));
+  const uint64_t bytes = 64ull << 20;
+  Buffer data(ctx, bytes, MemoryUse::Device, "first-use data");
+  Buffer out(ctx, read_ceiling_out_bytes(ctx, bytes), MemoryUse::Device, "first-use sink");
+  auto run = [&] {
+    CommandRecorder rec(ctx, &pipes);
+    for (uint64_t off = 0; off < bytes; off += ctx.max_storage_range())
+      record_read_ceiling(rec, data.view(off, std::min<uint64_t>(ctx.max_storage_range(), bytes - off)), out.view(), false);
+    rec.submit_and_wait();
+  };
+  run();
+  ASSERT_FALSE(calls.empty());
+  EXPECT_EQ(calls.back(), -1.0);
+  for (size_t i = 0; i + 1 < calls.size(); ++i) EXPECT_GE(calls[i], 0.0);
+  EXPECT_TRUE(pipes.get("read_ceiling", 2, sizeof(ReadCeilingParams), {64}).submitted());
+  calls.clear();
+  run();
+  EXPECT_TRUE(calls.empty()) << "the second submit of the same pipeline was reported";
 }
 
 // On CPU drivers, Q4_0 rows of whole 256-element units take matvec_simd, which rounds each block of

@@ -1,6 +1,9 @@
 // Command buffer recording and submission.
 #include "vk/commands.h"
 
+#include <algorithm>
+#include <chrono>
+
 namespace vkllm {
 
 CommandRecorder::CommandRecorder(const VulkanContext& ctx, Pipelines* pipelines, uint32_t max_timestamps)
@@ -83,6 +86,7 @@ void CommandRecorder::dispatch_raw(const Pipeline& p, std::span<const BufferView
       }
     }
   }
+  if (!p.submitted() && std::find(first_use_.begin(), first_use_.end(), &p) == first_use_.end()) first_use_.push_back(&p);
   vkCmdBindPipeline(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, p.handle());
   ctx_.push_descriptor_fn()(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout(), 0, p.n_buffers(), writes);
   if (params_size) vkCmdPushConstants(cmd_, p.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, params_size, params);
@@ -123,6 +127,33 @@ void CommandRecorder::fill_zero(const BufferView& dst) {
   ++n_commands_;
 }
 
+// Waits for the submitted recording. One that runs pipelines for the first time may wait for their
+// compiles (CPU drivers compile at first run): its wait is reported, once it has taken long enough.
+void CommandRecorder::wait_for_fence() {
+  const std::vector<const Pipeline*> first = std::move(first_use_);
+  first_use_.clear();
+  const Pipelines::FirstUseWait* report = pipelines_ && !first.empty() && pipelines_->first_use_wait() ? &pipelines_->first_use_wait() : nullptr;
+  if (!report) {
+    VK_CHECK(vkWaitForFences(ctx_.device(), 1, &fence_, VK_TRUE, UINT64_MAX));
+  } else {
+    const auto start = std::chrono::steady_clock::now();
+    bool reported = false;
+    for (;;) {
+      const uint64_t poll_ns = uint64_t(std::clamp<int64_t>(pipelines_->first_use_after().count(), 1, 250)) * 1'000'000;
+      const VkResult r = vkWaitForFences(ctx_.device(), 1, &fence_, VK_TRUE, poll_ns);
+      if (r == VK_SUCCESS) break;
+      if (r != VK_TIMEOUT) VK_CHECK(r);
+      const auto waited = std::chrono::steady_clock::now() - start;
+      if (waited >= pipelines_->first_use_after()) {
+        (*report)(std::chrono::duration<double>(waited).count());
+        reported = true;
+      }
+    }
+    if (reported) (*report)(-1);
+  }
+  for (const Pipeline* p : first) p->mark_submitted();
+}
+
 void CommandRecorder::submit_and_wait() {
   timings_.clear();
   if (!recording_) return;
@@ -132,7 +163,7 @@ void CommandRecorder::submit_and_wait() {
   si.commandBufferCount = 1;
   si.pCommandBuffers = &cmd_;
   VK_CHECK(vkQueueSubmit(ctx_.queue(), 1, &si, fence_));
-  VK_CHECK(vkWaitForFences(ctx_.device(), 1, &fence_, VK_TRUE, UINT64_MAX));
+  wait_for_fence();
   VK_CHECK(vkResetFences(ctx_.device(), 1, &fence_));
   VK_CHECK(vkResetCommandBuffer(cmd_, 0));
   n_commands_ = 0;

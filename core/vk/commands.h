@@ -52,6 +52,7 @@ class CommandRecorder {
   void copy(const BufferView& src, const BufferView& dst);
   void fill_zero(const BufferView& dst);
   // Ends, submits, waits; throws Error on device loss. Afterwards the recorder is empty and reusable.
+  // A wait for pipelines run for the first time is reported to Pipelines::first_use_wait.
   void submit_and_wait();
   bool empty() const { return n_commands_ == 0; }
   const VulkanContext& context() const { return ctx_; }
@@ -67,6 +68,7 @@ class CommandRecorder {
 
  private:
   void begin_if_needed();
+  void wait_for_fence();
   const VulkanContext& ctx_;
   Pipelines* pipelines_ = nullptr;
   VkCommandPool pool_ = VK_NULL_HANDLE;
@@ -77,6 +79,7 @@ class CommandRecorder {
   std::vector<std::string> labels_;
   std::vector<DispatchTiming> timings_;
   bool recording_ = false;
+  std::vector<const Pipeline*> first_use_;  // pipelines of this recording never submitted before
   uint32_t n_commands_ = 0;
   uint64_t n_dispatches_ = 0, n_barriers_ = 0;
 };

@@ -2,6 +2,8 @@
 #pragma once
 #include <vulkan/vulkan.h>
 
+#include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -41,6 +43,10 @@ class Pipeline {
   uint32_t push_size() const { return push_size_; }
   uint32_t workgroup_size() const { return workgroup_size_; }
   const std::string& name() const { return name_; }
+  // Whether a recording that dispatches it has been submitted: a CPU driver compiles a pipeline's
+  // code when it first runs it (seconds each, on its queue thread), so that submit waits long.
+  bool submitted() const { return submitted_; }
+  void mark_submitted() const { submitted_ = true; }
 
  private:
   const VulkanContext& ctx_;
@@ -54,6 +60,7 @@ class Pipeline {
   VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
   VkPipelineLayout layout_ = VK_NULL_HANDLE;
   VkPipeline pipeline_ = VK_NULL_HANDLE;
+  mutable bool submitted_ = false;
 };
 
 // Owns every pipeline the process creates, keyed by shader and specialization constants, and a
@@ -66,11 +73,24 @@ class Pipelines {
   const Pipeline& get(const std::string& shader, uint32_t n_buffers, uint32_t push_size, const std::vector<uint32_t>& spec);
   const VulkanContext& context() const { return ctx_; }
 
+  // Told about a submit that runs pipelines for the first time and has waited at least `after`:
+  // every quarter second (or `after`, if shorter) with the seconds waited so far, then once with -1
+  // when it is done (a status line for the first run on a device; CommandRecorder::submit_and_wait).
+  using FirstUseWait = std::function<void(double)>;
+  void set_first_use_wait(FirstUseWait fn, std::chrono::milliseconds after = std::chrono::milliseconds(1000)) {
+    first_use_wait_ = std::move(fn);
+    first_use_after_ = after;
+  }
+  const FirstUseWait& first_use_wait() const { return first_use_wait_; }
+  std::chrono::milliseconds first_use_after() const { return first_use_after_; }
+
  private:
   const VulkanContext& ctx_;
   std::string cache_path_;
   VkPipelineCache cache_ = VK_NULL_HANDLE;
   std::map<std::string, std::unique_ptr<Pipeline>> pipelines_;
+  FirstUseWait first_use_wait_;
+  std::chrono::milliseconds first_use_after_{1000};
 };
 
 // $XDG_CACHE_HOME/vkllm (or ~/.cache/vkllm): where the pipeline cache lives; "" when unknown.
