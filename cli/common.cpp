@@ -174,7 +174,7 @@ Session open_session(const RunOptions& o) {
         shown = -1;
       } else if (long(seconds) != shown) {
         shown = long(seconds);
-        std::fprintf(stderr, "\rvkllm: compiling GPU kernels for %s (their first use here; cached afterwards): %ld s",
+        std::fprintf(stderr, "\rvkllm: first run of the GPU kernels on %s (a CPU driver compiles them now; cached afterwards): %ld s",
                      device.c_str(), shown);
       }
       std::fflush(stderr);
