@@ -70,27 +70,12 @@ vec4 xv(uint at) { return X_VEC4 ? x4[at >> 2] : vec4(x[at], x[at + 1], x[at + 2
 uint w1x32(uint o) { return floatBitsToUint(w32[o >> 2]); }
 // The 4 bytes at byte o (o even) with one 32-bit load where o is a multiple of 4, else two 16-bit.
 uint wany(uint o) { return (o & 3u) == 0 ? w1x32(o) : word_at(o); }
-// Byte b (0…3) of word q, unsigned and as a signed byte.
-uint byte_of(uint q, uint b) { return (q >> (8u * b)) & 0xFFu; }
+// Byte b (0…3) of word q as a signed byte (dequant.glsl's byte_of: unsigned).
 int sbyte_of(uint q, uint b) { return int(q << (24u - 8u * b)) >> 24; }
 // The four bytes (or nibbles at bit `sh`, masked to `mask`) of word q, as floats.
 vec4 bytes_of(uint q, uint sh, uint mask) { return vec4((uvec4(q) >> (uvec4(0, 8, 16, 24) + sh)) & mask); }
 vec4 i8_of(uint q) { return vec4((ivec4(q) << ivec4(24, 16, 8, 0)) >> 24); }
 float sum4(vec4 v) { return (v.x + v.y) + (v.z + v.w); }
-#if UNIT == 64
-// The 6-bit scale and min of sub-block j (0…7) of a Q4_K/Q5_K super-block, from the three words
-// s0, s1, s2 of its 12 scale bytes (one load each, the same address for a block's invocations).
-void scale_min_words(uint s0, uint s1, uint s2, uint j, out float sc, out float mn) {
-  if (j < 4) {
-    sc = float(byte_of(s0, j) & 63u);
-    mn = float(byte_of(s1, j) & 63u);
-  } else {
-    const uint b = byte_of(s2, j - 4);
-    sc = float((b & 0xFu) | ((byte_of(s0, j - 4) >> 6) << 4));
-    mn = float((b >> 4) | ((byte_of(s1, j - 4) >> 6) << 4));
-  }
-}
-#endif
 #if defined(WTYPE_IQ4_NL)
 vec4 iq4_of(uint q, uint sh) {
   const uvec4 n = (uvec4(q) >> (uvec4(0, 8, 16, 24) + sh)) & 0xFu;
@@ -144,9 +129,7 @@ float piece_dot(uint row_base, uint s, PieceX X) {
   const float d = wf16(base);
 #if defined(WTYPE_Q8_0)
   const uint qs = base + 2 + 8 * i;
-  const bool aligned = (qs & 3u) == 0;
-  const uint q0 = aligned ? w1x32(qs) : word_at(qs), q1 = aligned ? w1x32(qs + 4) : word_at(qs + 4);
-  return d * sum4(i8_of(q0) * X.v[0] + i8_of(q1) * X.v[1]);
+  return d * sum4(i8_of(wany(qs)) * X.v[0] + i8_of(wany(qs + 4)) * X.v[1]);
 #else
   // Elements 4i … 4i+3 are the low nibbles of qs bytes 4i … 4i+3, elements 16+4i … the high ones.
 #if defined(WTYPE_Q4_0) || defined(WTYPE_IQ4_NL)
@@ -158,7 +141,7 @@ float piece_dot(uint row_base, uint s, PieceX X) {
 #else  // Q5_1
   const uint qh = w1x32(base + 4), qs = base + 8;
 #endif
-  const uint q = (qs & 3u) == 0 ? w1x32(qs + 4 * i) : word_at(qs + 4 * i);
+  const uint q = wany(qs + 4 * i);
   const vec4 xl = X.v[0], xh = X.v[1];
 #if defined(WTYPE_IQ4_NL)
   return d * sum4(iq4_of(q, 0) * xl + iq4_of(q, 4) * xh);
@@ -182,6 +165,7 @@ float piece_dot(uint row_base, uint s, PieceX X) {
   // Q4_K, Q5_K: word i of chunk c of the super-block, sub-blocks 2c (low nibbles) and 2c+1 (high).
   const uint i = s % 8, k = (s / 8) * 64, base = row_base + (k / 256) * BLOCK_BYTES, c = (k % 256) / 64;
   float sc0, mn0, sc1, mn1;
+  // (Each scale word one load, the same address for a block's invocations.)
   const uint s0 = w1x32(base + 4), s1 = w1x32(base + 8), s2 = w1x32(base + 12);
   scale_min_words(s0, s1, s2, 2 * c, sc0, mn0);
   scale_min_words(s0, s1, s2, 2 * c + 1, sc1, mn1);

@@ -234,20 +234,22 @@ namespace {
 // Whether read_ceiling strides its invocations' words (GPUs) or reads a run per invocation (CPU
 // drivers), and how many words an invocation reads: a 4 KiB run, or 16 words (more where that many
 // invocations would exceed the device's workgroup count).
+constexpr uint32_t k_ceiling_run_words = 4096 / 16, k_ceiling_strided_words = 16;
 bool read_ceiling_strided(const VulkanContext& ctx, std::optional<bool> strided) {
   return strided.value_or(ctx.info().type != "cpu");
 }
 uint32_t read_ceiling_words(const VulkanContext& ctx, bool strided, uint64_t data_bytes) {
-  if (!strided) return 4096 / 16;
+  if (!strided) return k_ceiling_run_words;
   const uint64_t max_invocations = uint64_t{ctx.limits().maxComputeWorkGroupCount[0]} * 64;
-  return static_cast<uint32_t>(std::max<uint64_t>(16, div_ceil(data_bytes / 16, max_invocations)));
+  return static_cast<uint32_t>(std::max<uint64_t>(k_ceiling_strided_words, div_ceil(data_bytes / 16, max_invocations)));
 }
 }  // namespace
 
 // Enough for any part of data_bytes too (bench --ops reads its buffer a binding at a time): an
-// invocation reads at least 16 (or exactly 256) words.
+// invocation reads at least k_ceiling_strided_words (or exactly k_ceiling_run_words) words.
 uint64_t read_ceiling_out_bytes(const VulkanContext& ctx, uint64_t data_bytes, std::optional<bool> strided) {
-  return div_ceil(data_bytes / 16, uint64_t{read_ceiling_strided(ctx, strided) ? 16u : 4096u / 16}) * 4;
+  const uint32_t fewest = read_ceiling_strided(ctx, strided) ? k_ceiling_strided_words : k_ceiling_run_words;
+  return div_ceil(data_bytes / 16, uint64_t{fewest}) * 4;
 }
 
 void record_read_ceiling(CommandRecorder& rec, const BufferView& data, const BufferView& out, bool texel,

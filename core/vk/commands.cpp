@@ -137,9 +137,9 @@ void CommandRecorder::wait_for_fence() {
     VK_CHECK(vkWaitForFences(ctx_.device(), 1, &fence_, VK_TRUE, UINT64_MAX));
   } else {
     const auto start = std::chrono::steady_clock::now();
+    const uint64_t poll_ns = uint64_t(std::clamp<int64_t>(pipelines_->first_use_after().count(), 1, 250)) * 1'000'000;
     bool reported = false;
     for (;;) {
-      const uint64_t poll_ns = uint64_t(std::clamp<int64_t>(pipelines_->first_use_after().count(), 1, 250)) * 1'000'000;
       const VkResult r = vkWaitForFences(ctx_.device(), 1, &fence_, VK_TRUE, poll_ns);
       if (r == VK_SUCCESS) break;
       if (r != VK_TIMEOUT) VK_CHECK(r);

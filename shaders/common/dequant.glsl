@@ -27,7 +27,9 @@ uint word_at(uint o) { return uint(w16[o >> 1]) | (uint(w16[(o >> 1) + 1]) << 16
 // The 8 bytes at byte o (o even: every run dq8 reads starts on an even byte) as two words, from
 // four 16-bit loads instead of eight byte loads; byte i of the run is run_byte(r, i).
 uvec2 run8(uint o) { return uvec2(word_at(o), word_at(o + 4)); }
-uint run_byte(uvec2 r, uint i) { return ((i < 4 ? r.x : r.y) >> (8 * (i & 3u))) & 0xFFu; }
+// Byte b (0…3) of word q.
+uint byte_of(uint q, uint b) { return (q >> (8u * b)) & 0xFFu; }
+uint run_byte(uvec2 r, uint i) { return byte_of(i < 4 ? r.x : r.y, i & 3u); }
 // f16 at an even byte offset.
 float wf16(uint byte_index) { return unpackHalf2x16(uint(w16[byte_index >> 1])).x; }
 
@@ -88,15 +90,22 @@ void dq_offsets(uint row_base, uint k, out uint base, out uint j8) {
   j8 = k % QK;
 }
 
-// The 6-bit scale and min j (0..7) of a Q4_K/Q5_K block whose scales start at byte `s`.
-void scale_min_k4(uint s, uint j, out float sc, out float mn) {
+// The 6-bit scale and min of sub-block j (0…7) of a Q4_K/Q5_K super-block, from the three words
+// s0, s1, s2 of its 12 scale bytes.
+void scale_min_words(uint s0, uint s1, uint s2, uint j, out float sc, out float mn) {
   if (j < 4) {
-    sc = float(wb(s + j) & 63u);
-    mn = float(wb(s + j + 4) & 63u);
+    sc = float(byte_of(s0, j) & 63u);
+    mn = float(byte_of(s1, j) & 63u);
   } else {
-    sc = float((wb(s + j + 4) & 0xFu) | ((wb(s + j - 4) >> 6) << 4));
-    mn = float((wb(s + j + 4) >> 4) | ((wb(s + j) >> 6) << 4));
+    const uint b = byte_of(s2, j - 4);
+    sc = float((b & 0xFu) | ((byte_of(s0, j - 4) >> 6) << 4));
+    mn = float((b >> 4) | ((byte_of(s1, j - 4) >> 6) << 4));
   }
+}
+
+// The same for a block whose scales start at byte `s` (even).
+void scale_min_k4(uint s, uint j, out float sc, out float mn) {
+  scale_min_words(word_at(s), word_at(s + 4), word_at(s + 8), j, sc, mn);
 }
 
 void dq8(uint base, uint j8, uint n_valid, out float v[8]) {
