@@ -16,6 +16,9 @@
 #   scripts/bench-gpu.sh ab [DIR]     there: decode of every model of MODELS and `bench --ops` by
 #                                     this build and by the one packed from BASE_VKLLM (another
 #                                     build's vkllm, packed as bin/vkllm.base), taking turns.
+#   scripts/bench-gpu.sh models [DIR] there: only makes the models of MODELS (see run).
+#   scripts/bench-gpu.sh tune [DIR]   there: decode of every model of MODELS under each of matvec's
+#                                     GPU tunings in TUNINGS (VKLLM_MATVEC), one row each.
 #   scripts/bench-gpu.sh run [DIR]    there: makes the benchmark models in $MODELS_DIR (default
 #                                     /tmp/vkllm-gpu-models), runs `vkllm bench` on each and prints
 #                                     one table: prefill and decode tok/s, decode GB/s and its share
@@ -109,7 +112,8 @@ unpack_anchor() {
 
 setup_env() {
   dir="$(cd "$dir" && pwd)"
-  [ -x "$dir/bin/vkllm" ] || tar -C "$dir" -xJf "$dir/programs.tar.xz"
+  # (Under a lock: two modes started at once, `models &` and `check`, must not unpack over each other.)
+  (flock 9; [ -x "$dir/bin/vkllm" ] || tar -C "$dir" -xJf "$dir/programs.tar.xz") 9>"$dir/.unpack.lock"
   export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   if ! "$dir/bin/vkllm" --version >/dev/null 2>&1; then export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$dir/lib-fallback"; fi
   # NVIDIA's driver files where the lent machines keep them, if the loader finds none by itself.
@@ -135,7 +139,7 @@ check() {
     $(command -v stdbuf >/dev/null && echo stdbuf -oL) timeout "${TEST_TIMEOUT:-120}" "$t/$prog" >"$t/$prog.log" 2>&1
     rc=$?
     set -e
-    echo "$name: $prog: rc $rc in $((SECONDS - t0)) s; $(grep -E '^\[  (PASSED|FAILED) \]|^\[  SKIPPED \] [0-9]+ test' "$t/$prog.log" | tr '\n' ' ')"
+    echo "$name: $prog: rc $rc in $((SECONDS - t0)) s; $(grep -E '^\[  (PASSED|FAILED)  \]|^\[  SKIPPED \] [0-9]+ test' "$t/$prog.log" | tr '\n' ' ')"
     if [ $rc -ne 0 ]; then failed=1; grep -E '^\[  FAILED  \]|Failure|rror' "$t/$prog.log" | head -40 || true; fi
   done
   return $failed
@@ -286,11 +290,43 @@ ab() {
   timeout 120 "$vkllm" bench --ops --ops-size "$ops_size" 2>&1 || echo "$name: ops: rc $?"
 }
 
+# matvec.comp's GPU tunings (VKLLM_MATVEC, core/kernels/ops.h's MatvecTuning) against each other:
+# decode tok/s of each model of MODELS under each of TUNINGS, taking turns, one row per tuning with
+# its geometric mean over the first row. The best row's tuning is written to $models_dir/best-tuning.
+tunings=${TUNINGS:-"wg=64,in_flight=4,rps=2,split=1 wg=64,in_flight=4,rps=1,split=1 wg=64,in_flight=8,rps=1,split=1 wg=128,in_flight=4,rps=1,split=2 wg=128,in_flight=4,rps=1,split=4 wg=128,in_flight=2,rps=2,split=4 wg=256,in_flight=4,rps=1,split=8 wg=256,in_flight=2,rps=1,split=8"}
+tune() {
+  setup_env
+  local vkllm="$dir/bin/vkllm" m t
+  make_models
+  printf '| %-36s |' tuning
+  for m in $models; do printf ' %10s |' "$m"; done
+  printf ' %6s |\n' "x"
+  local first=() best="" best_x=0
+  for t in $tunings; do
+    local row=() i=0 x=1
+    for m in $models; do
+      row+=("$(VKLLM_MATVEC=$t decode_tok_s "$vkllm" "$models_dir/$m.gguf")")
+    done
+    ((${#first[@]})) || first=("${row[@]}")
+    x=$(awk -v a="${first[*]}" -v b="${row[*]}" 'BEGIN { n = split(a, p, " "); split(b, q, " "); s = 0; k = 0
+      for (i = 1; i <= n; ++i) if (p[i] > 0 && q[i] > 0) { s += log(q[i] / p[i]); ++k }
+      printf "%.3f", k ? exp(s / k) : 0 }')
+    printf '| %-36s |' "$t"
+    for i in "${row[@]}"; do printf ' %10.2f |' "$i"; done
+    printf ' %5sx |\n' "$x"
+    if awk -v a="$x" -v b="$best_x" 'BEGIN { exit !(a > b) }'; then best=$t; best_x=$x; fi
+  done
+  echo "$best" >"$models_dir/best-tuning"
+  echo "$name: best tuning $best (${best_x}x the first)"
+}
+
 case "$mode" in
   pack) pack ;;
   check) check ;;
   all) all ;;
   run) run ;;
   ab) ab ;;
-  *) echo "usage: $0 pack|check|run|all|ab [DIR]   (see the top of this file)" >&2; exit 2 ;;
+  tune) tune ;;
+  models) setup_env; make_models ;;
+  *) echo "usage: $0 pack|check|run|all|ab|tune|models [DIR]   (see the top of this file)" >&2; exit 2 ;;
 esac

@@ -1,10 +1,12 @@
 // matvec: y[dest(r, t)] (+)= W[r] · x[t] for activation vector t = the workgroup's z
 // (decode on GPUs: one; the server's step of several sequences: one per sequence, each computed
-// exactly as it would be alone). A workgroup handles ROWS consecutive rows; each subgroup takes RPS
-// rows at a time (two on GPUs), its invocations stride over the rows' pieces (four in flight per
-// invocation on GPUs), each piece's x loaded once for the RPS rows, and one subgroupAdd per row
-// reduces it — no shared memory, no barrier. Correct for any actual subgroup count (row groups are
-// strided by gl_NumSubgroups).
+// exactly as it would be alone). A workgroup handles ROWS consecutive rows in row groups of SPLIT
+// subgroups; each group takes RPS rows at a time, its invocations stride over the rows' pieces
+// (IN_FLIGHT in flight per invocation), each piece's x loaded once for the RPS rows, one subgroupAdd
+// per row and subgroup, and with SPLIT > 1 the group's sums added in shared memory. Correct for any
+// actual subgroup count (row groups are strided by the groups the workgroup holds). The host's
+// MatvecTuning (core/kernels/ops.h) picks the constants: on GPUs the best of an H200 sweep
+// (docs/performance.md), on CPU drivers one row per subgroup and one piece in flight.
 //
 // A piece is 8 elements of the row: neighbouring invocations take neighbouring pieces, so a
 // subgroup's loads of x (vec4 where the host says x is 16-byte aligned: X_VEC4) and of the weights
@@ -25,8 +27,9 @@
 // its gate row and its up row): common/matmul_out.glsl.
 // Bindings: 0 W [rows][row_bytes] (weight type), 1 x [n_tokens][x_stride] f32, 2 y f32.
 // Specialization: 0 workgroup size, 1 ROWS (rows per workgroup; the host uses size / subgroup
-// size × RPS), 2 X_VEC4 (x's binding offset and x_stride allow vec4 loads), 3 IN_FLIGHT (pieces per
-// invocation per loop step: 4 on GPUs, 1 on CPU drivers), 4 RPS (2 on GPUs, 1 on CPU drivers).
+// size / SPLIT × RPS), 2 X_VEC4 (x's binding offset and x_stride allow vec4 loads), 3 IN_FLIGHT
+// (pieces per invocation per loop step), 4 RPS (rows per row group at a time), 5 SPLIT (subgroups
+// per row group).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -40,6 +43,8 @@ layout(constant_id = 1) const uint ROWS = 8;
 layout(constant_id = 2) const bool X_VEC4 = false;
 layout(constant_id = 3) const uint IN_FLIGHT = 1;
 layout(constant_id = 4) const uint RPS = 1;  // rows per subgroup at a time, sharing each piece's x
+layout(constant_id = 5) const uint SPLIT = 1;  // subgroups per row group, splitting its rows' pieces
+const uint WG_SIZE = gl_WorkGroupSize.x;
 layout(binding = 1) readonly buffer X { float x[]; };
 layout(binding = 1) readonly buffer X4 { vec4 x4[]; };
 layout(binding = 2) buffer Y { float y[]; };
@@ -241,24 +246,27 @@ float piece_dot(uint row_base, uint s, PieceX X) {
 
 // RPS rows from row r0 (rows past `end` repeat the last one; their sums are not stored), half h
 // of a gate|up pair, times x from element x_at, this invocation's share of each: pieces strided by
-// the subgroup, four at a time where IN_FLIGHT says so (GPUs: their loads all issued before their
-// arithmetic waits on any; on lavapipe the unrolled loop made the whole kernel 2.6× slower). Each
-// piece's x is loaded once for the RPS rows; each row's sum runs in the same order whatever RPS is.
-void rows_share(uint r0, uint h, uint end, uint x_at, out float acc[RPS]) {
+// the `parts` subgroups that split the rows (part `part` of them), IN_FLIGHT at a time (GPUs: their
+// loads all issued before their arithmetic waits on any; on lavapipe an unrolled loop made the whole
+// kernel 2.6× slower, so CPU drivers take one). Each piece's x is loaded once for the RPS rows; each
+// row's sum runs in the same order whatever RPS is.
+void rows_share(uint r0, uint h, uint end, uint x_at, uint part, uint parts, out float acc[RPS]) {
   uint base[RPS];
   [[unroll]] for (uint i = 0; i < RPS; ++i) {
     base[i] = (min(r0 + i, end - 1) + h * p.rows) * p.row_bytes;
     acc[i] = 0.0;
   }
-  const uint n = (p.cols + PIECE - 1) / PIECE, step = gl_SubgroupSize;
-  uint s = gl_SubgroupInvocationID;
-  if (IN_FLIGHT == 4)
-    for (; s + 3 * step < n; s += 4 * step) {
-      const PieceX x0 = load_x(s, x_at), x1 = load_x(s + step, x_at), x2 = load_x(s + 2 * step, x_at),
-                   x3 = load_x(s + 3 * step, x_at);
-      [[unroll]] for (uint i = 0; i < RPS; ++i)
-        acc[i] += (piece_dot(base[i], s, x0) + piece_dot(base[i], s + step, x1)) +
-                  (piece_dot(base[i], s + 2 * step, x2) + piece_dot(base[i], s + 3 * step, x3));
+  const uint n = (p.cols + PIECE - 1) / PIECE, step = gl_SubgroupSize * parts;
+  uint s = part * gl_SubgroupSize + gl_SubgroupInvocationID;
+  if (IN_FLIGHT > 1)
+    for (; s + (IN_FLIGHT - 1) * step < n; s += IN_FLIGHT * step) {
+      PieceX xs[IN_FLIGHT];
+      [[unroll]] for (uint j = 0; j < IN_FLIGHT; ++j) xs[j] = load_x(s + j * step, x_at);
+      [[unroll]] for (uint i = 0; i < RPS; ++i) {
+        float sum = piece_dot(base[i], s, xs[0]);
+        [[unroll]] for (uint j = 1; j < IN_FLIGHT; ++j) sum += piece_dot(base[i], s + j * step, xs[j]);
+        acc[i] += sum;
+      }
     }
   for (; s < n; s += step) {
     const PieceX x0 = load_x(s, x_at);
@@ -266,22 +274,56 @@ void rows_share(uint r0, uint h, uint end, uint x_at, out float acc[RPS]) {
   }
 }
 
+// With SPLIT > 1, each row group's subgroups' sums (both halves of a gate|up pair) meet here.
+const uint RED = SPLIT > 1 ? 2 * RPS * WG_SIZE : 1;
+shared float red[RED];
+
 void main() {
   const uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
   const uint first = wg * ROWS, end = min(first + ROWS, p.rows);
   const uint t = gl_WorkGroupID.z, x_at = t * p.x_stride;
   const uint halves = p.glu != 0u ? 2 : 1;
-  for (uint r0 = first + gl_SubgroupID * RPS; r0 < end; r0 += gl_NumSubgroups * RPS) {
+  // Row groups of `parts` subgroups each (as many as the subgroups the device actually made allow);
+  // a subgroup past the last whole group only meets the barriers.
+  const uint parts = min(SPLIT, gl_NumSubgroups), groups = gl_NumSubgroups / parts;
+  const uint group = gl_SubgroupID / parts, part = gl_SubgroupID % parts;
+  // The same number of passes in every subgroup (the barriers of SPLIT > 1 are met by all).
+  for (uint pass = first; pass < end; pass += groups * RPS) {
+    const uint r0 = pass + group * RPS;
+    const bool mine = group < groups && r0 < end;
     float total[RPS], gate[RPS];
-    for (uint h = 0; h < halves; ++h) {
-      float acc[RPS];
-      rows_share(r0, h, end, x_at, acc);
-      [[unroll]] for (uint i = 0; i < RPS; ++i) {
-        total[i] = subgroupAdd(acc[i]);
-        if (h == 0) gate[i] = total[i];
+    if (mine) {
+      for (uint h = 0; h < halves; ++h) {
+        float acc[RPS];
+        rows_share(r0, h, end, x_at, part, parts, acc);
+        [[unroll]] for (uint i = 0; i < RPS; ++i) {
+          total[i] = subgroupAdd(acc[i]);
+          if (h == 0) gate[i] = total[i];
+        }
       }
     }
-    if (subgroupElect()) {
+    if (SPLIT > 1) {
+      // Each subgroup's sums to shared memory, then the group's first subgroup adds them in part order.
+      if (mine && subgroupElect()) {
+        [[unroll]] for (uint i = 0; i < RPS; ++i) {
+          red[(2 * gl_SubgroupID) * RPS + i] = gate[i];
+          red[(2 * gl_SubgroupID + 1) * RPS + i] = total[i];
+        }
+      }
+      barrier();
+      if (mine && part == 0) {
+        [[unroll]] for (uint i = 0; i < RPS; ++i) {
+          gate[i] = red[(2 * gl_SubgroupID) * RPS + i];
+          total[i] = red[(2 * gl_SubgroupID + 1) * RPS + i];
+          for (uint q = 1; q < parts; ++q) {
+            gate[i] += red[(2 * (gl_SubgroupID + q)) * RPS + i];
+            total[i] += red[(2 * (gl_SubgroupID + q) + 1) * RPS + i];
+          }
+        }
+      }
+      barrier();
+    }
+    if (mine && part == 0 && subgroupElect()) {
       [[unroll]] for (uint i = 0; i < RPS; ++i) {
         if (r0 + i >= end) break;
         const uint at = matmul_dest(r0 + i, t);

@@ -1,6 +1,9 @@
 // Recording of the weight-reading kernels: get_rows, matvec and matmul, per weight part.
 #include <algorithm>
 #include <cctype>
+#include <charconv>
+#include <cstdlib>
+#include <mutex>
 #include <thread>
 
 #include "kernels/params.h"
@@ -34,6 +37,70 @@ void record_get_rows(CommandRecorder& rec, const DeviceTensor& w, const BufferVi
     const GetRowsParams params{n_tokens, uint32_t(w.cols), uint32_t(w.row_bytes), part.row_begin, part.n_rows, out_stride};
     rec.dispatch(p, {part.view, ids, out}, params, div_ceil(div_ceil(w.cols, 8), 64), n_tokens);
   }
+}
+
+MatvecTuning parse_matvec_tuning(std::string_view text, MatvecTuning t) {
+  const std::string whole(text);
+  const auto bad = [&](std::string_view part, const char* why) {
+    return Error("VKLLM_MATVEC=\"" + whole + "\": '" + std::string(part) + "' " + why);
+  };
+  const auto pow2 = [](uint32_t v) { return v != 0 && (v & (v - 1)) == 0; };
+  while (!text.empty()) {
+    const size_t comma = text.find(',');
+    const std::string_view part = text.substr(0, comma);
+    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+    const size_t eq = part.find('=');
+    if (eq == std::string_view::npos) throw bad(part, "is not name=value");
+    const std::string_view name = part.substr(0, eq), value = part.substr(eq + 1);
+    uint32_t v = 0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+    if (ec != std::errc{} || end != value.data() + value.size()) throw bad(part, "has no whole number");
+    if (name == "wg") {
+      if (!pow2(v) || v < 32 || v > 1024) throw bad(part, "must be a power of two from 32 to 1024");
+      t.wg = v;
+    } else if (name == "in_flight") {
+      if (v != 1 && v != 2 && v != 4 && v != 8) throw bad(part, "must be 1, 2, 4 or 8");
+      t.in_flight = v;
+    } else if (name == "rps") {
+      if (v < 1 || v > 4) throw bad(part, "must be 1 to 4");
+      t.rps = v;
+    } else if (name == "split") {
+      if (!pow2(v) || v > 32) throw bad(part, "must be a power of two up to 32");
+      t.split = v;
+    } else {
+      throw bad(part, "names none of wg, in_flight, rps, split");
+    }
+  }
+  return t;
+}
+
+namespace {
+
+std::mutex g_tuning_mutex;
+std::optional<MatvecTuning> g_tuning;  // set_matvec_tuning's
+
+// The GPU tuning: set_matvec_tuning's, else VKLLM_MATVEC's (read once), else the default.
+MatvecTuning gpu_tuning() {
+  static const MatvecTuning from_env = [] {
+    const char* v = std::getenv("VKLLM_MATVEC");
+    return v && *v ? parse_matvec_tuning(v) : MatvecTuning{};
+  }();
+  std::lock_guard lock(g_tuning_mutex);
+  return g_tuning.value_or(from_env);
+}
+
+}  // namespace
+
+MatvecTuning matvec_tuning(const VulkanContext& ctx, MatmulKernel kernel) {
+  if (ctx.info().type == "cpu" && kernel != MatmulKernel::PortableGpu) return {64, 1, 1, 1};
+  MatvecTuning t = gpu_tuning();
+  t.wg = std::min(t.wg, ctx.info().max_workgroup_invocations);
+  return t;
+}
+
+void set_matvec_tuning(std::optional<MatvecTuning> t) {
+  std::lock_guard lock(g_tuning_mutex);
+  g_tuning = t;
 }
 
 namespace {
@@ -135,16 +202,15 @@ void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const Buf
         rec.dispatch(p, {texels, x.sub(x_at, x.range - x_at), y}, group, gx, div_ceil(groups, gx));
       }
     } else if (which == WeightKernel::Matvec) {
-      // Each subgroup takes `rps` rows at a time (GPUs: two, sharing each piece's loads of x; CPU
-      // drivers: one), a workgroup of 64 covers 64 / subgroup-size subgroups (at least 1).
-      // Columns: one workgroup layer (z) per column.
-      // x as vec4 where its binding and rows allow it.
-      const bool gpu_tuned = rec.context().info().type != "cpu" || kernel == MatmulKernel::PortableGpu;
-      const uint32_t in_flight = gpu_tuned ? 4 : 1, rps = gpu_tuned ? 2 : 1;
-      const uint32_t rows_per_wg = std::max<uint32_t>(64 / std::max<uint32_t>(rec.context().subgroup_size(), 1), 1) * rps;
+      // A workgroup of t.wg invocations is wg / subgroup-size subgroups, in row groups of t.split
+      // subgroups (at least one group), each group taking t.rps rows at a time (MatvecTuning).
+      // Columns: one workgroup layer (z) per column. x as vec4 where its binding and rows allow it.
+      const MatvecTuning t = matvec_tuning(rec.context(), kernel);
+      const uint32_t subgroups = std::max<uint32_t>(t.wg / std::max<uint32_t>(rec.context().subgroup_size(), 1), 1);
+      const uint32_t rows_per_wg = std::max<uint32_t>(subgroups / t.split, 1) * t.rps;
       const uint32_t x_vec4 = x.offset % 16 == 0 && x_stride % 4 == 0 ? 1 : 0;
-      const Pipeline& p =
-          rec.pipelines().get("matvec_" + suffix, 3, sizeof(MatmulParams), {64, rows_per_wg, x_vec4, in_flight, rps});
+      const Pipeline& p = rec.pipelines().get("matvec_" + suffix, 3, sizeof(MatmulParams),
+                                              {t.wg, rows_per_wg, x_vec4, t.in_flight, t.rps, t.split});
       const uint32_t groups = div_ceil(rows, rows_per_wg);
       const uint32_t gx = std::min(groups, max_groups);  // folded into y past the x limit
       rec.dispatch(p, {part.view, x, y}, params, gx, div_ceil(groups, gx), n_tokens);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string_view>
 
 #include "kernels/cache_type.h"
 #include "vk/commands.h"
@@ -27,9 +28,26 @@ void record_get_rows(CommandRecorder& rec, const DeviceTensor& w, const BufferVi
 // more. Columns: as Auto, but never the tiled matmul (matvec.comp once per column instead), so
 // every column's result is bit for bit what it would be alone: the server's decode step of
 // several sequences, whose tokens must not depend on the batch. PortableGpu: Portable tuned as on
-// a GPU whatever the device (matvec.comp's four pieces in flight), so tests cover that loop on
-// lavapipe.
+// a GPU whatever the device (matvec.comp under MatvecTuning), so tests cover that tuning on lavapipe.
 enum class MatmulKernel { Auto, Portable, Columns, PortableGpu };
+
+// How matvec.comp spreads a matrix over a GPU: invocations per workgroup, pieces in flight per
+// invocation, rows per subgroup at a time (sharing each piece's loads of x), and subgroups per row
+// group (splitting each row's pieces; their sums meet in shared memory). CPU drivers take
+// {64, 1, 1, 1}; GPUs the default below, the best of 17 tunings swept on an H200 (docs/performance.md),
+// or the environment's VKLLM_MATVEC="wg=256,in_flight=2,rps=2,split=4" (any of the four; the
+// benchmark's sweeps, scripts/bench-gpu.sh tune).
+struct MatvecTuning {
+  uint32_t wg = 128, in_flight = 2, rps = 1, split = 2;
+  bool operator==(const MatvecTuning&) const = default;
+};
+// "wg=…,in_flight=…,rps=…,split=…" over `base`, or an Error naming the part that is wrong (wg: a
+// power of two from 32 to 1,024; in_flight: 1, 2, 4 or 8; rps: 1 to 4; split: a power of two up to 32).
+MatvecTuning parse_matvec_tuning(std::string_view text, MatvecTuning base = {});
+// The tuning record_matmul gives matvec.comp on `ctx` for `kernel` (PortableGpu: the GPU tuning).
+MatvecTuning matvec_tuning(const VulkanContext& ctx, MatmulKernel kernel);
+// Tests: the GPU tuning from now on (nullopt: the default or VKLLM_MATVEC again).
+void set_matvec_tuning(std::optional<MatvecTuning> t);
 
 // Overwrite: y = w·x; Accumulate: y += w·x (a residual add folded into the projection).
 enum class MatmulStore { Overwrite, Accumulate };
