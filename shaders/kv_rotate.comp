@@ -24,7 +24,7 @@ layout(binding = 3) writeonly buffer Copy { uint16_t copy16[]; };
 layout(binding = 4) readonly buffer RopeTable { vec2 rope_table[]; };
 layout(push_constant) uniform Push { KvStoreParams p; };
 
-float at(uint i) { return unpackHalf2x16(uint(k16[i])).x; }
+float at(uint i) { return f16_value(uint(k16[i])); }
 
 void main() {
   const uint e = gl_GlobalInvocationID.x, t = gl_GlobalInvocationID.y;

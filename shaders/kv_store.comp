@@ -53,8 +53,8 @@ layout(binding = 4) writeonly buffer Copy { uint16_t copy16[]; };
 layout(binding = 5) readonly buffer Rot { int rot[]; };
 #endif
 layout(binding = 6) readonly buffer RopeTable { vec2 rope_table[]; };
-// The value an f32 element has in an f16 cache.
-float f16_round(float x) { return unpackHalf2x16(packHalf2x16(vec2(x, 0.0))).x; }
+// The value an f32 element has in an f16 cache, from the bits STORE writes (rope.glsl's f16_value).
+float f16_round(float x) { return f16_value(packHalf2x16(vec2(x, 0.0)) & 0xFFFFu); }
 #endif
 
 // Writes element e (f16) or block e (q8_0, q4_0) of the row at src[s] into the row at byte

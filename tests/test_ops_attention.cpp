@@ -237,7 +237,15 @@ void check_attention(CacheType ct, const AttnCase& c, bool split, AttentionKerne
   EXPECT_LE(test::nmse(test::from_device<float>(dout, want.size()), want), 5e-4);
   if (rotated) {
     const auto stored = test::from_device<uint8_t>(dcopy, kq.size()), rebuilt = test::from_device<uint8_t>(drebuilt, kq.size());
-    EXPECT_TRUE(stored == rebuilt) << "kv_rotate's rows differ from kv_store's";
+    if (stored != rebuilt) {
+      size_t differ = 0, first = SIZE_MAX;
+      for (size_t i = 0; i + 1 < stored.size(); i += 2)
+        if (stored[i] != rebuilt[i] || stored[i + 1] != rebuilt[i + 1]) differ += first == SIZE_MAX ? (first = i, 1) : 1;
+      const auto bits = [](const std::vector<uint8_t>& b, size_t i) { return unsigned(b[i] | (b[i + 1] << 8)); };
+      ADD_FAILURE() << "kv_rotate's rows differ from kv_store's in " << differ << " of " << stored.size() / 2
+                    << " f16 elements; the first, element " << first / 2 << ": stored 0x" << std::hex << bits(stored, first)
+                    << ", rebuilt 0x" << bits(rebuilt, first);
+    }
     // The copy holds each row rotated at its rotation position, head-major ([n_head_kv][n_slots]
     // [head_dim]): the reference rotation of the cached row, to f16 rounding.
     std::vector<int32_t> slot_rot(c.n_slots, 0);

@@ -45,6 +45,16 @@ float rope_element(float self, float partner, vec2 cs, bool first) {
   return r;
 }
 
+// The value of an f16 whose bits are h, decoded with integer operations only. kv_store (from the
+// bits it writes) and kv_rotate (from the bits it reads) both take K's elements through it, so that
+// no f16 round trip a compiler may fold differently in the two shaders comes between them (with
+// unpackHalf2x16 they still differed on an H200, `precise` rotation notwithstanding).
+float f16_value(uint h) {
+  const uint sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+  if (e == 0u) return uintBitsToFloat(sign | floatBitsToUint(float(m) * exp2(-24.0)));  // zero, subnormal: exact
+  return uintBitsToFloat(sign | (e == 31u ? 0x7F800000u : (e + 112u) << 23) | (m << 13));
+}
+
 // Where element e of slot `slot`'s K row (head e / head_dim, dim e % head_dim) lies in the rotated
 // copy of K, which is head-major: [row_len / head_dim][copy_slots][head_dim] f16, so the decode
 // kernel streams one head's rows contiguously (docs/kv-cache.md, "The rotated copy of K").
