@@ -39,6 +39,7 @@ void add_devices_command(CLI::App& app) {
                     d.heaps[i].second ? " (device-local)" : "");
       std::printf("  subgroup size             %u\n", d.subgroup_size);
       std::printf("  fp16 / int8 arithmetic    %s / %s\n", d.fp16 ? "yes" : "no", d.int8 ? "yes" : "no");
+      std::printf("  integer dot products      %s\n", d.int_dot ? "yes" : "no");
       std::printf("  16-bit / 8-bit storage    %s / %s\n", d.storage16 ? "yes" : "no", d.storage8 ? "yes" : "no");
       std::printf("  int64 arithmetic          %s\n", !d.int64 ? "no" : d.wide_int64 ? "yes, one instruction per subgroup (AVX-512 DQ)" : "yes");
       std::printf("  max storage buffer range  %s\n", human_bytes(d.max_storage_buffer_range).c_str());

@@ -292,8 +292,9 @@ ab() {
 
 # matvec.comp's GPU tunings (VKLLM_MATVEC, core/kernels/ops.h's MatvecTuning) against each other:
 # decode tok/s of each model of MODELS under each of TUNINGS, taking turns, one row per tuning with
-# its geometric mean over the first row. The best row's tuning is written to $models_dir/best-tuning.
-tunings=${TUNINGS:-"wg=64,in_flight=4,rps=2,split=1 wg=64,in_flight=4,rps=1,split=1 wg=64,in_flight=8,rps=1,split=1 wg=128,in_flight=4,rps=1,split=2 wg=128,in_flight=4,rps=1,split=4 wg=128,in_flight=2,rps=2,split=4 wg=256,in_flight=4,rps=1,split=8 wg=256,in_flight=2,rps=1,split=8"}
+# its geometric mean over the first row (by default: the default shape, then with 8-bit x, then
+# shapes near it with 8-bit x). The best row's tuning is written to $models_dir/best-tuning.
+tunings=${TUNINGS:-"q8x=0 q8x=1 wg=128,in_flight=4,rps=1,split=2,q8x=1 wg=256,in_flight=2,rps=2,split=4,q8x=1 wg=128,in_flight=1,rps=2,split=4,q8x=1 wg=64,in_flight=4,rps=1,split=1,q8x=1"}
 tune() {
   setup_env
   local vkllm="$dir/bin/vkllm" m t

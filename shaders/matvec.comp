@@ -45,8 +45,19 @@ layout(constant_id = 3) const uint IN_FLIGHT = 1;
 layout(constant_id = 4) const uint RPS = 1;  // rows per subgroup at a time, sharing each piece's x
 layout(constant_id = 5) const uint SPLIT = 1;  // subgroups per row group, splitting its rows' pieces
 const uint WG_SIZE = gl_WorkGroupSize.x;
+#if defined(X_Q8)
+// x as quantize_x.comp writes it (8-bit blocks, then their scales), and the integer dot product of
+// four signed bytes (SPIR-V OpSDot, VK_KHR_shader_integer_dot_product; glslang has no GLSL name for it).
+#extension GL_EXT_spirv_intrinsics : require
+layout(binding = 1) readonly buffer XQ { uint xw[]; };
+layout(binding = 1) readonly buffer XQF { float xwf[]; };
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
+int sdot4(uint a, uint b, spirv_literal int packed_format);
+int sdot(uint a, uint b) { return sdot4(a, b, 0); }
+#else
 layout(binding = 1) readonly buffer X { float x[]; };
 layout(binding = 1) readonly buffer X4 { vec4 x4[]; };
+#endif
 layout(binding = 2) buffer Y { float y[]; };
 layout(push_constant) uniform Push { MatmulParams p; };
 #include "matmul_out.glsl"
@@ -68,8 +79,10 @@ layout(push_constant) uniform Push { MatmulParams p; };
 #define PIECE 8
 #endif
 
+#if !defined(X_Q8)
 // x[at … at+3] (at a multiple of 4).
 vec4 xv(uint at) { return X_VEC4 ? x4[at >> 2] : vec4(x[at], x[at + 1], x[at + 2], x[at + 3]); }
+#endif
 // The 4 bytes at byte o, o a multiple of 4, from one 32-bit load (dequant.glsl's word_at takes
 // two 16-bit loads for an even o).
 uint w1x32(uint o) { return floatBitsToUint(w32[o >> 2]); }
@@ -95,14 +108,32 @@ vec4 iq4_of(uint q, uint sh) {
 #else
 #define XN 2
 #endif
+#if defined(X_Q8)
+struct PieceX {
+  uint w0, w1;  // the piece's 8 elements as signed bytes, in piece_dot's order
+  float d;      // their block's scale
+};
+#else
 struct PieceX {
   vec4 v[XN];
 };
+#endif
 
 // x for piece s, from element x_at: the same elements piece_dot multiplies, in its order.
 PieceX load_x(uint s, uint x_at) {
   PieceX X;
-#if UNIT == 32
+#if defined(X_Q8)
+  // (x_at: the column's first word.)
+  const uint i = s % 4, blk = s / 4, wb = x_at + blk * 8;
+#if defined(WTYPE_Q8_0)
+  X.w0 = xw[wb + 2 * i];
+  X.w1 = xw[wb + 2 * i + 1];
+#else
+  X.w0 = xw[wb + i];
+  X.w1 = xw[wb + 4 + i];
+#endif
+  X.d = xwf[x_at + p.cols / 4 + blk];
+#elif UNIT == 32
   const uint i = s % 4, xa = x_at + (s / 4) * 32;
 #if defined(WTYPE_Q8_0)
   X.v[0] = xv(xa + 8 * i);
@@ -129,7 +160,25 @@ PieceX load_x(uint s, uint x_at) {
 // Piece s (PIECE elements of the row, in the order above) of the row at byte row_base, times its
 // x (load_x).
 float piece_dot(uint row_base, uint s, PieceX X) {
-#if UNIT == 32
+#if defined(X_Q8)
+  // Integer dot products of the piece's weights with x's bytes, times the two scales.
+  const uint i = s % 4, base = row_base + (s / 4) * BLOCK_BYTES;
+  const float d = wf16(base);
+#if defined(WTYPE_Q8_0)
+  const uint qs = base + 2 + 8 * i;
+  return d * X.d * float(sdot(wany(qs), X.w0) + sdot(wany(qs + 4), X.w1));
+#elif defined(WTYPE_Q4_0)
+  // Each nibble minus 8 as a signed byte: (n + 120) ^ 128 is n − 8 modulo 256, no carry between bytes.
+  const uint q = wany(base + 2 + 4 * i);
+  const uint lo = ((q & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u, hi = (((q >> 4) & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u;
+  return d * X.d * float(sdot(lo, X.w0) + sdot(hi, X.w1));
+#else  // Q4_1: d·q + m, the m through the sum of x's bytes
+  const uint q = wany(base + 4 + 4 * i);
+  const int dot_q = sdot(q & 0x0F0F0F0Fu, X.w0) + sdot((q >> 4) & 0x0F0F0F0Fu, X.w1);
+  const int sum_x = sdot(0x01010101u, X.w0) + sdot(0x01010101u, X.w1);
+  return X.d * (d * float(dot_q) + wf16(base + 2) * float(sum_x));
+#endif
+#elif UNIT == 32
   const uint i = s % 4, base = row_base + (s / 4) * BLOCK_BYTES;
   const float d = wf16(base);
 #if defined(WTYPE_Q8_0)

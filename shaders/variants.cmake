@@ -9,6 +9,14 @@ foreach(wtype f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k iq4
   endforeach()
 endforeach()
 
+# matvec with x as 8-bit blocks (integer dot products; MatvecTuning::q8x) and the kernel that
+# writes them.
+foreach(wtype q4_0 q4_1 q8_0)
+  string(TOUPPER ${wtype} WTYPE)
+  vkllm_shader(matvec_q8x_${wtype} matvec.comp -DWTYPE_${WTYPE} -DX_Q8)
+endforeach()
+vkllm_shader(quantize_x quantize_x.comp)
+
 # The CPU-driver matvec (matvec_simd.comp) for the types it covers.
 foreach(wtype f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs)
   string(TOUPPER ${wtype} WTYPE)

@@ -261,9 +261,11 @@ TEST_F(WeightKernels, EveryMatvecTuningMatchesTheReference) {
   struct Reset {
     ~Reset() { set_matvec_tuning(std::nullopt); }
   } reset;
-  const MatvecTuning tunings[] = {{64, 4, 2, 1}, {128, 2, 1, 4}, {256, 8, 2, 2}, {32, 1, 3, 8}};
-  const TensorType types[] = {TensorType::F16,  TensorType::Q4_0, TensorType::Q5_1, TensorType::Q8_0, TensorType::Q3_K,
-                              TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::IQ4_XS};
+  // The last two read x as 8-bit blocks for Q4_0, Q4_1 and Q8_0 (q8x), the others ignore it.
+  const MatvecTuning tunings[] = {{64, 4, 2, 1, 0}, {128, 2, 1, 4, 0}, {256, 8, 2, 2, 0}, {32, 1, 3, 8, 0},
+                                  {128, 2, 1, 2, 1}, {64, 4, 2, 1, 1}};
+  const TensorType types[] = {TensorType::F16,  TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_1, TensorType::Q8_0,
+                              TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::IQ4_XS};
   const uint32_t rows = 44, cols = 512;  // (whole 16-byte runs of rows in every type, as a fused upload needs)
   const std::vector<float> x = test::random_floats(cols, 11);
   Buffer dx = test::to_device(x);
@@ -299,6 +301,18 @@ TEST_F(WeightKernels, EveryMatvecTuningMatchesTheReference) {
       EXPECT_LE(test::nmse(test::from_device<float>(dy, rows), first), 5e-4) << "overwrite";
       EXPECT_LE(test::nmse(test::from_device<float>(dacc, rows), ysum), 5e-4) << "accumulate";
       EXPECT_LE(test::nmse(test::from_device<float>(dgate, rows), glu), 5e-4) << "gate|up";
+      // The 8-bit path taken where it applies: its rounding of x makes the result differ from the
+      // same shape's with f32 x.
+      if (tuning.q8x && (t == TensorType::Q4_0 || t == TensorType::Q4_1 || t == TensorType::Q8_0) && ctx.info().int_dot) {
+        MatvecTuning f32x = tuning;
+        f32x.q8x = 0;
+        set_matvec_tuning(f32x);
+        Buffer dy2 = test::to_device(std::vector<float>(rows, 0.0f));
+        CommandRecorder rec2(ctx, &test::pipelines());
+        record_matmul(rec2, ffn->pieces[0], dx.view(), cols, 1, dy2.view(), rows, MatmulStore::Overwrite, MatmulKernel::PortableGpu);
+        rec2.submit_and_wait();
+        EXPECT_NE(test::from_device<float>(dy, rows), test::from_device<float>(dy2, rows)) << "8-bit x not taken";
+      }
     }
   }
 }
@@ -307,6 +321,7 @@ TEST_F(WeightKernels, MatvecTuningTextIsCheckedPartByPart) {
   EXPECT_EQ(parse_matvec_tuning("wg=256,split=4"), (MatvecTuning{256, 2, 1, 4}));
   EXPECT_EQ(parse_matvec_tuning("in_flight=8,rps=1", {64, 1, 1, 1}), (MatvecTuning{64, 8, 1, 1}));
   EXPECT_EQ(parse_matvec_tuning(""), MatvecTuning{});
+  EXPECT_EQ(parse_matvec_tuning("q8x=1").q8x, 1u);
   const auto error_of = [](const char* text) {
     try {
       parse_matvec_tuning(text);
@@ -318,8 +333,9 @@ TEST_F(WeightKernels, MatvecTuningTextIsCheckedPartByPart) {
   EXPECT_EQ(error_of("wg=96"), "VKLLM_MATVEC=\"wg=96\": 'wg=96' must be a power of two from 32 to 1024");
   EXPECT_EQ(error_of("rps=2,in_flight=3"), "VKLLM_MATVEC=\"rps=2,in_flight=3\": 'in_flight=3' must be 1, 2, 4 or 8");
   EXPECT_EQ(error_of("split"), "VKLLM_MATVEC=\"split\": 'split' is not name=value");
+  EXPECT_EQ(error_of("q8x=2"), "VKLLM_MATVEC=\"q8x=2\": 'q8x=2' must be 0 or 1");
   EXPECT_EQ(error_of("rps=two"), "VKLLM_MATVEC=\"rps=two\": 'rps=two' has no whole number");
-  EXPECT_EQ(error_of("rows=2"), "VKLLM_MATVEC=\"rows=2\": 'rows=2' names none of wg, in_flight, rps, split");
+  EXPECT_EQ(error_of("rows=2"), "VKLLM_MATVEC=\"rows=2\": 'rows=2' names none of wg, in_flight, rps, split, q8x");
 }
 
 // bench --ops' read ceiling reads every word once in either layout (a 4 KiB run per invocation, or

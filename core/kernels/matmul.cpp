@@ -67,8 +67,11 @@ MatvecTuning parse_matvec_tuning(std::string_view text, MatvecTuning t) {
     } else if (name == "split") {
       if (!pow2(v) || v > 32) throw bad(part, "must be a power of two up to 32");
       t.split = v;
+    } else if (name == "q8x") {
+      if (v > 1) throw bad(part, "must be 0 or 1");
+      t.q8x = v;
     } else {
-      throw bad(part, "names none of wg, in_flight, rps, split");
+      throw bad(part, "names none of wg, in_flight, rps, split, q8x");
     }
   }
   return t;
@@ -92,7 +95,7 @@ MatvecTuning gpu_tuning() {
 }  // namespace
 
 MatvecTuning matvec_tuning(const VulkanContext& ctx, MatmulKernel kernel) {
-  if (ctx.info().type == "cpu" && kernel != MatmulKernel::PortableGpu) return {64, 1, 1, 1};
+  if (ctx.info().type == "cpu" && kernel != MatmulKernel::PortableGpu) return {64, 1, 1, 1, 0};
   MatvecTuning t = gpu_tuning();
   t.wg = std::min(t.wg, ctx.info().max_workgroup_invocations);
   return t;
@@ -151,6 +154,11 @@ struct MatmulLayout {
   uint32_t glu = 0;  // 0, or a Glu
 };
 
+// The weight types matvec reads 8-bit x for (MatvecTuning::q8x; shaders/variants.cmake's matvec_q8x_*).
+bool q8x_type(gguf::TensorType t) {
+  return t == gguf::TensorType::Q4_0 || t == gguf::TensorType::Q4_1 || t == gguf::TensorType::Q8_0;
+}
+
 // The kernel that serves a part: matvec_simd, matvec (the two that can apply a glu), or the tiled matmul.
 enum class WeightKernel { Simd, Matvec, Tiled };
 
@@ -167,6 +175,8 @@ void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const Buf
   const std::string suffix = weight_kernel_suffix(w);
   const uint32_t max_groups = rec.context().limits().maxComputeWorkGroupCount[0];
   const uint32_t glu = out.glu;
+  BufferView xq{};  // x as 8-bit blocks (MatvecTuning::q8x), made for the first part that reads it
+  const uint32_t xq_stride = uint32_t(w.cols) / 4 + uint32_t(w.cols) / 32;  // words per column
   for (const WeightPart& part : w.parts) {
     const WeightKernel which = weight_kernel_for(rec.context(), w, part, x, x_stride, n_tokens, kernel);
     const uint32_t rows = glu ? part.n_rows / 2 : part.n_rows;  // output rows
@@ -209,11 +219,23 @@ void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const Buf
       const uint32_t subgroups = std::max<uint32_t>(t.wg / std::max<uint32_t>(rec.context().subgroup_size(), 1), 1);
       const uint32_t rows_per_wg = std::max<uint32_t>(subgroups / t.split, 1) * t.rps;
       const uint32_t x_vec4 = x.offset % 16 == 0 && x_stride % 4 == 0 ? 1 : 0;
-      const Pipeline& p = rec.pipelines().get("matvec_" + suffix, 3, sizeof(MatmulParams),
+      const bool q8 = t.q8x && q8x_type(w.type) && rec.context().info().int_dot && w.cols % 32 == 0;
+      MatmulParams mp = params;
+      if (q8) {
+        if (xq.buffer == VK_NULL_HANDLE) {
+          xq = rec.scratch(uint64_t{n_tokens} * xq_stride * 4);
+          const QuantizeXParams qp{uint32_t(w.cols), n_tokens, x_stride, xq_stride};
+          rec.dispatch(rec.pipelines().get("quantize_x", 2, sizeof(QuantizeXParams), {64}), {x, xq}, qp,
+                       div_ceil(w.cols / 32, 64), n_tokens);
+          rec.barrier();
+        }
+        mp.x_stride = xq_stride;
+      }
+      const Pipeline& p = rec.pipelines().get((q8 ? "matvec_q8x_" : "matvec_") + suffix, 3, sizeof(MatmulParams),
                                               {t.wg, rows_per_wg, x_vec4, t.in_flight, t.rps, t.split});
       const uint32_t groups = div_ceil(rows, rows_per_wg);
       const uint32_t gx = std::min(groups, max_groups);  // folded into y past the x limit
-      rec.dispatch(p, {part.view, x, y}, params, gx, div_ceil(groups, gx), n_tokens);
+      rec.dispatch(p, {part.view, q8 ? xq : x, y}, mp, gx, div_ceil(groups, gx), n_tokens);
     } else {
       VKLLM_CHECK(!glu, "the tiled matmul has no gated activation");
       const Pipeline& p = rec.pipelines().get("matmul_" + suffix, 3, sizeof(MatmulParams), {256});

@@ -154,6 +154,19 @@ void CommandRecorder::wait_for_fence() {
   for (const Pipeline* p : first) p->mark_submitted();
 }
 
+BufferView CommandRecorder::scratch(uint64_t bytes) {
+  const uint64_t size = (bytes + 255) / 256 * 256;
+  if (scratch_.empty() || scratch_used_ + size > scratch_.back()->size()) {
+    const uint64_t have = scratch_.empty() ? 0 : scratch_.back()->size();
+    scratch_.push_back(std::make_unique<Buffer>(ctx_, std::max({size, 2 * have, uint64_t{1} << 20}), MemoryUse::Device,
+                                                "recorder scratch"));
+    scratch_used_ = 0;
+  }
+  const BufferView v = scratch_.back()->view(scratch_used_, bytes);
+  scratch_used_ += size;
+  return v;
+}
+
 void CommandRecorder::submit_and_wait() {
   timings_.clear();
   if (!recording_) return;
@@ -167,6 +180,8 @@ void CommandRecorder::submit_and_wait() {
   VK_CHECK(vkResetFences(ctx_.device(), 1, &fence_));
   VK_CHECK(vkResetCommandBuffer(cmd_, 0));
   n_commands_ = 0;
+  if (scratch_.size() > 1) scratch_.erase(scratch_.begin(), scratch_.end() - 1);
+  scratch_used_ = 0;
   if (queries_ && !labels_.empty()) {
     std::vector<uint64_t> ts(labels_.size() * 2);
     VK_CHECK(vkGetQueryPoolResults(ctx_.device(), queries_, 0, uint32_t(ts.size()), ts.size() * 8, ts.data(), 8,

@@ -4,6 +4,7 @@
 #include <vulkan/vulkan.h>
 
 #include <initializer_list>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -50,6 +51,9 @@ class CommandRecorder {
   // Makes every earlier shader/transfer write visible to every later shader/transfer access.
   void barrier();
   void copy(const BufferView& src, const BufferView& dst);
+  // `bytes` of device memory for this recording alone (256-byte aligned): matvec's 8-bit copy of x.
+  // Reused by the next recording once submit_and_wait returns.
+  BufferView scratch(uint64_t bytes);
   void fill_zero(const BufferView& dst);
   // Ends, submits, waits; throws Error on device loss. Afterwards the recorder is empty and reusable.
   // A wait for pipelines run for the first time is reported to Pipelines::first_use_wait.
@@ -82,6 +86,8 @@ class CommandRecorder {
   std::vector<const Pipeline*> first_use_;  // pipelines of this recording never submitted before
   uint32_t n_commands_ = 0;
   uint64_t n_dispatches_ = 0, n_barriers_ = 0;
+  std::vector<std::unique_ptr<Buffer>> scratch_;  // the last one in use; earlier (smaller) ones freed after the submit
+  uint64_t scratch_used_ = 0;
 };
 
 // Workgroups needed to cover `n` items with `per_group` items each.

@@ -145,6 +145,9 @@ DeviceInfo query_device(VkPhysicalDevice pd, uint32_t index) {
   VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
   VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
   f11.pNext = &f12;
+  // (Integer dot products' feature only where the extension is there, as above.)
+  VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR idot{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR};
+  if (has_device_extension(pd, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME)) f12.pNext = &idot;
   VkPhysicalDeviceFeatures2 feats{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
   feats.pNext = &f11;
   const uint32_t api = props.properties.apiVersion;
@@ -168,6 +171,7 @@ DeviceInfo query_device(VkPhysicalDevice pd, uint32_t index) {
   // A CPU driver compiles shaders for this host: its vector instructions are the device's.
   d.wide_int64 = d.type == "cpu" && d.int64 && host_has_avx512dq();
   d.scalar_layout = f12.scalarBlockLayout;
+  d.int_dot = idot.shaderIntegerDotProduct;
   d.storage16 = f11.storageBuffer16BitAccess;
   d.storage8 = f12.storageBuffer8BitAccess;
   d.max_push_descriptors = d.push_descriptor ? pushd.maxPushDescriptors : 0;
@@ -297,13 +301,19 @@ VulkanContext::VulkanContext(const ContextOptions& o) {
     feats.features.shaderInt16 = supported.shaderInt16;
     feats.features.shaderInt64 = supported.shaderInt64;
     feats.features.shaderStorageBufferArrayDynamicIndexing = info_.binding_arrays;
-    const char* exts[] = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
+    VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR idot{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR};
+    idot.shaderIntegerDotProduct = VK_TRUE;
+    std::vector<const char*> exts = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
+    if (info_.int_dot) {
+      f12.pNext = &idot;
+      exts.push_back(VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
+    }
     VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
     dci.pNext = &feats;
     dci.queueCreateInfoCount = 1;
     dci.pQueueCreateInfos = &qci;
-    dci.enabledExtensionCount = 1;
-    dci.ppEnabledExtensionNames = exts;
+    dci.enabledExtensionCount = uint32_t(exts.size());
+    dci.ppEnabledExtensionNames = exts.data();
     VK_CHECK(vkCreateDevice(physical_, &dci, nullptr, &device_));
     vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
     push_descriptor_ = reinterpret_cast<PFN_vkCmdPushDescriptorSetKHR>(vkGetDeviceProcAddr(device_, "vkCmdPushDescriptorSetKHR"));

@@ -41,6 +41,9 @@ struct DeviceInfo {
   // instruction, so matvec_simd packs four Q4_0 columns per multiply (docs/shaders.md).
   bool wide_int64 = false;
   bool scalar_layout = false;  // scalarBlockLayout (enabled when present)
+  // shaderIntegerDotProduct (VK_KHR_shader_integer_dot_product, enabled when present): matvec's
+  // 8-bit x path (MatvecTuning::q8x).
+  bool int_dot = false;
   bool storage16 = false;      // storageBuffer16BitAccess
   bool storage8 = false;       // storageBuffer8BitAccess
   bool push_descriptor = false;

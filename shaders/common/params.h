@@ -56,6 +56,16 @@ struct MatmulParams {
   u32 rows_per_group;  // matvec_simd: output rows per workgroup
 };
 
+// quantize_x: each column t < n_tokens of x ([n_tokens][x_stride] f32, cols a multiple of 32) as
+// 8-bit blocks for matvec's integer dot products (MatvecTuning::q8x): at word t·out_stride of the
+// output, cols int8 (4 to a word), then one f32 scale per 32-element block; element = q · scale.
+struct QuantizeXParams {
+  u32 cols;        // elements per column
+  u32 n_tokens;    // columns
+  u32 x_stride;    // floats between columns of x
+  u32 out_stride;  // words between columns of the output
+};
+
 // read_ceiling: each invocation XORs per_invocation uvec4 words (< n_words) into out[id]: data[id *
 // per_invocation …] (stride 0, CPU drivers) or data[id], data[id + stride], … (GPUs).
 struct ReadCeilingParams {
