@@ -305,8 +305,10 @@ void rows_share(uint r0, uint h, uint end, uint x_at, uint part, uint parts, out
     base[i] = (min(r0 + i, end - 1) + h * p.rows) * p.row_bytes;
     acc[i] = 0.0;
   }
-  const uint n = (p.cols + PIECE - 1) / PIECE, step = gl_SubgroupSize * parts;
-  uint s = part * gl_SubgroupSize + gl_SubgroupInvocationID;
+  // (A workgroup smaller than a subgroup fills only WG_SIZE of its lanes.)
+  const uint lanes = min(gl_SubgroupSize, WG_SIZE);
+  const uint n = (p.cols + PIECE - 1) / PIECE, step = lanes * parts;
+  uint s = part * lanes + gl_SubgroupInvocationID;
   if (IN_FLIGHT > 1)
     for (; s + (IN_FLIGHT - 1) * step < n; s += IN_FLIGHT * step) {
       PieceX xs[IN_FLIGHT];

@@ -20,7 +20,8 @@ void main() {
   const uint at = t * p.x_stride + b * 32, o = t * p.out_stride;
   float amax = 0.0;
   for (uint j = 0; j < 32; ++j) amax = max(amax, abs(x[at + j]));
-  const float d = amax / 127.0, id = d != 0.0 ? 1.0 / d : 0.0;
+  // (A block of magnitudes below 1e-30 is all zeros: 1 / d of a subnormal d would be infinite.)
+  const float d = amax / 127.0, id = amax >= 1e-30 ? 1.0 / d : 0.0;
   for (uint w = 0; w < 8; ++w) {
     uint packed = 0;
     for (uint k = 0; k < 4; ++k) {

@@ -97,7 +97,14 @@ MatvecTuning gpu_tuning() {
 MatvecTuning matvec_tuning(const VulkanContext& ctx, MatmulKernel kernel) {
   if (ctx.info().type == "cpu" && kernel != MatmulKernel::PortableGpu) return {64, 1, 1, 1, 0};
   MatvecTuning t = gpu_tuning();
-  t.wg = std::min(t.wg, ctx.info().max_workgroup_invocations);
+  // At least one whole subgroup (whose lanes the kernel strides by), at most the device's workgroup.
+  t.wg = std::min(std::max(t.wg, ctx.subgroup_size()), ctx.info().max_workgroup_invocations);
+  // Row groups of several subgroups sum in shared memory: 2 · rps floats per invocation at most.
+  const uint64_t shared = t.split > 1 ? uint64_t{8} * t.rps * t.wg : 0;
+  if (shared > ctx.info().max_shared_memory)
+    throw Error("VKLLM_MATVEC: wg=" + std::to_string(t.wg) + ", rps=" + std::to_string(t.rps) + " and split=" +
+                std::to_string(t.split) + " need " + std::to_string(shared) + " bytes of shared memory; " + ctx.info().name +
+                " has " + std::to_string(ctx.info().max_shared_memory));
   return t;
 }
 
