@@ -71,7 +71,7 @@ pack() {
 # The test programs that drive the device (not the parsers', the CLI's or the server's), the paths
 # they were built to find ../shared and vkllm at, and the part of ../shared they read: the
 # references, the vocabulary and the models in SHARED_MODELS (the others' cases skip, naming them).
-test_programs=${TEST_PROGRAMS:-test_vulkan_runtime test_ops_matmul test_ops_elementwise test_ops_attention test_kv_cache test_session test_engine_reference}
+test_programs=${TEST_PROGRAMS:-test_vulkan_runtime test_ops_elementwise test_kv_cache test_session test_engine_reference test_ops_matmul test_ops_attention}
 pack_tests() {
   local shared="${VKLLM_SHARED_DIR:-$here/../shared}"
   tar -C "$here/build/tests" -cf - $test_programs | xz -T0 -6 >"$dir/tests.tar.xz"
@@ -229,27 +229,33 @@ print("nan" if v is None else v)' "$1" "$2"
   fi
 }
 
-# Everything one lease should do, in the order that keeps the GPU busy: the models are made while
-# the tests run; then the table; then, on the largest model, where decode and prefill time goes
-# (--profile), decode over a 4,096-token cache, and `bench --ops` (each type against the read
-# ceiling). Each step has a time limit, so that one hang costs only its own.
+# Everything one lease should do, in the order that keeps the GPU busy and what matters first: the
+# models are made while the tests run (the quick programs first; on an H200 test_ops_matmul took
+# ≈ 80 s and test_ops_attention ≈ 170 s, most of it the NVIDIA compiler building the CPU drivers'
+# unrolled kernels); then `tune` (matvec's shapes and 8-bit x); then the table with the best tuning
+# (VKLLM_MATVEC); then, on the largest model, decode over a 4,096-token cache (--profile: which op
+# grows with depth) and `bench --ops` under the same tuning. Each step has a time limit, so that one
+# hang costs only its own. About 8 minutes on an H200 (docs/performance.md).
 all() {
   setup_env
   local vkllm="$dir/bin/vkllm"
   make_models >"$models_dir.log" 2>&1 &
   local maker=$!
-  timeout "${CHECK_TIMEOUT:-240}" bash "$self" check "$dir" || echo "$name: check: rc $?"
+  TEST_TIMEOUT=${TEST_TIMEOUT:-200} timeout "${CHECK_TIMEOUT:-280}" bash "$self" check "$dir" || echo "$name: check: rc $?"
   wait "$maker" || echo "$name: making the models failed: $(tail -3 "$models_dir.log")"
   cat "$models_dir.log" >&2
-  timeout "${RUN_TIMEOUT:-300}" bash "$self" run "$dir" || echo "$name: run: rc $?"
+  REPS=${TUNE_REPS:-2} TG=${TUNE_TG:-64} timeout "${TUNE_TIMEOUT:-150}" bash "$self" tune "$dir" || echo "$name: tune: rc $?"
+  local best
+  best=$(cat "$models_dir/best-tuning" 2>/dev/null || true)
+  echo "$name: the table, the profile and bench --ops with VKLLM_MATVEC=\"$best\""
+  export VKLLM_MATVEC=$best
+  timeout "${RUN_TIMEOUT:-150}" bash "$self" run "$dir" || echo "$name: run: rc $?"
   local last=${models##* }
   local big="$models_dir/$last.gguf"
-  echo "$name: $last, --profile"
-  timeout 90 "$vkllm" bench -m "$big" -p "${PP:-512}" -n 32 -r 1 --profile 2>&1 || echo "$name: profile: rc $?"
   echo "$name: $last, decode over 4,096 cached tokens"
-  timeout 90 "$vkllm" bench -m "$big" -p 0 -n 32 -r 1 --ctx-fill 0,4096 -c 4200 --profile 2>&1 || echo "$name: ctx-fill: rc $?"
+  timeout 60 "$vkllm" bench -m "$big" -p 0 -n 32 -r 1 --ctx-fill 0,4096 -c 4200 --profile 2>&1 || echo "$name: ctx-fill: rc $?"
   echo "$name: bench --ops"
-  timeout 120 "$vkllm" bench --ops --ops-size "$ops_size" 2>&1 || echo "$name: ops: rc $?"
+  timeout 60 "$vkllm" bench --ops --ops-size "$ops_size" --no-matmul 2>&1 || echo "$name: ops: rc $?"
 }
 
 # Decode tok/s of `vkllm` ($1) on a model ($2), under a time limit; 0 when it fails.
