@@ -110,8 +110,8 @@ vec4 iq4_of(uint q, uint sh) {
 #endif
 #if defined(X_Q8)
 struct PieceX {
-  uint w0, w1;  // the piece's 8 elements as signed bytes, in piece_dot's order
-  float d;      // their block's scale
+  uint w[XN];   // the piece's elements as signed bytes, 4 to a word, in piece_dot's order
+  float d[XN];  // each word's block scale
 };
 #else
 struct PieceX {
@@ -123,16 +123,27 @@ struct PieceX {
 PieceX load_x(uint s, uint x_at) {
   PieceX X;
 #if defined(X_Q8)
-  // (x_at: the column's first word.)
-  const uint i = s % 4, blk = s / 4, wb = x_at + blk * 8;
-#if defined(WTYPE_Q8_0)
-  X.w0 = xw[wb + 2 * i];
-  X.w1 = xw[wb + 2 * i + 1];
+  // The words of x's bytes holding the elements the f32 path's vec4s hold (x_at: the column's first
+  // word; element e is byte e % 4 of word e / 4, its scale the e / 32-th after the bytes).
+  uint e[XN];
+#if UNIT == 32 && defined(WTYPE_Q8_0)
+  e[0] = (s / 4) * 32 + 8 * (s % 4);
+  e[1] = e[0] + 4;
+#elif UNIT == 32
+  e[0] = (s / 4) * 32 + 4 * (s % 4);
+  e[1] = e[0] + 16;
+#elif UNIT == 64
+  e[0] = (s / 8) * 64 + 4 * (s % 8);
+  e[1] = e[0] + 32;
 #else
-  X.w0 = xw[wb + i];
-  X.w1 = xw[wb + 4 + i];
+  const uint p16 = s % 16;
+  e[0] = (s / 16) * 256 + 128 * (p16 / 8) + 4 * (p16 % 8);
+  [[unroll]] for (uint j = 1; j < XN; ++j) e[j] = e[0] + 32 * j;
 #endif
-  X.d = xwf[x_at + p.cols / 4 + blk];
+  [[unroll]] for (uint j = 0; j < XN; ++j) {
+    X.w[j] = xw[x_at + e[j] / 4];
+    X.d[j] = xwf[x_at + p.cols / 4 + e[j] / 32];
+  }
 #elif UNIT == 32
   const uint i = s % 4, xa = x_at + (s / 4) * 32;
 #if defined(WTYPE_Q8_0)
@@ -161,22 +172,60 @@ PieceX load_x(uint s, uint x_at) {
 // x (load_x).
 float piece_dot(uint row_base, uint s, PieceX X) {
 #if defined(X_Q8)
-  // Integer dot products of the piece's weights with x's bytes, times the two scales.
+  // Integer dot products of the piece's weights (as bytes) with x's bytes, times the scales; a
+  // weight's offset or min through the sum of x's bytes (a dot product with 0x01010101).
+#if UNIT == 32
   const uint i = s % 4, base = row_base + (s / 4) * BLOCK_BYTES;
-  const float d = wf16(base);
+  const float d = wf16(base);  // (both words of a piece lie in one x block: X.d[0] == X.d[1])
 #if defined(WTYPE_Q8_0)
   const uint qs = base + 2 + 8 * i;
-  return d * X.d * float(sdot(wany(qs), X.w0) + sdot(wany(qs + 4), X.w1));
+  return d * X.d[0] * float(sdot(wany(qs), X.w[0]) + sdot(wany(qs + 4), X.w[1]));
 #elif defined(WTYPE_Q4_0)
   // Each nibble minus 8 as a signed byte: (n + 120) ^ 128 is n − 8 modulo 256, no carry between bytes.
   const uint q = wany(base + 2 + 4 * i);
   const uint lo = ((q & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u, hi = (((q >> 4) & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u;
-  return d * X.d * float(sdot(lo, X.w0) + sdot(hi, X.w1));
-#else  // Q4_1: d·q + m, the m through the sum of x's bytes
+  return d * X.d[0] * float(sdot(lo, X.w[0]) + sdot(hi, X.w[1]));
+#else  // Q4_1: d·q + m
   const uint q = wany(base + 4 + 4 * i);
-  const int dot_q = sdot(q & 0x0F0F0F0Fu, X.w0) + sdot((q >> 4) & 0x0F0F0F0Fu, X.w1);
-  const int sum_x = sdot(0x01010101u, X.w0) + sdot(0x01010101u, X.w1);
-  return X.d * (d * float(dot_q) + wf16(base + 2) * float(sum_x));
+  const int dot_q = sdot(q & 0x0F0F0F0Fu, X.w[0]) + sdot((q >> 4) & 0x0F0F0F0Fu, X.w[1]);
+  const int sum_x = sdot(0x01010101u, X.w[0]) + sdot(0x01010101u, X.w[1]);
+  return X.d[0] * (d * float(dot_q) + wf16(base + 2) * float(sum_x));
+#endif
+#elif UNIT == 64
+  // Q4_K, Q5_K: word i of chunk c, sub-block 2c in the low nibbles (x word 0), 2c + 1 in the high
+  // ones (x word 1), each d·scale·q − dmin·min.
+  const uint i = s % 8, k = (s / 8) * 64, base = row_base + (k / 256) * BLOCK_BYTES, c = (k % 256) / 64;
+  float sc0, mn0, sc1, mn1;
+  const uint s0 = w1x32(base + 4), s1 = w1x32(base + 8), s2 = w1x32(base + 12);
+  scale_min_words(s0, s1, s2, 2 * c, sc0, mn0);
+  scale_min_words(s0, s1, s2, 2 * c + 1, sc1, mn1);
+#if defined(WTYPE_Q4_K)
+  const uint q = w1x32(base + 16 + 32 * c + 4 * i);
+  const uint lo = q & 0x0F0F0F0Fu, hi = (q >> 4) & 0x0F0F0F0Fu;
+#else
+  // The fifth bit of each byte's element: bit 2c (or 2c + 1) of qh's byte, moved to bit 4.
+  const uint q = w1x32(base + 48 + 32 * c + 4 * i), qh = w1x32(base + 16 + 4 * i);
+  const uint lo = (q & 0x0F0F0F0Fu) | (((qh >> (2 * c)) & 0x01010101u) << 4);
+  const uint hi = ((q >> 4) & 0x0F0F0F0Fu) | (((qh >> (2 * c + 1)) & 0x01010101u) << 4);
+#endif
+  const float d = wf16(base), dmin = wf16(base + 2);
+  const float part0 = d * sc0 * float(sdot(lo, X.w[0])) - dmin * mn0 * float(sdot(0x01010101u, X.w[0]));
+  const float part1 = d * sc1 * float(sdot(hi, X.w[1])) - dmin * mn1 * float(sdot(0x01010101u, X.w[1]));
+  return X.d[0] * part0 + X.d[1] * part1;
+#else
+  // Q6_K: quarter j's 6-bit values (ql's nibble, qh's two bits at 2j) minus 32 as signed bytes:
+  // (v + 96) ^ 128 is v − 32 modulo 256; each quarter its scale and its x block's.
+  const uint p16 = s % 16, n = p16 / 8, i = p16 % 8, base = row_base + (s / 16) * BLOCK_BYTES;
+  const uint ql0 = wany(base + 64 * n + 4 * i), ql1 = wany(base + 64 * n + 32 + 4 * i);
+  const uint qh = wany(base + 128 + 32 * n + 4 * i);
+  const uint sa = wany(base + 192 + 8 * n), sb = wany(base + 196 + 8 * n);
+  float acc = 0.0;
+  [[unroll]] for (uint j = 0; j < 4; ++j) {
+    const uint v = ((((j & 1u) == 0 ? ql0 : ql1) >> (4 * (j / 2))) & 0x0F0F0F0Fu) | (((qh >> (2 * j)) & 0x03030303u) << 4);
+    const uint q = (v + 0x60606060u) ^ 0x80808080u;
+    acc += float(sbyte_of(j < 2 ? sa : sb, i / 4 + 2 * (j & 1u))) * X.d[j] * float(sdot(q, X.w[j]));
+  }
+  return wf16(base + 208) * acc;
 #endif
 #elif UNIT == 32
   const uint i = s % 4, base = row_base + (s / 4) * BLOCK_BYTES;

@@ -11,7 +11,7 @@ endforeach()
 
 # matvec with x as 8-bit blocks (integer dot products; MatvecTuning::q8x) and the kernel that
 # writes them.
-foreach(wtype q4_0 q4_1 q8_0)
+foreach(wtype q4_0 q4_1 q8_0 q4_k q5_k q6_k)
   string(TOUPPER ${wtype} WTYPE)
   vkllm_shader(matvec_q8x_${wtype} matvec.comp -DWTYPE_${WTYPE} -DX_Q8)
 endforeach()

@@ -262,7 +262,7 @@ TEST_F(WeightKernels, EveryMatvecTuningMatchesTheReference) {
   struct Reset {
     ~Reset() { set_matvec_tuning(std::nullopt); }
   } reset;
-  // The last two read x as 8-bit blocks for Q4_0, Q4_1 and Q8_0 (q8x), the others ignore it.
+  // The last two read x as 8-bit blocks for Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K (q8x); the others ignore it.
   const MatvecTuning tunings[] = {{64, 4, 2, 1, 0}, {128, 2, 1, 4, 0}, {256, 8, 2, 2, 0}, {32, 1, 3, 8, 0},
                                   {128, 2, 1, 2, 1}, {64, 4, 2, 1, 1}};
   const TensorType types[] = {TensorType::F16,  TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_1, TensorType::Q8_0,
@@ -308,7 +308,9 @@ TEST_F(WeightKernels, EveryMatvecTuningMatchesTheReference) {
       EXPECT_LE(test::nmse(test::from_device<float>(dgate, rows), glu), 5e-4) << "gate|up";
       // The 8-bit path taken where it applies: its rounding of x makes the result differ from the
       // same shape's with f32 x.
-      if (tuning.q8x && (t == TensorType::Q4_0 || t == TensorType::Q4_1 || t == TensorType::Q8_0) && ctx.info().int_dot) {
+      const bool q8_type = t == TensorType::Q4_0 || t == TensorType::Q4_1 || t == TensorType::Q8_0 || t == TensorType::Q4_K ||
+                           t == TensorType::Q5_K || t == TensorType::Q6_K;
+      if (tuning.q8x && q8_type && ctx.info().int_dot) {
         MatvecTuning f32x = tuning;
         f32x.q8x = 0;
         set_matvec_tuning(f32x);

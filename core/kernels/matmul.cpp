@@ -163,7 +163,8 @@ struct MatmulLayout {
 
 // The weight types matvec reads 8-bit x for (MatvecTuning::q8x; shaders/variants.cmake's matvec_q8x_*).
 bool q8x_type(gguf::TensorType t) {
-  return t == gguf::TensorType::Q4_0 || t == gguf::TensorType::Q4_1 || t == gguf::TensorType::Q8_0;
+  using T = gguf::TensorType;
+  return t == T::Q4_0 || t == T::Q4_1 || t == T::Q8_0 || t == T::Q4_K || t == T::Q5_K || t == T::Q6_K;
 }
 
 // The kernel that serves a part: matvec_simd, matvec (the two that can apply a glu), or the tiled matmul.

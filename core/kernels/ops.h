@@ -33,8 +33,8 @@ enum class MatmulKernel { Auto, Portable, Columns, PortableGpu };
 
 // How matvec.comp spreads a matrix over a GPU: invocations per workgroup, pieces in flight per
 // invocation, rows per subgroup at a time (sharing each piece's loads of x), and subgroups per row
-// group (splitting each row's pieces; their sums meet in shared memory); and q8x: Q4_0, Q4_1 and
-// Q8_0 weights read x as 8-bit blocks (quantize_x.comp, one dispatch before the matvec) through
+// group (splitting each row's pieces; their sums meet in shared memory); and q8x: Q4_0, Q4_1,
+// Q8_0, Q4_K, Q5_K and Q6_K weights read x as 8-bit blocks (quantize_x.comp, one dispatch before the matvec) through
 // integer dot products where the device has them (DeviceInfo::int_dot), as llama.cpp's decode does;
 // off until a GPU measures it (docs/performance.md). CPU drivers take {64, 1, 1, 1, 0}; GPUs the
 // default below, the best of 17 tunings swept on an H200 (docs/performance.md), or the
