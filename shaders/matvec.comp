@@ -101,6 +101,28 @@ vec4 iq4_of(uint q, uint sh) {
 }
 #endif
 
+#if UNIT == 64
+// Q4_K, Q5_K: the scales and mins of chunk c's two sub-blocks (2c, 2c + 1) of the super-block at
+// byte `base`, from the three words that hold all twelve scale bytes (each one load, the same
+// address for a block's invocations).
+void chunk_scales(uint base, uint c, out float sc0, out float mn0, out float sc1, out float mn1) {
+  const uint s0 = w1x32(base + 4), s1 = w1x32(base + 8), s2 = w1x32(base + 12);
+  scale_min_words(s0, s1, s2, 2 * c, sc0, mn0);
+  scale_min_words(s0, s1, s2, 2 * c + 1, sc1, mn1);
+}
+#endif
+#if defined(WTYPE_Q6_K)
+// Q6_K: the words of half n's piece i (see piece_dot): ql's words i and 8 + i (low nibbles of
+// quarters 0, 1; high ones of quarters 2, 3), qh's word i, and the half's 8 signed scale bytes.
+struct Q6Words {
+  uint ql0, ql1, qh, sa, sb;
+};
+Q6Words q6_words(uint base, uint n, uint i) {
+  return Q6Words(wany(base + 64 * n + 4 * i), wany(base + 64 * n + 32 + 4 * i), wany(base + 128 + 32 * n + 4 * i),
+                 wany(base + 192 + 8 * n), wany(base + 196 + 8 * n));
+}
+#endif
+
 // x for one piece: the vec4s its elements meet (see load_x). Loaded once per piece and used for
 // every row of the subgroup's group.
 #if PIECE == 16
@@ -196,9 +218,7 @@ float piece_dot(uint row_base, uint s, PieceX X) {
   // ones (x word 1), each d·scale·q − dmin·min.
   const uint i = s % 8, k = (s / 8) * 64, base = row_base + (k / 256) * BLOCK_BYTES, c = (k % 256) / 64;
   float sc0, mn0, sc1, mn1;
-  const uint s0 = w1x32(base + 4), s1 = w1x32(base + 8), s2 = w1x32(base + 12);
-  scale_min_words(s0, s1, s2, 2 * c, sc0, mn0);
-  scale_min_words(s0, s1, s2, 2 * c + 1, sc1, mn1);
+  chunk_scales(base, c, sc0, mn0, sc1, mn1);
 #if defined(WTYPE_Q4_K)
   const uint q = w1x32(base + 16 + 32 * c + 4 * i);
   const uint lo = q & 0x0F0F0F0Fu, hi = (q >> 4) & 0x0F0F0F0Fu;
@@ -216,14 +236,12 @@ float piece_dot(uint row_base, uint s, PieceX X) {
   // Q6_K: quarter j's 6-bit values (ql's nibble, qh's two bits at 2j) minus 32 as signed bytes:
   // (v + 96) ^ 128 is v − 32 modulo 256; each quarter its scale and its x block's.
   const uint p16 = s % 16, n = p16 / 8, i = p16 % 8, base = row_base + (s / 16) * BLOCK_BYTES;
-  const uint ql0 = wany(base + 64 * n + 4 * i), ql1 = wany(base + 64 * n + 32 + 4 * i);
-  const uint qh = wany(base + 128 + 32 * n + 4 * i);
-  const uint sa = wany(base + 192 + 8 * n), sb = wany(base + 196 + 8 * n);
+  const Q6Words q6 = q6_words(base, n, i);
   float acc = 0.0;
   [[unroll]] for (uint j = 0; j < 4; ++j) {
-    const uint v = ((((j & 1u) == 0 ? ql0 : ql1) >> (4 * (j / 2))) & 0x0F0F0F0Fu) | (((qh >> (2 * j)) & 0x03030303u) << 4);
+    const uint v = ((((j & 1u) == 0 ? q6.ql0 : q6.ql1) >> (4 * (j / 2))) & 0x0F0F0F0Fu) | (((q6.qh >> (2 * j)) & 0x03030303u) << 4);
     const uint q = (v + 0x60606060u) ^ 0x80808080u;
-    acc += float(sbyte_of(j < 2 ? sa : sb, i / 4 + 2 * (j & 1u))) * X.d[j] * float(sdot(q, X.w[j]));
+    acc += float(sbyte_of(j < 2 ? q6.sa : q6.sb, i / 4 + 2 * (j & 1u))) * X.d[j] * float(sdot(q, X.w[j]));
   }
   return wf16(base + 208) * acc;
 #endif
@@ -268,10 +286,7 @@ float piece_dot(uint row_base, uint s, PieceX X) {
   // Q4_K, Q5_K: word i of chunk c of the super-block, sub-blocks 2c (low nibbles) and 2c+1 (high).
   const uint i = s % 8, k = (s / 8) * 64, base = row_base + (k / 256) * BLOCK_BYTES, c = (k % 256) / 64;
   float sc0, mn0, sc1, mn1;
-  // (Each scale word one load, the same address for a block's invocations.)
-  const uint s0 = w1x32(base + 4), s1 = w1x32(base + 8), s2 = w1x32(base + 12);
-  scale_min_words(s0, s1, s2, 2 * c, sc0, mn0);
-  scale_min_words(s0, s1, s2, 2 * c + 1, sc1, mn1);
+  chunk_scales(base, c, sc0, mn0, sc1, mn1);
 #if defined(WTYPE_Q4_K)
   const uint q = w1x32(base + 16 + 32 * c + 4 * i);
   const vec4 lo = bytes_of(q, 0, 0xFu), hi = bytes_of(q, 4, 0xFu);
@@ -293,12 +308,10 @@ float piece_dot(uint row_base, uint s, PieceX X) {
 #if defined(WTYPE_Q6_K)
   // Low 4 bits: ql word i of the half (quarters 0, 2: low and high nibbles) and word 8 + i
   // (quarters 1, 3); high 2 bits: qh word i at shift 2j; scales: the half's 8 signed bytes.
-  const uint ql0 = wany(base + 64 * n + 4 * i), ql1 = wany(base + 64 * n + 32 + 4 * i);
-  const uint qh = wany(base + 128 + 32 * n + 4 * i);
-  const uint sa = wany(base + 192 + 8 * n), sb = wany(base + 196 + 8 * n);
+  const Q6Words q6 = q6_words(base, n, i);
   [[unroll]] for (uint j = 0; j < 4; ++j) {
-    const vec4 q = bytes_of((j & 1u) == 0 ? ql0 : ql1, 4 * (j / 2), 0xFu) + 16.0 * bytes_of(qh, 2 * j, 3u) - 32.0;
-    acc += float(sbyte_of(j < 2 ? sa : sb, i / 4 + 2 * (j & 1u))) * sum4(q * X.v[j]);
+    const vec4 q = bytes_of((j & 1u) == 0 ? q6.ql0 : q6.ql1, 4 * (j / 2), 0xFu) + 16.0 * bytes_of(q6.qh, 2 * j, 3u) - 32.0;
+    acc += float(sbyte_of(j < 2 ? q6.sa : q6.sb, i / 4 + 2 * (j & 1u))) * sum4(q * X.v[j]);
   }
   return wf16(base + 208) * acc;
 #elif defined(WTYPE_Q2_K)
