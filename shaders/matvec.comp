@@ -141,47 +141,46 @@ struct PieceX {
 };
 #endif
 
-// x for piece s, from element x_at: the same elements piece_dot multiplies, in its order.
-PieceX load_x(uint s, uint x_at) {
-  PieceX X;
-#if defined(X_Q8)
-  // The words of x's bytes holding the elements the f32 path's vec4s hold (x_at: the column's first
-  // word; element e is byte e % 4 of word e / 4, its scale the e / 32-th after the bytes).
-  uint e[XN];
+#if UNIT >= 32
+// The first elements of the runs of 4 that piece s multiplies, in piece_dot's order (one run per x
+// word of X_Q8, per vec4 of the f32 path).
+void piece_elements(uint s, out uint e[XN]) {
 #if UNIT == 32 && defined(WTYPE_Q8_0)
   e[0] = (s / 4) * 32 + 8 * (s % 4);
   e[1] = e[0] + 4;
 #elif UNIT == 32
+  // elements 4i … 4i+3 and 16+4i … 16+4i+3 of the block (low and high nibbles of word i)
   e[0] = (s / 4) * 32 + 4 * (s % 4);
   e[1] = e[0] + 16;
 #elif UNIT == 64
+  // word i of a 64-element chunk: 4 elements of each of its two sub-blocks
   e[0] = (s / 8) * 64 + 4 * (s % 8);
   e[1] = e[0] + 32;
 #else
+  // word i of a 128-element half: 4 elements of each of its four quarters
   const uint p16 = s % 16;
   e[0] = (s / 16) * 256 + 128 * (p16 / 8) + 4 * (p16 % 8);
   [[unroll]] for (uint j = 1; j < XN; ++j) e[j] = e[0] + 32 * j;
 #endif
+}
+#endif
+
+// x for piece s (x_at: the column's first element, or with X_Q8 its first word): the elements
+// piece_dot multiplies, in its order.
+PieceX load_x(uint s, uint x_at) {
+  PieceX X;
+#if UNIT >= 32
+  uint e[XN];
+  piece_elements(s, e);
   [[unroll]] for (uint j = 0; j < XN; ++j) {
+#if defined(X_Q8)
+    // element e is byte e % 4 of word e / 4; its block's scale the (e / 32)-th after the bytes
     X.w[j] = xw[x_at + e[j] / 4];
     X.d[j] = xwf[x_at + p.cols / 4 + e[j] / 32];
-  }
-#elif UNIT == 32
-  const uint i = s % 4, xa = x_at + (s / 4) * 32;
-#if defined(WTYPE_Q8_0)
-  X.v[0] = xv(xa + 8 * i);
-  X.v[1] = xv(xa + 8 * i + 4);
 #else
-  X.v[0] = xv(xa + 4 * i);
-  X.v[1] = xv(xa + 16 + 4 * i);
+    X.v[j] = xv(x_at + e[j]);
 #endif
-#elif UNIT == 64
-  const uint i = s % 8, k = (s / 8) * 64;
-  X.v[0] = xv(x_at + k + 4 * i);
-  X.v[1] = xv(x_at + k + 32 + 4 * i);
-#elif UNIT == 128
-  const uint p16 = s % 16, e0 = (s / 16) * 256 + 128 * (p16 / 8) + 4 * (p16 % 8);
-  [[unroll]] for (uint j = 0; j < 4; ++j) X.v[j] = xv(x_at + e0 + 32 * j);
+  }
 #else
   // 8 consecutive elements, 0 past the row's end (rows of the plain types need not be a multiple of 8).
   const uint k = 8 * s;
@@ -193,64 +192,19 @@ PieceX load_x(uint s, uint x_at) {
 // Piece s (PIECE elements of the row, in the order above) of the row at byte row_base, times its
 // x (load_x).
 float piece_dot(uint row_base, uint s, PieceX X) {
-#if defined(X_Q8)
-  // Integer dot products of the piece's weights (as bytes) with x's bytes, times the scales; a
-  // weight's offset or min through the sum of x's bytes (a dot product with 0x01010101).
+  // (With X_Q8: integer dot products of the piece's weights, as bytes, with x's bytes, times the
+  // scales; a weight's offset or min through the sum of x's bytes, a dot product with 0x01010101.)
 #if UNIT == 32
-  const uint i = s % 4, base = row_base + (s / 4) * BLOCK_BYTES;
-  const float d = wf16(base);  // (both words of a piece lie in one x block: X.d[0] == X.d[1])
-#if defined(WTYPE_Q8_0)
-  const uint qs = base + 2 + 8 * i;
-  return d * X.d[0] * float(sdot(wany(qs), X.w[0]) + sdot(wany(qs + 4), X.w[1]));
-#elif defined(WTYPE_Q4_0)
-  // Each nibble minus 8 as a signed byte: (n + 120) ^ 128 is n − 8 modulo 256, no carry between bytes.
-  const uint q = wany(base + 2 + 4 * i);
-  const uint lo = ((q & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u, hi = (((q >> 4) & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u;
-  return d * X.d[0] * float(sdot(lo, X.w[0]) + sdot(hi, X.w[1]));
-#else  // Q4_1: d·q + m
-  const uint q = wany(base + 4 + 4 * i);
-  const int dot_q = sdot(q & 0x0F0F0F0Fu, X.w[0]) + sdot((q >> 4) & 0x0F0F0F0Fu, X.w[1]);
-  const int sum_x = sdot(0x01010101u, X.w[0]) + sdot(0x01010101u, X.w[1]);
-  return X.d[0] * (d * float(dot_q) + wf16(base + 2) * float(sum_x));
-#endif
-#elif UNIT == 64
-  // Q4_K, Q5_K: word i of chunk c, sub-block 2c in the low nibbles (x word 0), 2c + 1 in the high
-  // ones (x word 1), each d·scale·q − dmin·min.
-  const uint i = s % 8, k = (s / 8) * 64, base = row_base + (k / 256) * BLOCK_BYTES, c = (k % 256) / 64;
-  float sc0, mn0, sc1, mn1;
-  chunk_scales(base, c, sc0, mn0, sc1, mn1);
-#if defined(WTYPE_Q4_K)
-  const uint q = w1x32(base + 16 + 32 * c + 4 * i);
-  const uint lo = q & 0x0F0F0F0Fu, hi = (q >> 4) & 0x0F0F0F0Fu;
-#else
-  // The fifth bit of each byte's element: bit 2c (or 2c + 1) of qh's byte, moved to bit 4.
-  const uint q = w1x32(base + 48 + 32 * c + 4 * i), qh = w1x32(base + 16 + 4 * i);
-  const uint lo = (q & 0x0F0F0F0Fu) | (((qh >> (2 * c)) & 0x01010101u) << 4);
-  const uint hi = ((q >> 4) & 0x0F0F0F0Fu) | (((qh >> (2 * c + 1)) & 0x01010101u) << 4);
-#endif
-  const float d = wf16(base), dmin = wf16(base + 2);
-  const float part0 = d * sc0 * float(sdot(lo, X.w[0])) - dmin * mn0 * float(sdot(0x01010101u, X.w[0]));
-  const float part1 = d * sc1 * float(sdot(hi, X.w[1])) - dmin * mn1 * float(sdot(0x01010101u, X.w[1]));
-  return X.d[0] * part0 + X.d[1] * part1;
-#else
-  // Q6_K: quarter j's 6-bit values (ql's nibble, qh's two bits at 2j) minus 32 as signed bytes:
-  // (v + 96) ^ 128 is v − 32 modulo 256; each quarter its scale and its x block's.
-  const uint p16 = s % 16, n = p16 / 8, i = p16 % 8, base = row_base + (s / 16) * BLOCK_BYTES;
-  const Q6Words q6 = q6_words(base, n, i);
-  float acc = 0.0;
-  [[unroll]] for (uint j = 0; j < 4; ++j) {
-    const uint v = ((((j & 1u) == 0 ? q6.ql0 : q6.ql1) >> (4 * (j / 2))) & 0x0F0F0F0Fu) | (((q6.qh >> (2 * j)) & 0x03030303u) << 4);
-    const uint q = (v + 0x60606060u) ^ 0x80808080u;
-    acc += float(sbyte_of(j < 2 ? q6.sa : q6.sb, i / 4 + 2 * (j & 1u))) * X.d[j] * float(sdot(q, X.w[j]));
-  }
-  return wf16(base + 208) * acc;
-#endif
-#elif UNIT == 32
   const uint i = s % 4, base = row_base + (s / 4) * BLOCK_BYTES;
   const float d = wf16(base);
 #if defined(WTYPE_Q8_0)
   const uint qs = base + 2 + 8 * i;
+#if defined(X_Q8)
+  // (Both words of a piece lie in one x block: X.d[0] == X.d[1].)
+  return d * X.d[0] * float(sdot(wany(qs), X.w[0]) + sdot(wany(qs + 4), X.w[1]));
+#else
   return d * sum4(i8_of(wany(qs)) * X.v[0] + i8_of(wany(qs + 4)) * X.v[1]);
+#endif
 #else
   // Elements 4i … 4i+3 are the low nibbles of qs bytes 4i … 4i+3, elements 16+4i … the high ones.
 #if defined(WTYPE_Q4_0) || defined(WTYPE_IQ4_NL)
@@ -263,6 +217,15 @@ float piece_dot(uint row_base, uint s, PieceX X) {
   const uint qh = w1x32(base + 4), qs = base + 8;
 #endif
   const uint q = wany(qs + 4 * i);
+#if defined(X_Q8) && defined(WTYPE_Q4_0)
+  // Each nibble minus 8 as a signed byte: (n + 120) ^ 128 is n − 8 modulo 256, no carry between bytes.
+  const uint lo = ((q & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u, hi = (((q >> 4) & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u;
+  return d * X.d[0] * float(sdot(lo, X.w[0]) + sdot(hi, X.w[1]));
+#elif defined(X_Q8)  // Q4_1: d·q + m
+  const int dot_q = sdot(q & 0x0F0F0F0Fu, X.w[0]) + sdot((q >> 4) & 0x0F0F0F0Fu, X.w[1]);
+  const int sum_x = sdot(0x01010101u, X.w[0]) + sdot(0x01010101u, X.w[1]);
+  return X.d[0] * (d * float(dot_q) + wf16(base + 2) * float(sum_x));
+#else
   const vec4 xl = X.v[0], xh = X.v[1];
 #if defined(WTYPE_IQ4_NL)
   return d * sum4(iq4_of(q, 0) * xl + iq4_of(q, 4) * xh);
@@ -282,23 +245,38 @@ float piece_dot(uint row_base, uint s, PieceX X) {
 #endif
 #endif
 #endif
+#endif
 #elif UNIT == 64
-  // Q4_K, Q5_K: word i of chunk c of the super-block, sub-blocks 2c (low nibbles) and 2c+1 (high).
+  // Q4_K, Q5_K: word i of chunk c of the super-block, sub-blocks 2c (low nibbles) and 2c+1 (high),
+  // each d·scale·q − dmin·min.
   const uint i = s % 8, k = (s / 8) * 64, base = row_base + (k / 256) * BLOCK_BYTES, c = (k % 256) / 64;
   float sc0, mn0, sc1, mn1;
   chunk_scales(base, c, sc0, mn0, sc1, mn1);
+  const float d = wf16(base), dmin = wf16(base + 2);
 #if defined(WTYPE_Q4_K)
   const uint q = w1x32(base + 16 + 32 * c + 4 * i);
-  const vec4 lo = bytes_of(q, 0, 0xFu), hi = bytes_of(q, 4, 0xFu);
 #else
   // The fifth bit of element 4i + m of either sub-block: bit 2c (or 2c + 1) of qh byte 4i + m.
   const uint q = w1x32(base + 48 + 32 * c + 4 * i), qh = w1x32(base + 16 + 4 * i);
-  const vec4 lo = bytes_of(q, 0, 0xFu) + 16.0 * bytes_of(qh, 2 * c, 1u);
-  const vec4 hi = bytes_of(q, 4, 0xFu) + 16.0 * bytes_of(qh, 2 * c + 1, 1u);
+#endif
+#if defined(X_Q8)
+  uint lo = q & 0x0F0F0F0Fu, hi = (q >> 4) & 0x0F0F0F0Fu;
+#if defined(WTYPE_Q5_K)
+  lo |= ((qh >> (2 * c)) & 0x01010101u) << 4;  // (the fifth bit moved to bit 4 of each byte)
+  hi |= ((qh >> (2 * c + 1)) & 0x01010101u) << 4;
+#endif
+  const float part0 = d * sc0 * float(sdot(lo, X.w[0])) - dmin * mn0 * float(sdot(0x01010101u, X.w[0]));
+  const float part1 = d * sc1 * float(sdot(hi, X.w[1])) - dmin * mn1 * float(sdot(0x01010101u, X.w[1]));
+  return X.d[0] * part0 + X.d[1] * part1;
+#else
+  vec4 lo = bytes_of(q, 0, 0xFu), hi = bytes_of(q, 4, 0xFu);
+#if defined(WTYPE_Q5_K)
+  lo += 16.0 * bytes_of(qh, 2 * c, 1u);
+  hi += 16.0 * bytes_of(qh, 2 * c + 1, 1u);
 #endif
   const vec4 xl = X.v[0], xh = X.v[1];
-  const float d = wf16(base), dmin = wf16(base + 2);
   return d * (sc0 * sum4(lo * xl) + sc1 * sum4(hi * xh)) - dmin * (mn0 * sum4(xl) + mn1 * sum4(xh));
+#endif
 #elif UNIT == 128
   // Piece i (0…7) of half n of a super-block: elements 128n + 32j + 4i + m of quarters j = 0…3,
   // m = 0…3, whose low bits are byte 4i + m of a word of the half (the quarter picks the shift or
@@ -310,8 +288,16 @@ float piece_dot(uint row_base, uint s, PieceX X) {
   // (quarters 1, 3); high 2 bits: qh word i at shift 2j; scales: the half's 8 signed bytes.
   const Q6Words q6 = q6_words(base, n, i);
   [[unroll]] for (uint j = 0; j < 4; ++j) {
-    const vec4 q = bytes_of((j & 1u) == 0 ? q6.ql0 : q6.ql1, 4 * (j / 2), 0xFu) + 16.0 * bytes_of(q6.qh, 2 * j, 3u) - 32.0;
-    acc += float(sbyte_of(j < 2 ? q6.sa : q6.sb, i / 4 + 2 * (j & 1u))) * sum4(q * X.v[j]);
+    const float sc = float(sbyte_of(j < 2 ? q6.sa : q6.sb, i / 4 + 2 * (j & 1u)));
+    const uint ql = (j & 1u) == 0 ? q6.ql0 : q6.ql1;
+#if defined(X_Q8)
+    // The 6-bit values minus 32 as signed bytes: (v + 96) ^ 128 is v − 32 modulo 256.
+    const uint v = ((ql >> (4 * (j / 2))) & 0x0F0F0F0Fu) | (((q6.qh >> (2 * j)) & 0x03030303u) << 4);
+    acc += sc * X.d[j] * float(sdot((v + 0x60606060u) ^ 0x80808080u, X.w[j]));
+#else
+    const vec4 q = bytes_of(ql, 4 * (j / 2), 0xFu) + 16.0 * bytes_of(q6.qh, 2 * j, 3u) - 32.0;
+    acc += sc * sum4(q * X.v[j]);
+#endif
   }
   return wf16(base + 208) * acc;
 #elif defined(WTYPE_Q2_K)
