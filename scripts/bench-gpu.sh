@@ -19,6 +19,8 @@
 #   scripts/bench-gpu.sh models [DIR] there: only makes the models of MODELS (see run).
 #   scripts/bench-gpu.sh tune [DIR]   there: decode of every model of MODELS under each of matvec's
 #                                     GPU tunings in TUNINGS (VKLLM_MATVEC), one row each.
+#   scripts/bench-gpu.sh parallel [DIR]  there: bench --parallel 1 and 4 on the first and last
+#                                     models, 4 columns per matvec workgroup against 1.
 #   scripts/bench-gpu.sh run [DIR]    there: makes the benchmark models in $MODELS_DIR (default
 #                                     /tmp/vkllm-gpu-models), runs `vkllm bench` on each and prints
 #                                     one table: prefill and decode tok/s, decode GB/s and its share
@@ -234,8 +236,8 @@ print("nan" if v is None else v)' "$1" "$2"
 # ≈ 80 s and test_ops_attention ≈ 170 s, most of it the NVIDIA compiler building the CPU drivers'
 # unrolled kernels); then `tune` (matvec's shapes and 8-bit x); then the table with the best tuning
 # (VKLLM_MATVEC); then, on the largest model, decode over a 4,096-token cache (--profile: which op
-# grows with depth) and `bench --ops` under the same tuning. Each step has a time limit, so that one
-# hang costs only its own. About 8 minutes on an H200 (docs/performance.md).
+# grows with depth), `bench --ops` under the same tuning, and `parallel`. Each step has a time limit,
+# so that one hang costs only its own. About 9 minutes on an H200 (docs/performance.md).
 all() {
   setup_env
   local vkllm="$dir/bin/vkllm"
@@ -256,6 +258,26 @@ all() {
   timeout 60 "$vkllm" bench -m "$big" -p 0 -n 32 -r 1 --ctx-fill 0,4096 -c 4200 --profile 2>&1 || echo "$name: ctx-fill: rc $?"
   echo "$name: bench --ops"
   timeout 60 "$vkllm" bench --ops --ops-size "$ops_size" --no-matmul 2>&1 || echo "$name: ops: rc $?"
+  timeout "${PARALLEL_TIMEOUT:-90}" bash "$self" parallel "$dir" || echo "$name: parallel: rc $?"
+}
+
+# The server's decode step (bench --parallel: one forward pass for N sequences) of the first and
+# last models of MODELS, 1 and 4 sequences, under VKLLM_MATVEC with cols=4 (each piece of the
+# weights read once for a workgroup's 4 columns) and cols=1 (a workgroup layer per column), taking
+# turns: tok/s of all sequences together.
+parallel() {
+  setup_env
+  local vkllm="$dir/bin/vkllm" m cols n out
+  local base=${VKLLM_MATVEC:-}
+  for m in ${models%% *} ${models##* }; do
+    for cols in 4 1; do
+      for n in 1 4; do
+        out=$(VKLLM_MATVEC="${base:+$base,}cols=$cols" timeout 40 "$vkllm" bench -m "$models_dir/$m.gguf" -p 0 -n 64 -r 1 \
+          --parallel "$n" --json 2>/dev/null) || out='{}'
+        echo "$name: parallel $m cols=$cols sequences=$n: $(json_num "$out" decode.tok_s) tok/s"
+      done
+    done
+  done
 }
 
 # Decode tok/s of `vkllm` ($1) on a model ($2), under a time limit; 0 when it fails.
@@ -334,6 +356,7 @@ case "$mode" in
   run) run ;;
   ab) ab ;;
   tune) tune ;;
+  parallel) parallel ;;
   models) setup_env; make_models ;;
-  *) echo "usage: $0 pack|check|run|all|ab|tune|models [DIR]   (see the top of this file)" >&2; exit 2 ;;
+  *) echo "usage: $0 pack|check|run|all|ab|tune|parallel|models [DIR]   (see the top of this file)" >&2; exit 2 ;;
 esac

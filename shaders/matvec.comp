@@ -1,12 +1,14 @@
-// matvec: y[dest(r, t)] (+)= W[r] · x[t] for activation vector t = the workgroup's z
-// (decode on GPUs: one; the server's step of several sequences: one per sequence, each computed
-// exactly as it would be alone). A workgroup handles ROWS consecutive rows in row groups of SPLIT
-// subgroups; each group takes RPS rows at a time, its invocations stride over the rows' pieces
-// (IN_FLIGHT in flight per invocation), each piece's x loaded once for the RPS rows, one subgroupAdd
-// per row and subgroup, and with SPLIT > 1 the group's sums added in shared memory. Correct for any
-// actual subgroup count (row groups are strided by the groups the workgroup holds). The host's
-// MatvecTuning (core/kernels/ops.h) picks the constants: on GPUs the best of an H200 sweep
-// (docs/performance.md), on CPU drivers one row per subgroup and one piece in flight.
+// matvec: y[dest(r, t)] (+)= W[r] · x[t] for activation vectors t = COLS·z … COLS·z + COLS - 1 of
+// the workgroup's layer z (decode on GPUs: one; the server's step of several sequences and short
+// prompt chunks on GPUs: COLS at a time, each piece of the weights loaded once for all of them, and
+// each column computed exactly as it would be alone in the same specialization). A workgroup
+// handles ROWS consecutive rows in row groups of SPLIT subgroups; each group takes RPS rows at a
+// time, its invocations stride over the rows' pieces (IN_FLIGHT in flight per invocation), each
+// piece's x loaded once for the RPS rows, one subgroupAdd per row, column and subgroup, and with
+// SPLIT > 1 the group's sums added in shared memory. Correct for any actual subgroup count (row
+// groups are strided by the groups the workgroup holds). The host's MatvecTuning
+// (core/kernels/ops.h) picks the constants: on GPUs the best of an H200 sweep (docs/performance.md),
+// on CPU drivers one row per subgroup, one piece in flight and one column.
 //
 // A piece is 8 elements of the row: neighbouring invocations take neighbouring pieces, so a
 // subgroup's loads of x (vec4 where the host says x is 16-byte aligned: X_VEC4) and of the weights
@@ -29,7 +31,7 @@
 // Specialization: 0 workgroup size, 1 ROWS (rows per workgroup; the host uses size / subgroup
 // size / SPLIT × RPS), 2 X_VEC4 (x's binding offset and x_stride allow vec4 loads), 3 IN_FLIGHT
 // (pieces per invocation per loop step), 4 RPS (rows per row group at a time), 5 SPLIT (subgroups
-// per row group).
+// per row group), 6 COLS (columns per workgroup; MatmulParams' n_tokens counts those of the dispatch).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -44,6 +46,7 @@ layout(constant_id = 2) const bool X_VEC4 = false;
 layout(constant_id = 3) const uint IN_FLIGHT = 1;
 layout(constant_id = 4) const uint RPS = 1;  // rows per subgroup at a time, sharing each piece's x
 layout(constant_id = 5) const uint SPLIT = 1;  // subgroups per row group, splitting its rows' pieces
+layout(constant_id = 6) const uint COLS = 1;  // columns per workgroup, each piece's weights read once for all
 const uint WG_SIZE = gl_WorkGroupSize.x;
 #if defined(X_Q8)
 // x as quantize_x.comp writes it (8-bit blocks, then their scales), and the integer dot product of
@@ -342,16 +345,19 @@ float piece_dot(uint row_base, uint s, PieceX X) {
 }
 
 // RPS rows from row r0 (rows past `end` repeat the last one; their sums are not stored), half h
-// of a gate|up pair, times x from element x_at, this invocation's share of each: pieces strided by
-// the `parts` subgroups that split the rows (part `part` of them), IN_FLIGHT at a time (GPUs: their
-// loads all issued before their arithmetic waits on any; on lavapipe an unrolled loop made the whole
-// kernel 2.6× slower, so CPU drivers take one). Each piece's x is loaded once for the RPS rows; each
-// row's sum runs in the same order whatever RPS is.
-void rows_share(uint r0, uint h, uint end, uint x_at, uint part, uint parts, out float acc[RPS]) {
+// of a gate|up pair, times the `live` columns of x from elements x_at[c], this invocation's share of
+// each: pieces strided by the `parts` subgroups that split the rows (part `part` of them), IN_FLIGHT
+// at a time (GPUs: their loads all issued before their arithmetic waits on any; on lavapipe an
+// unrolled loop made the whole kernel 2.6× slower, so CPU drivers take one). Each piece's x is loaded
+// once for the RPS rows, and each piece's weights once for the columns: column c's piece_dot reads
+// the same words as column 0's, which always runs first (a compiler's common loads; the columns past
+// `live` are skipped by a uniform branch). Each row's and column's sum runs in the same order
+// whatever RPS, COLS and `live` are.
+void rows_share(uint r0, uint h, uint end, uint x_at[COLS], uint live, uint part, uint parts, out float acc[RPS][COLS]) {
   uint base[RPS];
   [[unroll]] for (uint i = 0; i < RPS; ++i) {
     base[i] = (min(r0 + i, end - 1) + h * p.rows) * p.row_bytes;
-    acc[i] = 0.0;
+    [[unroll]] for (uint c = 0; c < COLS; ++c) acc[i][c] = 0.0;
   }
   // (A workgroup smaller than a subgroup fills only WG_SIZE of its lanes.)
   const uint lanes = min(gl_SubgroupSize, WG_SIZE);
@@ -359,28 +365,39 @@ void rows_share(uint r0, uint h, uint end, uint x_at, uint part, uint parts, out
   uint s = part * lanes + gl_SubgroupInvocationID;
   if (IN_FLIGHT > 1)
     for (; s + (IN_FLIGHT - 1) * step < n; s += IN_FLIGHT * step) {
-      PieceX xs[IN_FLIGHT];
-      [[unroll]] for (uint j = 0; j < IN_FLIGHT; ++j) xs[j] = load_x(s + j * step, x_at);
-      [[unroll]] for (uint i = 0; i < RPS; ++i) {
-        float sum = piece_dot(base[i], s, xs[0]);
-        [[unroll]] for (uint j = 1; j < IN_FLIGHT; ++j) sum += piece_dot(base[i], s + j * step, xs[j]);
-        acc[i] += sum;
+      [[unroll]] for (uint c = 0; c < COLS; ++c) {
+        if (c >= live) break;
+        PieceX xs[IN_FLIGHT];
+        [[unroll]] for (uint j = 0; j < IN_FLIGHT; ++j) xs[j] = load_x(s + j * step, x_at[c]);
+        [[unroll]] for (uint i = 0; i < RPS; ++i) {
+          float sum = piece_dot(base[i], s, xs[0]);
+          [[unroll]] for (uint j = 1; j < IN_FLIGHT; ++j) sum += piece_dot(base[i], s + j * step, xs[j]);
+          acc[i][c] += sum;
+        }
       }
     }
   for (; s < n; s += step) {
-    const PieceX x0 = load_x(s, x_at);
-    [[unroll]] for (uint i = 0; i < RPS; ++i) acc[i] += piece_dot(base[i], s, x0);
+    [[unroll]] for (uint c = 0; c < COLS; ++c) {
+      if (c >= live) break;
+      const PieceX x0 = load_x(s, x_at[c]);
+      [[unroll]] for (uint i = 0; i < RPS; ++i) acc[i][c] += piece_dot(base[i], s, x0);
+    }
   }
 }
 
-// With SPLIT > 1, each row group's subgroups' sums (both halves of a gate|up pair) meet here.
-const uint RED = SPLIT > 1 ? 2 * RPS * WG_SIZE : 1;
+// With SPLIT > 1, each row group's subgroups' sums (both halves of a gate|up pair) meet here: the
+// sum of subgroup g, half h, row i, column c at red_at(g, h, i, c).
+const uint RED = SPLIT > 1 ? 2 * RPS * COLS * WG_SIZE : 1;
 shared float red[RED];
+uint red_at(uint g, uint h, uint i, uint c) { return ((2 * g + h) * RPS + i) * COLS + c; }
 
 void main() {
   const uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
   const uint first = wg * ROWS, end = min(first + ROWS, p.rows);
-  const uint t = gl_WorkGroupID.z, x_at = t * p.x_stride;
+  // This workgroup's columns: t0 … t0 + live - 1 (at least one).
+  const uint t0 = gl_WorkGroupID.z * COLS, live = min(COLS, p.n_tokens - t0);
+  uint x_at[COLS];
+  [[unroll]] for (uint c = 0; c < COLS; ++c) x_at[c] = (t0 + min(c, live - 1)) * p.x_stride;
   const uint halves = p.glu != 0u ? 2 : 1;
   // Row groups of `parts` subgroups each (as many as the subgroups the device actually made allow);
   // a subgroup past the last whole group only meets the barriers.
@@ -390,43 +407,49 @@ void main() {
   for (uint pass = first; pass < end; pass += groups * RPS) {
     const uint r0 = pass + group * RPS;
     const bool mine = group < groups && r0 < end;
-    float total[RPS], gate[RPS];
+    float total[RPS][COLS], gate[RPS][COLS];
     if (mine) {
       for (uint h = 0; h < halves; ++h) {
-        float acc[RPS];
-        rows_share(r0, h, end, x_at, part, parts, acc);
-        [[unroll]] for (uint i = 0; i < RPS; ++i) {
-          total[i] = subgroupAdd(acc[i]);
-          if (h == 0) gate[i] = total[i];
-        }
+        float acc[RPS][COLS];
+        rows_share(r0, h, end, x_at, live, part, parts, acc);
+        [[unroll]] for (uint i = 0; i < RPS; ++i)
+          [[unroll]] for (uint c = 0; c < COLS; ++c) {
+            total[i][c] = subgroupAdd(acc[i][c]);
+            if (h == 0) gate[i][c] = total[i][c];
+          }
       }
     }
     if (SPLIT > 1) {
       // Each subgroup's sums to shared memory, then the group's first subgroup adds them in part order.
       if (mine && subgroupElect()) {
-        [[unroll]] for (uint i = 0; i < RPS; ++i) {
-          red[(2 * gl_SubgroupID) * RPS + i] = gate[i];
-          red[(2 * gl_SubgroupID + 1) * RPS + i] = total[i];
-        }
+        [[unroll]] for (uint i = 0; i < RPS; ++i)
+          [[unroll]] for (uint c = 0; c < COLS; ++c) {
+            red[red_at(gl_SubgroupID, 0, i, c)] = gate[i][c];
+            red[red_at(gl_SubgroupID, 1, i, c)] = total[i][c];
+          }
       }
       barrier();
       if (mine && part == 0) {
-        [[unroll]] for (uint i = 0; i < RPS; ++i) {
-          gate[i] = red[(2 * gl_SubgroupID) * RPS + i];
-          total[i] = red[(2 * gl_SubgroupID + 1) * RPS + i];
-          for (uint q = 1; q < parts; ++q) {
-            gate[i] += red[(2 * (gl_SubgroupID + q)) * RPS + i];
-            total[i] += red[(2 * (gl_SubgroupID + q) + 1) * RPS + i];
+        [[unroll]] for (uint i = 0; i < RPS; ++i)
+          [[unroll]] for (uint c = 0; c < COLS; ++c) {
+            gate[i][c] = red[red_at(gl_SubgroupID, 0, i, c)];
+            total[i][c] = red[red_at(gl_SubgroupID, 1, i, c)];
+            for (uint q = 1; q < parts; ++q) {
+              gate[i][c] += red[red_at(gl_SubgroupID + q, 0, i, c)];
+              total[i][c] += red[red_at(gl_SubgroupID + q, 1, i, c)];
+            }
           }
-        }
       }
       barrier();
     }
     if (mine && part == 0 && subgroupElect()) {
       [[unroll]] for (uint i = 0; i < RPS; ++i) {
         if (r0 + i >= end) break;
-        const uint at = matmul_dest(r0 + i, t);
-        y[at] = matmul_store_value(halves == 2 ? glu_apply(gate[i], total[i]) : total[i], y[at]);
+        [[unroll]] for (uint c = 0; c < COLS; ++c) {
+          if (c >= live) break;
+          const uint at = matmul_dest(r0 + i, t0 + c);
+          y[at] = matmul_store_value(halves == 2 ? glu_apply(gate[i][c], total[i][c]) : total[i][c], y[at]);
+        }
       }
     }
   }

@@ -147,8 +147,9 @@ TEST_F(EngineRotatedK, RotatedCopyOfKGivesTheLogitsOfRopeOnRead) {
 }
 
 // A decode step of several sequences (decode_batch, as the server runs them): every sequence's
-// logits are bit for bit those it gets decoded alone, over caches of different lengths, with more
-// sequences than one batched dispatch takes (k_batch_seqs), with and without the rotated copy of K;
+// logits are bit for bit those it gets in a step of its own (as the server decodes a lone
+// sequence), over caches of different lengths, with more sequences than one batched dispatch takes
+// (k_batch_seqs), with and without the rotated copy of K;
 // on a device that takes them, the K/V stores and the attention ran batched. One sequence grows
 // past 256 slots, where its attention (attention_decode.comp on CPU drivers) reads the rotated
 // copy's rows that the batched steps stored.
@@ -195,7 +196,8 @@ TEST_F(EngineBatch, DecodeStepOfSeveralSequencesGivesEachItsLogitsAlone) {
       const std::vector<float> together = seqs[0]->decode_batch(seqs, tokens);
       ASSERT_EQ(together.size(), kSeqs * c.n_vocab);
       for (size_t i = 0; i < kSeqs; ++i) {
-        const std::vector<float> one = alone[i]->decode(std::span(&tokens[i], 1), LogitsMode::Last);
+        Engine* const self = alone[i].get();
+        const std::vector<float> one = self->decode_batch(std::span(&self, 1), std::span(&tokens[i], 1));
         ASSERT_EQ(one.size(), c.n_vocab);
         size_t differ = 0;
         for (uint32_t v = 0; v < c.n_vocab; ++v) differ += one[v] != together[i * c.n_vocab + v];

@@ -78,9 +78,10 @@ TEST_P(WeightOps, MatchReference) {
         for (size_t i = 0; i < y0.size(); ++i) y0[i] = 1.0f + float(i % s.rows);
         for (size_t i = 0; i < y0.size(); ++i) ysum[i] = y0[i] + ywant[i];
         Buffer dy0 = test::to_device(y0);
-        // PortableGpu: matvec.comp as tuned for GPUs (MatvecTuning's default).
+        // PortableGpu: matvec.comp as tuned for GPUs (MatvecTuning's default), several columns per
+        // workgroup for a short chunk (beyond it the tiled matmul, as Portable runs it).
         for (MatmulKernel kernel : {MatmulKernel::Auto, MatmulKernel::Portable, MatmulKernel::PortableGpu}) {
-          if (kernel == MatmulKernel::PortableGpu && n_tokens != 1) continue;
+          if (kernel == MatmulKernel::PortableGpu && n_tokens > k_matvec_chunk) continue;
           for (MatmulStore store : {MatmulStore::Overwrite, MatmulStore::Accumulate}) {
             CommandRecorder rec(ctx, &test::pipelines());
             rec.copy(dy0.view(), dy.view());
@@ -263,8 +264,10 @@ TEST_F(WeightKernels, EveryMatvecTuningMatchesTheReference) {
     ~Reset() { set_matvec_tuning(std::nullopt); }
   } reset;
   // The last two read x as 8-bit blocks for Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K (q8x); the others ignore it.
-  const MatvecTuning tunings[] = {{64, 4, 2, 1, 0}, {128, 2, 1, 4, 0}, {256, 8, 2, 2, 0}, {32, 1, 3, 8, 0},
-                                  {128, 2, 1, 2, 1}, {64, 4, 2, 1, 1}};
+  // Columns per workgroup: 2, 4, 1, 8, 4, 1 (one column: a layer per column, the tiled matmul for
+  // chunks), each with few enough pieces in flight and rows that lavapipe compiles it in seconds.
+  const MatvecTuning tunings[] = {{64, 4, 2, 1, 0, 2}, {128, 2, 1, 4, 0, 4}, {256, 8, 2, 2, 0, 1}, {32, 1, 3, 8, 0, 8},
+                                  {128, 2, 1, 2, 1, 4}, {64, 4, 2, 1, 1, 1}};
   const TensorType types[] = {TensorType::F16,  TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_1, TensorType::Q8_0,
                               TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::IQ4_XS};
   // (Rows: whole 16-byte runs in every type, as a fused upload needs; cols: enough pieces that eight
@@ -274,6 +277,12 @@ TEST_F(WeightKernels, EveryMatvecTuningMatchesTheReference) {
     std::fprintf(stderr, "note: %s has no shaderIntegerDotProduct: the q8x tunings run the f32 path here\n", ctx.info().name.c_str());
   const std::vector<float> x = test::random_floats(cols, 11);
   Buffer dx = test::to_device(x);
+  // Five columns, and three of them (4, 0, 2) in that order.
+  const std::vector<float> x5 = test::random_floats(size_t(5) * cols, 12);
+  const uint32_t reordered[] = {4, 0, 2};
+  std::vector<float> x3;
+  for (uint32_t c : reordered) x3.insert(x3.end(), x5.begin() + size_t(c) * cols, x5.begin() + size_t(c + 1) * cols);
+  Buffer dx5 = test::to_device(x5), dx3 = test::to_device(x3);
   for (TensorType t : types) {
     const std::vector<uint8_t> w = quantized(t, test::random_floats(size_t(2) * rows * cols, 5), 2 * rows, cols);
     std::vector<float> want(2 * rows), glu(rows), y0(rows), ysum(rows);
@@ -292,7 +301,8 @@ TEST_F(WeightKernels, EveryMatvecTuningMatchesTheReference) {
     ASSERT_TRUE(ffn);
     for (const MatvecTuning& tuning : tunings) {
       SCOPED_TRACE(gguf::type_name(t) + " wg " + std::to_string(tuning.wg) + " in_flight " + std::to_string(tuning.in_flight) +
-                   " rps " + std::to_string(tuning.rps) + " split " + std::to_string(tuning.split));
+                   " rps " + std::to_string(tuning.rps) + " split " + std::to_string(tuning.split) + " q8x " +
+                   std::to_string(tuning.q8x) + " cols " + std::to_string(tuning.cols));
       set_matvec_tuning(tuning);
       ASSERT_EQ(matvec_tuning(ctx, MatmulKernel::PortableGpu), tuning);
       Buffer dy = test::to_device(std::vector<float>(rows, 0.0f)), dacc = test::to_device(y0);
@@ -319,7 +329,23 @@ TEST_F(WeightKernels, EveryMatvecTuningMatchesTheReference) {
         record_matmul(rec2, ffn->pieces[0], dx.view(), cols, 1, dy2.view(), rows, MatmulStore::Overwrite, MatmulKernel::PortableGpu);
         rec2.submit_and_wait();
         EXPECT_NE(test::from_device<float>(dy, rows), test::from_device<float>(dy2, rows)) << "8-bit x not taken";
+        set_matvec_tuning(tuning);
       }
+      // Several columns per workgroup (tuning.cols; a prompt chunk of up to k_matvec_chunk tokens):
+      // five columns against the reference, then three of them in another order (another layer,
+      // position and count of live columns), bit for bit the same (batch invariance).
+      std::vector<float> y5(size_t(5) * rows);
+      ref::matmul(t, w.data(), rows, cols, x5.data(), 5, y5.data());
+      Buffer dy5 = test::to_device(std::vector<float>(y5.size(), 0.0f)), dy3 = test::to_device(std::vector<float>(size_t(3) * rows, 0.0f));
+      CommandRecorder rec5(ctx, &test::pipelines());
+      record_matmul(rec5, ffn->pieces[0], dx5.view(), cols, 5, dy5.view(), rows, MatmulStore::Overwrite, MatmulKernel::PortableGpu);
+      record_matmul(rec5, ffn->pieces[0], dx3.view(), cols, 3, dy3.view(), rows, MatmulStore::Overwrite, MatmulKernel::PortableGpu);
+      rec5.submit_and_wait();
+      const std::vector<float> got5 = test::from_device<float>(dy5, y5.size()), got3 = test::from_device<float>(dy3, size_t(3) * rows);
+      EXPECT_LE(test::nmse(got5, y5), 5e-4) << "5 columns";
+      for (uint32_t i = 0; i < 3; ++i)
+        EXPECT_TRUE(std::equal(got3.begin() + i * rows, got3.begin() + (i + 1) * rows, got5.begin() + reordered[i] * rows))
+            << "column " << reordered[i] << " of 5 differs as column " << i << " of 3";
     }
   }
 }
@@ -342,7 +368,9 @@ TEST_F(WeightKernels, MatvecTuningTextIsCheckedPartByPart) {
   EXPECT_EQ(error_of("split"), "VKLLM_MATVEC=\"split\": 'split' is not name=value");
   EXPECT_EQ(error_of("q8x=2"), "VKLLM_MATVEC=\"q8x=2\": 'q8x=2' must be 0 or 1");
   EXPECT_EQ(error_of("rps=two"), "VKLLM_MATVEC=\"rps=two\": 'rps=two' has no whole number");
-  EXPECT_EQ(error_of("rows=2"), "VKLLM_MATVEC=\"rows=2\": 'rows=2' names none of wg, in_flight, rps, split, q8x");
+  EXPECT_EQ(error_of("cols=3"), "VKLLM_MATVEC=\"cols=3\": 'cols=3' must be 1, 2, 4 or 8");
+  EXPECT_EQ(parse_matvec_tuning("cols=8,wg=64"), (MatvecTuning{64, 2, 1, 2, 0, 8}));
+  EXPECT_EQ(error_of("rows=2"), "VKLLM_MATVEC=\"rows=2\": 'rows=2' names none of wg, in_flight, rps, split, q8x, cols");
 }
 
 // bench --ops' read ceiling reads every word once in either layout (a 4 KiB run per invocation, or

@@ -453,7 +453,6 @@ bool Engine::can_decode_batch(std::span<Engine* const> seqs) const {
 
 const std::vector<float>& Engine::decode_batch(std::span<Engine* const> seqs, std::span<const int32_t> tokens) {
   VKLLM_CHECK(!seqs.empty() && seqs.size() == tokens.size() && seqs[0] == this, "decode_batch: one token per engine, this engine first");
-  if (seqs.size() == 1) return decode(tokens, LogitsMode::Last);
   const uint32_t k = static_cast<uint32_t>(seqs.size());
   // Each sequence's q, k, v and output rows are bound at their own offset in this engine's buffers.
   VKLLM_CHECK(can_decode_batch(seqs), "decode_batch: engines this device cannot run in one pass (check can_decode_batch)");

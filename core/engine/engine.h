@@ -55,8 +55,9 @@ class Engine {
   // (seqs[0] is this engine, whose activations and recorder run the pass). The weights are read
   // once for all of them, each sequence attends over its own cache, and every matmul keeps each
   // column exactly what it would be alone (MatmulKernel::Columns), so a sequence's logits do not
-  // depend on the batch. Returns [seqs.size()][n_vocab]. The engines must share the model, the
-  // device and the cache capacity (can_batch_with).
+  // depend on the batch: a step of one sequence runs the same kernels (on GPUs not quite decode's,
+  // whose lone column has a matvec specialization of its own). Returns [seqs.size()][n_vocab]. The
+  // engines must share the model, the device and the cache capacity (can_batch_with).
   const std::vector<float>& decode_batch(std::span<Engine* const> seqs, std::span<const int32_t> tokens);
   bool can_batch_with(const Engine& other) const;
   // Whether decode_batch can run these engines (this one first) on this device: the same model

@@ -70,8 +70,11 @@ MatvecTuning parse_matvec_tuning(std::string_view text, MatvecTuning t) {
     } else if (name == "q8x") {
       if (v > 1) throw bad(part, "must be 0 or 1");
       t.q8x = v;
+    } else if (name == "cols") {
+      if (v != 1 && v != 2 && v != 4 && v != 8) throw bad(part, "must be 1, 2, 4 or 8");
+      t.cols = v;
     } else {
-      throw bad(part, "names none of wg, in_flight, rps, split, q8x");
+      throw bad(part, "names none of wg, in_flight, rps, split, q8x, cols");
     }
   }
   return t;
@@ -95,16 +98,16 @@ MatvecTuning gpu_tuning() {
 }  // namespace
 
 MatvecTuning matvec_tuning(const VulkanContext& ctx, MatmulKernel kernel) {
-  if (ctx.info().type == "cpu" && kernel != MatmulKernel::PortableGpu) return {64, 1, 1, 1, 0};
+  if (ctx.info().type == "cpu" && kernel != MatmulKernel::PortableGpu) return {64, 1, 1, 1, 0, 1};
   MatvecTuning t = gpu_tuning();
   // At least one whole subgroup (whose lanes the kernel strides by), at most the device's workgroup.
   t.wg = std::min(std::max(t.wg, ctx.subgroup_size()), ctx.info().max_workgroup_invocations);
-  // Row groups of several subgroups sum in shared memory: 2 · rps floats per invocation at most.
-  const uint64_t shared = t.split > 1 ? uint64_t{8} * t.rps * t.wg : 0;
+  // Row groups of several subgroups sum in shared memory: 2 · rps · cols floats per invocation at most.
+  const uint64_t shared = t.split > 1 ? uint64_t{8} * t.rps * t.cols * t.wg : 0;
   if (shared > ctx.info().max_shared_memory)
-    throw Error("VKLLM_MATVEC: wg=" + std::to_string(t.wg) + ", rps=" + std::to_string(t.rps) + " and split=" +
-                std::to_string(t.split) + " need " + std::to_string(shared) + " bytes of shared memory; " + ctx.info().name +
-                " has " + std::to_string(ctx.info().max_shared_memory));
+    throw Error("VKLLM_MATVEC: wg=" + std::to_string(t.wg) + ", rps=" + std::to_string(t.rps) + ", split=" +
+                std::to_string(t.split) + " and cols=" + std::to_string(t.cols) + " need " + std::to_string(shared) +
+                " bytes of shared memory; " + ctx.info().name + " has " + std::to_string(ctx.info().max_shared_memory));
   return t;
 }
 
@@ -174,7 +177,10 @@ WeightKernel weight_kernel_for(const VulkanContext& ctx, const DeviceTensor& w, 
                                uint32_t x_stride, uint32_t n_tokens, MatmulKernel kernel) {
   const bool portable = kernel == MatmulKernel::Portable || kernel == MatmulKernel::PortableGpu;
   if (!portable && use_simd_matvec(ctx, w, part, x, x_stride)) return WeightKernel::Simd;
-  return n_tokens == 1 || kernel == MatmulKernel::Columns ? WeightKernel::Matvec : WeightKernel::Tiled;
+  if (n_tokens == 1 || kernel == MatmulKernel::Columns) return WeightKernel::Matvec;
+  // A short chunk: matvec reads each piece once for cols columns, where the tiled matmul would fill
+  // few of its 64-token tiles' columns and few of a GPU's cores.
+  return n_tokens <= k_matvec_chunk && matvec_tuning(ctx, kernel).cols > 1 ? WeightKernel::Matvec : WeightKernel::Tiled;
 }
 
 void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const BufferView& x, uint32_t x_stride,
@@ -222,8 +228,11 @@ void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const Buf
     } else if (which == WeightKernel::Matvec) {
       // A workgroup of t.wg invocations is wg / subgroup-size subgroups, in row groups of t.split
       // subgroups (at least one group), each group taking t.rps rows at a time (MatvecTuning).
-      // Columns: one workgroup layer (z) per column. x as vec4 where its binding and rows allow it.
+      // Columns: t.cols per workgroup layer (z), a lone decode step's one column in a specialization
+      // of its own; a column's arithmetic is the same in every layer and whatever the layer's other
+      // columns are (batch invariance). x as vec4 where its binding and rows allow it.
       const MatvecTuning t = matvec_tuning(rec.context(), kernel);
+      const uint32_t cols = n_tokens == 1 && kernel != MatmulKernel::Columns ? 1 : t.cols;
       const uint32_t subgroups = std::max<uint32_t>(t.wg / std::max<uint32_t>(rec.context().subgroup_size(), 1), 1);
       const uint32_t rows_per_wg = std::max<uint32_t>(subgroups / t.split, 1) * t.rps;
       const uint32_t x_vec4 = x.offset % 16 == 0 && x_stride % 4 == 0 ? 1 : 0;
@@ -240,10 +249,10 @@ void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const Buf
         mp.x_stride = xq_stride;
       }
       const Pipeline& p = rec.pipelines().get((q8 ? "matvec_q8x_" : "matvec_") + suffix, 3, sizeof(MatmulParams),
-                                              {t.wg, rows_per_wg, x_vec4, t.in_flight, t.rps, t.split});
+                                              {t.wg, rows_per_wg, x_vec4, t.in_flight, t.rps, t.split, cols});
       const uint32_t groups = div_ceil(rows, rows_per_wg);
       const uint32_t gx = std::min(groups, max_groups);  // folded into y past the x limit
-      rec.dispatch(p, {part.view, q8 ? xq : x, y}, mp, gx, div_ceil(groups, gx), n_tokens);
+      rec.dispatch(p, {part.view, q8 ? xq : x, y}, mp, gx, div_ceil(groups, gx), div_ceil(n_tokens, cols));
     } else {
       VKLLM_CHECK(!glu, "the tiled matmul has no gated activation");
       const Pipeline& p = rec.pipelines().get("matmul_" + suffix, 3, sizeof(MatmulParams), {256});

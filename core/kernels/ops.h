@@ -33,20 +33,25 @@ enum class MatmulKernel { Auto, Portable, Columns, PortableGpu };
 
 // How matvec.comp spreads a matrix over a GPU: invocations per workgroup, pieces in flight per
 // invocation, rows per subgroup at a time (sharing each piece's loads of x), and subgroups per row
-// group (splitting each row's pieces; their sums meet in shared memory); and q8x: Q4_0, Q4_1,
-// Q8_0, Q4_K, Q5_K and Q6_K weights read x as 8-bit blocks (quantize_x.comp, one dispatch before the matvec) through
-// integer dot products where the device has them (DeviceInfo::int_dot), as llama.cpp's decode does;
-// off until a GPU measures it (docs/performance.md). CPU drivers take {64, 1, 1, 1, 0}; GPUs the
-// default below, the best of 17 tunings swept on an H200 (docs/performance.md), or the
-// environment's VKLLM_MATVEC="wg=256,in_flight=2,rps=2,split=4,q8x=1" (any of the five; the
-// benchmark's sweeps, scripts/bench-gpu.sh tune).
+// group (splitting each row's pieces; their sums meet in shared memory); q8x: Q4_0, Q4_1, Q8_0,
+// Q4_K, Q5_K and Q6_K weights read x as 8-bit blocks (quantize_x.comp, one dispatch before the
+// matvec) through integer dot products where the device has them (DeviceInfo::int_dot), as
+// llama.cpp's decode does; off until a GPU measures it (docs/performance.md); cols: the columns a
+// workgroup multiplies each piece of the weights into (MatmulKernel::Columns, and prompt chunks of
+// up to k_matvec_chunk tokens, which take matvec instead of the tiled matmul when cols > 1; a lone
+// decode step always takes one). CPU drivers take {64, 1, 1, 1, 0, 1}; GPUs the default below (the
+// first four the best of 17 tunings swept on an H200, docs/performance.md), or the environment's
+// VKLLM_MATVEC="wg=256,in_flight=2,rps=2,split=4,q8x=1,cols=1" (any of the six; the benchmark's
+// sweeps, scripts/bench-gpu.sh tune).
 struct MatvecTuning {
-  uint32_t wg = 128, in_flight = 2, rps = 1, split = 2, q8x = 0;
+  uint32_t wg = 128, in_flight = 2, rps = 1, split = 2, q8x = 0, cols = 4;
   bool operator==(const MatvecTuning&) const = default;
 };
-// "wg=…,in_flight=…,rps=…,split=…,q8x=…" over `base`, or an Error naming the part that is wrong (wg:
-// a power of two from 32 to 1,024; in_flight: 1, 2, 4 or 8; rps: 1 to 4; split: a power of two up
-// to 32; q8x: 0 or 1).
+// Prompt chunks of at most this many tokens take matvec.comp on GPUs (MatvecTuning::cols > 1).
+constexpr uint32_t k_matvec_chunk = 8;
+// "wg=…,in_flight=…,rps=…,split=…,q8x=…,cols=…" over `base`, or an Error naming the part that is
+// wrong (wg: a power of two from 32 to 1,024; in_flight: 1, 2, 4 or 8; rps: 1 to 4; split: a power
+// of two up to 32; q8x: 0 or 1; cols: 1, 2, 4 or 8).
 MatvecTuning parse_matvec_tuning(std::string_view text, MatvecTuning base = {});
 // The tuning record_matmul gives matvec.comp on `ctx` for `kernel` (PortableGpu: the GPU tuning).
 MatvecTuning matvec_tuning(const VulkanContext& ctx, MatmulKernel kernel);
