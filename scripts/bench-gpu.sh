@@ -235,9 +235,10 @@ print("nan" if v is None else v)' "$1" "$2"
 # models are made while the tests run (the quick programs first; on an H200 test_ops_matmul took
 # ≈ 80 s and test_ops_attention ≈ 170 s, most of it the NVIDIA compiler building the CPU drivers'
 # unrolled kernels); then `tune` (matvec's shapes and 8-bit x); then the table with the best tuning
-# (VKLLM_MATVEC); then, on the largest model, decode over a 4,096-token cache (--profile: which op
-# grows with depth), `bench --ops` under the same tuning, and `parallel`. Each step has a time limit,
-# so that one hang costs only its own. About 9 minutes on an H200 (docs/performance.md).
+# (VKLLM_MATVEC) and `parallel` under it; then, on the largest model, decode over a 4,096-token
+# cache (--profile: which op grows with depth) and `bench --ops` under the same tuning. Each step
+# has a time limit, so that one hang costs only its own. About 9 minutes on an H200
+# (docs/performance.md): a call's 600 s cut what runs past them.
 all() {
   setup_env
   local vkllm="$dir/bin/vkllm"
@@ -252,13 +253,13 @@ all() {
   echo "$name: the table, the profile and bench --ops with VKLLM_MATVEC=\"$best\""
   export VKLLM_MATVEC=$best
   timeout "${RUN_TIMEOUT:-150}" bash "$self" run "$dir" || echo "$name: run: rc $?"
+  timeout "${PARALLEL_TIMEOUT:-90}" bash "$self" parallel "$dir" || echo "$name: parallel: rc $?"
   local last=${models##* }
   local big="$models_dir/$last.gguf"
   echo "$name: $last, decode over 4,096 cached tokens"
   timeout 60 "$vkllm" bench -m "$big" -p 0 -n 32 -r 1 --ctx-fill 0,4096 -c 4200 --profile 2>&1 || echo "$name: ctx-fill: rc $?"
   echo "$name: bench --ops"
   timeout 60 "$vkllm" bench --ops --ops-size "$ops_size" --no-matmul 2>&1 || echo "$name: ops: rc $?"
-  timeout "${PARALLEL_TIMEOUT:-90}" bash "$self" parallel "$dir" || echo "$name: parallel: rc $?"
 }
 
 # The server's decode step (bench --parallel: one forward pass for N sequences) of the first and
@@ -268,13 +269,15 @@ all() {
 parallel() {
   setup_env
   local vkllm="$dir/bin/vkllm" m cols n out
-  local base=${VKLLM_MATVEC:-}
-  for m in ${models%% *} ${models##* }; do
+  local base=${VKLLM_MATVEC:-} pick=${models%% *}
+  [ "${models##* }" = "$pick" ] || pick="$pick ${models##* }"
+  make_models
+  for m in $pick; do
     for cols in 4 1; do
       for n in 1 4; do
         out=$(VKLLM_MATVEC="${base:+$base,}cols=$cols" timeout 40 "$vkllm" bench -m "$models_dir/$m.gguf" -p 0 -n 64 -r 1 \
           --parallel "$n" --json 2>/dev/null) || out='{}'
-        echo "$name: parallel $m cols=$cols sequences=$n: $(json_num "$out" decode.tok_s) tok/s"
+        printf '%s: parallel %s cols=%s sequences=%s: %.2f tok/s\n' "$name" "$m" "$cols" "$n" "$(json_num "$out" decode.tok_s)"
       done
     done
   done
