@@ -111,13 +111,18 @@ void bench_model(BenchCommand& c) {
       }
       if (c.n_gen) {
         for (Engine* en : seqs) back_to_fill(*en, res.fill);
-        // Step i decodes token i of every sequence (each its own tokens) in one forward pass.
+        // Step i decodes token i of every sequence (each its own tokens) in one forward pass; one
+        // sequence as `vkllm run` decodes (a server's lone step may take another kernel on GPUs).
         const std::vector<int32_t> toks = random_tokens(c.n_gen * c.parallel, n_vocab, 200 + r);
         const uint64_t d0 = lead.dispatches_recorded(), b0 = lead.barriers_recorded();
         const size_t from = lead.timings().size();
         const std::optional<CpuTimes> cpu0 = cpu_times();
         const auto t0 = Clock::now();
-        for (uint32_t i = 0; i < c.n_gen; ++i) lead.decode_batch(seqs, std::span(&toks[i * c.parallel], c.parallel));
+        for (uint32_t i = 0; i < c.n_gen; ++i) {
+          const std::span<const int32_t> step(&toks[i * c.parallel], c.parallel);
+          if (c.parallel == 1) lead.decode(step, LogitsMode::Last);
+          else lead.decode_batch(seqs, step);
+        }
         const double secs = seconds(t0);
         if (const auto steal = steal_share(cpu0, cpu_times()); r && steal) res.tg_steal.push_back(*steal);
         res.dispatches_per_step = double(lead.dispatches_recorded() - d0) / c.n_gen;

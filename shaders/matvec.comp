@@ -414,6 +414,7 @@ void main() {
         rows_share(r0, h, end, x_at, live, part, parts, acc);
         [[unroll]] for (uint i = 0; i < RPS; ++i)
           [[unroll]] for (uint c = 0; c < COLS; ++c) {
+            if (c >= live) break;
             total[i][c] = subgroupAdd(acc[i][c]);
             if (h == 0) gate[i][c] = total[i][c];
           }
@@ -424,6 +425,7 @@ void main() {
       if (mine && subgroupElect()) {
         [[unroll]] for (uint i = 0; i < RPS; ++i)
           [[unroll]] for (uint c = 0; c < COLS; ++c) {
+            if (c >= live) break;
             red[red_at(gl_SubgroupID, 0, i, c)] = gate[i][c];
             red[red_at(gl_SubgroupID, 1, i, c)] = total[i][c];
           }
@@ -432,6 +434,7 @@ void main() {
       if (mine && part == 0) {
         [[unroll]] for (uint i = 0; i < RPS; ++i)
           [[unroll]] for (uint c = 0; c < COLS; ++c) {
+            if (c >= live) break;
             gate[i][c] = red[red_at(gl_SubgroupID, 0, i, c)];
             total[i][c] = red[red_at(gl_SubgroupID, 1, i, c)];
             for (uint q = 1; q < parts; ++q) {

@@ -264,9 +264,9 @@ TEST_F(WeightKernels, EveryMatvecTuningMatchesTheReference) {
     ~Reset() { set_matvec_tuning(std::nullopt); }
   } reset;
   // The last two read x as 8-bit blocks for Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K (q8x); the others ignore it.
-  // Columns per workgroup: 2, 4, 1, 8, 4, 1 (one column: a layer per column, the tiled matmul for
+  // Columns per workgroup: 2, 4, 2, 8, 4, 1 (one column: a layer per column, the tiled matmul for
   // chunks), each with few enough pieces in flight and rows that lavapipe compiles it in seconds.
-  const MatvecTuning tunings[] = {{64, 4, 2, 1, 0, 2}, {128, 2, 1, 4, 0, 4}, {256, 8, 2, 2, 0, 1}, {32, 1, 3, 8, 0, 8},
+  const MatvecTuning tunings[] = {{64, 4, 2, 1, 0, 2}, {128, 2, 1, 4, 0, 4}, {256, 8, 2, 2, 0, 2}, {32, 1, 3, 8, 0, 8},
                                   {128, 2, 1, 2, 1, 4}, {64, 4, 2, 1, 1, 1}};
   const TensorType types[] = {TensorType::F16,  TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_1, TensorType::Q8_0,
                               TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::IQ4_XS};
@@ -334,15 +334,28 @@ TEST_F(WeightKernels, EveryMatvecTuningMatchesTheReference) {
       // Several columns per workgroup (tuning.cols; a prompt chunk of up to k_matvec_chunk tokens):
       // five columns against the reference, then three of them in another order (another layer,
       // position and count of live columns), bit for bit the same (batch invariance).
-      std::vector<float> y5(size_t(5) * rows);
-      ref::matmul(t, w.data(), rows, cols, x5.data(), 5, y5.data());
-      Buffer dy5 = test::to_device(std::vector<float>(y5.size(), 0.0f)), dy3 = test::to_device(std::vector<float>(size_t(3) * rows, 0.0f));
+      std::vector<float> y5(size_t(10) * rows), glu5(size_t(5) * rows);
+      ref::matmul(t, w.data(), 2 * rows, cols, x5.data(), 5, y5.data());  // [5][2 rows]: gate, then up
+      for (uint32_t c = 0; c < 5; ++c)
+        for (uint32_t r = 0; r < rows; ++r) {
+          const float g = y5[size_t(c) * 2 * rows + r], u = y5[size_t(c) * 2 * rows + rows + r];
+          glu5[size_t(c) * rows + r] = g / (1.0f + std::exp(-g)) * u;
+        }
+      std::vector<float> gate5(size_t(5) * rows);
+      for (uint32_t c = 0; c < 5; ++c)
+        std::copy_n(y5.begin() + size_t(c) * 2 * rows, rows, gate5.begin() + size_t(c) * rows);
+      Buffer dy5 = test::to_device(std::vector<float>(gate5.size(), 0.0f)), dy3 = test::to_device(std::vector<float>(size_t(3) * rows, 0.0f));
+      Buffer dglu5 = test::to_device(std::vector<float>(size_t(10) * rows, 0.0f));
       CommandRecorder rec5(ctx, &test::pipelines());
       record_matmul(rec5, ffn->pieces[0], dx5.view(), cols, 5, dy5.view(), rows, MatmulStore::Overwrite, MatmulKernel::PortableGpu);
       record_matmul(rec5, ffn->pieces[0], dx3.view(), cols, 3, dy3.view(), rows, MatmulStore::Overwrite, MatmulKernel::PortableGpu);
+      record_matmul_glu(rec5, ffn->whole, dx5.view(), cols, 5, dglu5.view(0, size_t(5) * rows * 4),
+                        dglu5.view(size_t(5) * rows * 4, size_t(5) * rows * 4), dglu5.view(0, size_t(5) * rows * 4), Glu::SiLU,
+                        MatmulKernel::PortableGpu);
       rec5.submit_and_wait();
-      const std::vector<float> got5 = test::from_device<float>(dy5, y5.size()), got3 = test::from_device<float>(dy3, size_t(3) * rows);
-      EXPECT_LE(test::nmse(got5, y5), 5e-4) << "5 columns";
+      const std::vector<float> got5 = test::from_device<float>(dy5, gate5.size()), got3 = test::from_device<float>(dy3, size_t(3) * rows);
+      EXPECT_LE(test::nmse(got5, gate5), 5e-4) << "5 columns";
+      EXPECT_LE(test::nmse(test::from_device<float>(dglu5, glu5.size()), glu5), 5e-4) << "gate|up, 5 columns";
       for (uint32_t i = 0; i < 3; ++i)
         EXPECT_TRUE(std::equal(got3.begin() + i * rows, got3.begin() + (i + 1) * rows, got5.begin() + reordered[i] * rows))
             << "column " << reordered[i] << " of 5 differs as column " << i << " of 3";

@@ -24,11 +24,12 @@ void record_get_rows(CommandRecorder& rec, const DeviceTensor& w, const BufferVi
 
 // Which weight kernels record_matmul uses. Auto: on CPU drivers matvec_simd.comp, one dispatch per
 // group of columns, wherever it applies (docs/shaders.md); elsewhere, and with Portable (which
-// tests force to cover it on lavapipe too), matvec.comp for one token and the tiled matmul.comp for
-// more. Columns: as Auto, but never the tiled matmul (matvec.comp once per column instead), so
-// every column's result is bit for bit what it would be alone: the server's decode step of
-// several sequences, whose tokens must not depend on the batch. PortableGpu: Portable tuned as on
-// a GPU whatever the device (matvec.comp under MatvecTuning), so tests cover that tuning on lavapipe.
+// tests force to cover it on lavapipe too), matvec.comp for one token (and for up to
+// k_matvec_chunk where the tuning's cols > 1: on GPUs) and the tiled matmul.comp for more.
+// Columns: as Auto, but never the tiled matmul (matvec.comp with the tuning's cols per workgroup,
+// whatever the count), so that every column's result is what it is in any other batch: the
+// server's decode steps, whose tokens must not depend on the batch. PortableGpu: Portable tuned as
+// on a GPU whatever the device (matvec.comp under MatvecTuning), so tests cover that tuning on lavapipe.
 enum class MatmulKernel { Auto, Portable, Columns, PortableGpu };
 
 // How matvec.comp spreads a matrix over a GPU: invocations per workgroup, pieces in flight per
