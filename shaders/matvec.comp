@@ -31,7 +31,8 @@
 // Specialization: 0 workgroup size, 1 ROWS (rows per workgroup; the host uses size / subgroup
 // size / SPLIT × RPS), 2 X_VEC4 (x's binding offset and x_stride allow vec4 loads), 3 IN_FLIGHT
 // (pieces per invocation per loop step), 4 RPS (rows per row group at a time), 5 SPLIT (subgroups
-// per row group), 6 COLS (columns per workgroup; MatmulParams' n_tokens counts those of the dispatch).
+// per row group), 6 COLS (columns per workgroup; MatmulParams' n_tokens counts those of the dispatch),
+// 7 SG_MIN (sizes the shared sums of SPLIT > 1).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -47,6 +48,9 @@ layout(constant_id = 3) const uint IN_FLIGHT = 1;
 layout(constant_id = 4) const uint RPS = 1;  // rows per subgroup at a time, sharing each piece's x
 layout(constant_id = 5) const uint SPLIT = 1;  // subgroups per row group, splitting its rows' pieces
 layout(constant_id = 6) const uint COLS = 1;  // columns per workgroup, each piece's weights read once for all
+// The narrowest subgroup the device may run: a quarter of the size it reports (as rms_norm.comp
+// assumes), so a workgroup holds at most WG_SIZE / SG_MIN subgroups.
+layout(constant_id = 7) const uint SG_MIN = 1;
 const uint WG_SIZE = gl_WorkGroupSize.x;
 #if defined(X_Q8)
 // x as quantize_x.comp writes it (8-bit blocks, then their scales), and the integer dot product of
@@ -387,7 +391,7 @@ void rows_share(uint r0, uint h, uint end, uint x_at[COLS], uint live, uint part
 
 // With SPLIT > 1, each row group's subgroups' sums (both halves of a gate|up pair) meet here: the
 // sum of subgroup g, half h, row i, column c at red_at(g, h, i, c).
-const uint RED = SPLIT > 1 ? 2 * RPS * COLS * WG_SIZE : 1;
+const uint RED = SPLIT > 1 ? 2 * RPS * COLS * (WG_SIZE / SG_MIN) : 1;
 shared float red[RED];
 uint red_at(uint g, uint h, uint i, uint c) { return ((2 * g + h) * RPS + i) * COLS + c; }
 

@@ -95,6 +95,9 @@ MatvecTuning gpu_tuning() {
   return g_tuning.value_or(from_env);
 }
 
+// matvec.comp's SG_MIN: a quarter of the reported subgroup size, the narrowest a driver may run.
+uint32_t matvec_sg_min(const VulkanContext& ctx) { return std::max<uint32_t>(ctx.subgroup_size() / 4, 1); }
+
 }  // namespace
 
 MatvecTuning matvec_tuning(const VulkanContext& ctx, MatmulKernel kernel) {
@@ -102,8 +105,8 @@ MatvecTuning matvec_tuning(const VulkanContext& ctx, MatmulKernel kernel) {
   MatvecTuning t = gpu_tuning();
   // At least one whole subgroup (whose lanes the kernel strides by), at most the device's workgroup.
   t.wg = std::min(std::max(t.wg, ctx.subgroup_size()), ctx.info().max_workgroup_invocations);
-  // Row groups of several subgroups sum in shared memory: 2 · rps · cols floats per invocation at most.
-  const uint64_t shared = t.split > 1 ? uint64_t{8} * t.rps * t.cols * t.wg : 0;
+  // Row groups of several subgroups sum in shared memory: 2 · rps · cols floats per subgroup.
+  const uint64_t shared = t.split > 1 ? uint64_t{8} * t.rps * t.cols * (t.wg / matvec_sg_min(ctx)) : 0;
   if (shared > ctx.info().max_shared_memory)
     throw Error("VKLLM_MATVEC: wg=" + std::to_string(t.wg) + ", rps=" + std::to_string(t.rps) + ", split=" +
                 std::to_string(t.split) + " and cols=" + std::to_string(t.cols) + " need " + std::to_string(shared) +
@@ -249,7 +252,8 @@ void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const Buf
         mp.x_stride = xq_stride;
       }
       const Pipeline& p = rec.pipelines().get((q8 ? "matvec_q8x_" : "matvec_") + suffix, 3, sizeof(MatmulParams),
-                                              {t.wg, rows_per_wg, x_vec4, t.in_flight, t.rps, t.split, cols});
+                                              {t.wg, rows_per_wg, x_vec4, t.in_flight, t.rps, t.split, cols,
+                                               matvec_sg_min(rec.context())});
       const uint32_t groups = div_ceil(rows, rows_per_wg);
       const uint32_t gx = std::min(groups, max_groups);  // folded into y past the x limit
       rec.dispatch(p, {part.view, q8 ? xq : x, y}, mp, gx, div_ceil(groups, gx), div_ceil(n_tokens, cols));
