@@ -21,6 +21,7 @@
 // Specialization: 0 workgroup size, 1 HD (head_dim), 2 BQ, 3 BKV.
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #include "kv_cache.glsl"
 #include "params.h"
 #include "rope.glsl"  // rope_pair
@@ -31,6 +32,14 @@ layout(constant_id = 1) const uint HD = 64;
 layout(constant_id = 2) const uint BQ = 16;
 layout(constant_id = 3) const uint BKV = 16;
 const uint ACC_MAX = 32;  // accumulators per thread: BQ·HD ≤ workgroup size · ACC_MAX (host checks)
+// Each thread's share of a tile's K pairs, V elements and scores: constant trip counts, so that the
+// loops unroll and a thread's loads of a tile are all in flight at once (a loop whose bound depends
+// on the thread issues them one iteration after another, each waiting on its slot's row address).
+const uint WGS = gl_WorkGroupSize.x;
+const uint K_ITERS = (BKV * (HD / 2) + WGS - 1) / WGS, V_ITERS = (BKV * HD + WGS - 1) / WGS;
+const uint S_ITERS = (BQ * BKV + WGS - 1) / WGS, N_ACC = (BQ * HD + WGS - 1) / WGS;
+// (Where the workgroup divides the work, as the host's tiles do, no thread's share needs a bound test.)
+const bool K_EXACT = BKV * (HD / 2) % WGS == 0, V_EXACT = BKV * HD % WGS == 0, S_EXACT = BQ * BKV % WGS == 0;
 const float NEG = -1.0e30;
 
 layout(binding = 0) readonly buffer Q { float q[]; };
@@ -87,13 +96,15 @@ void main() {
     s_l[tid] = 0.0;
   }
   float acc[ACC_MAX];
-  const uint n_acc = (BQ * HD + wg - 1) / wg;
+  const uint n_acc = N_ACC;
   for (uint a = 0; a < ACC_MAX; ++a) acc[a] = 0.0;
 
   for (uint kv0 = kv_begin; kv0 < kv_end; kv0 += BKV) {
     barrier();
     // K tile, rotated pair by pair at each slot's position; V tile as stored.
-    for (uint e = tid; e < BKV * (HD / 2); e += wg) {
+    [[unroll]] for (uint it = 0; it < K_ITERS; ++it) {
+      const uint e = tid + it * wg;
+      if (!K_EXACT && e >= BKV * (HD / 2)) break;
       const uint j = e / (HD / 2), i = e % (HD / 2), idx = kv0 + j;
       uint d0, d1;
       bool rotated;
@@ -113,13 +124,17 @@ void main() {
       ks[j * KS + d0] = a;
       ks[j * KS + d1] = b;
     }
-    for (uint e = tid; e < BKV * HD; e += wg) {
+    [[unroll]] for (uint it = 0; it < V_ITERS; ++it) {
+      const uint e = tid + it * wg;
+      if (!V_EXACT && e >= BKV * HD) break;
       const uint j = e / HD, d = e % HD, idx = kv0 + j;
       vs[e] = idx < kv_end ? vc_at(uint(kv_slots[idx]) * row_bytes, hk * HD + d) : 0.0;
     }
     if (tid < BKV) s_kpos[tid] = kv0 + tid < kv_end ? kv_pos[kv0 + tid] : 2147483647;
     barrier();
-    for (uint e = tid; e < BQ * BKV; e += wg) {
+    [[unroll]] for (uint it = 0; it < S_ITERS; ++it) {
+      const uint e = tid + it * wg;
+      if (!S_EXACT && e >= BQ * BKV) break;
       const uint i = e / BKV, j = e % BKV;
       float s = NEG;
       if (s_kpos[j] <= s_qpos[i] && (p.window == 0 || s_qpos[i] - s_kpos[j] < int(p.window))) {
