@@ -370,7 +370,7 @@ void rows_share(uint r0, uint h, uint end, uint x_at[COLS], uint live, uint part
   if (IN_FLIGHT > 1)
     for (; s + (IN_FLIGHT - 1) * step < n; s += IN_FLIGHT * step) {
       [[unroll]] for (uint c = 0; c < COLS; ++c) {
-        if (c >= live) break;
+        if (c > 0 && c >= live) break;  // (column 0 is always live: no test in a one-column kernel)
         PieceX xs[IN_FLIGHT];
         [[unroll]] for (uint j = 0; j < IN_FLIGHT; ++j) xs[j] = load_x(s + j * step, x_at[c]);
         [[unroll]] for (uint i = 0; i < RPS; ++i) {
@@ -382,7 +382,7 @@ void rows_share(uint r0, uint h, uint end, uint x_at[COLS], uint live, uint part
     }
   for (; s < n; s += step) {
     [[unroll]] for (uint c = 0; c < COLS; ++c) {
-      if (c >= live) break;
+      if (c > 0 && c >= live) break;
       const PieceX x0 = load_x(s, x_at[c]);
       [[unroll]] for (uint i = 0; i < RPS; ++i) acc[i][c] += piece_dot(base[i], s, x0);
     }
@@ -418,7 +418,7 @@ void main() {
         rows_share(r0, h, end, x_at, live, part, parts, acc);
         [[unroll]] for (uint i = 0; i < RPS; ++i)
           [[unroll]] for (uint c = 0; c < COLS; ++c) {
-            if (c >= live) break;
+            if (c > 0 && c >= live) break;
             total[i][c] = subgroupAdd(acc[i][c]);
             if (h == 0) gate[i][c] = total[i][c];
           }
@@ -429,7 +429,7 @@ void main() {
       if (mine && subgroupElect()) {
         [[unroll]] for (uint i = 0; i < RPS; ++i)
           [[unroll]] for (uint c = 0; c < COLS; ++c) {
-            if (c >= live) break;
+            if (c > 0 && c >= live) break;
             red[red_at(gl_SubgroupID, 0, i, c)] = gate[i][c];
             red[red_at(gl_SubgroupID, 1, i, c)] = total[i][c];
           }
@@ -438,7 +438,7 @@ void main() {
       if (mine && part == 0) {
         [[unroll]] for (uint i = 0; i < RPS; ++i)
           [[unroll]] for (uint c = 0; c < COLS; ++c) {
-            if (c >= live) break;
+            if (c > 0 && c >= live) break;
             gate[i][c] = red[red_at(gl_SubgroupID, 0, i, c)];
             total[i][c] = red[red_at(gl_SubgroupID, 1, i, c)];
             for (uint q = 1; q < parts; ++q) {
@@ -453,7 +453,7 @@ void main() {
       [[unroll]] for (uint i = 0; i < RPS; ++i) {
         if (r0 + i >= end) break;
         [[unroll]] for (uint c = 0; c < COLS; ++c) {
-          if (c >= live) break;
+          if (c > 0 && c >= live) break;
           const uint at = matmul_dest(r0 + i, t0 + c);
           y[at] = matmul_store_value(halves == 2 ? glu_apply(gate[i][c], total[i][c]) : total[i][c], y[at]);
         }
