@@ -96,7 +96,6 @@ void main() {
     s_l[tid] = 0.0;
   }
   float acc[ACC_MAX];
-  const uint n_acc = N_ACC;
   for (uint a = 0; a < ACC_MAX; ++a) acc[a] = 0.0;
 
   for (uint kv0 = kv_begin; kv0 < kv_end; kv0 += BKV) {
@@ -161,7 +160,7 @@ void main() {
       s_corr[tid] = corr;
     }
     barrier();
-    for (uint a = 0; a < n_acc; ++a) {
+    for (uint a = 0; a < N_ACC; ++a) {
       const uint e = tid + a * wg;
       if (e >= BQ * HD) break;
       const uint i = e / HD, d = e % HD;
@@ -172,7 +171,7 @@ void main() {
   }
   barrier();
 
-  for (uint a = 0; a < n_acc; ++a) {
+  for (uint a = 0; a < N_ACC; ++a) {
     const uint e = tid + a * wg;
     if (e >= BQ * HD) break;
     const uint i = e / HD, d = e % HD, r = r0 + i;

@@ -348,6 +348,10 @@ float piece_dot(uint row_base, uint s, PieceX X) {
 #endif
 }
 
+// Whether column slot c of a workgroup holds a column: slot 0 always does, so a one-column kernel
+// tests nothing.
+bool is_live(uint c, uint live) { return c == 0 || c < live; }
+
 // RPS rows from row r0 (rows past `end` repeat the last one; their sums are not stored), half h
 // of a gate|up pair, times the `live` columns of x from elements x_at[c], this invocation's share of
 // each: pieces strided by the `parts` subgroups that split the rows (part `part` of them), IN_FLIGHT
@@ -370,7 +374,7 @@ void rows_share(uint r0, uint h, uint end, uint x_at[COLS], uint live, uint part
   if (IN_FLIGHT > 1)
     for (; s + (IN_FLIGHT - 1) * step < n; s += IN_FLIGHT * step) {
       [[unroll]] for (uint c = 0; c < COLS; ++c) {
-        if (c > 0 && c >= live) break;  // (column 0 is always live: no test in a one-column kernel)
+        if (!is_live(c, live)) break;
         PieceX xs[IN_FLIGHT];
         [[unroll]] for (uint j = 0; j < IN_FLIGHT; ++j) xs[j] = load_x(s + j * step, x_at[c]);
         [[unroll]] for (uint i = 0; i < RPS; ++i) {
@@ -382,7 +386,7 @@ void rows_share(uint r0, uint h, uint end, uint x_at[COLS], uint live, uint part
     }
   for (; s < n; s += step) {
     [[unroll]] for (uint c = 0; c < COLS; ++c) {
-      if (c > 0 && c >= live) break;
+      if (!is_live(c, live)) break;
       const PieceX x0 = load_x(s, x_at[c]);
       [[unroll]] for (uint i = 0; i < RPS; ++i) acc[i][c] += piece_dot(base[i], s, x0);
     }
@@ -401,7 +405,7 @@ void main() {
   // This workgroup's columns: t0 … t0 + live - 1 (at least one).
   const uint t0 = gl_WorkGroupID.z * COLS, live = min(COLS, p.n_tokens - t0);
   uint x_at[COLS];
-  [[unroll]] for (uint c = 0; c < COLS; ++c) x_at[c] = (t0 + min(c, live - 1)) * p.x_stride;
+  [[unroll]] for (uint c = 0; c < COLS; ++c) x_at[c] = (t0 + c) * p.x_stride;  // (read for live columns only)
   const uint halves = p.glu != 0u ? 2 : 1;
   // Row groups of `parts` subgroups each (as many as the subgroups the device actually made allow);
   // a subgroup past the last whole group only meets the barriers.
@@ -418,7 +422,7 @@ void main() {
         rows_share(r0, h, end, x_at, live, part, parts, acc);
         [[unroll]] for (uint i = 0; i < RPS; ++i)
           [[unroll]] for (uint c = 0; c < COLS; ++c) {
-            if (c > 0 && c >= live) break;
+            if (!is_live(c, live)) break;
             total[i][c] = subgroupAdd(acc[i][c]);
             if (h == 0) gate[i][c] = total[i][c];
           }
@@ -429,7 +433,7 @@ void main() {
       if (mine && subgroupElect()) {
         [[unroll]] for (uint i = 0; i < RPS; ++i)
           [[unroll]] for (uint c = 0; c < COLS; ++c) {
-            if (c > 0 && c >= live) break;
+            if (!is_live(c, live)) break;
             red[red_at(gl_SubgroupID, 0, i, c)] = gate[i][c];
             red[red_at(gl_SubgroupID, 1, i, c)] = total[i][c];
           }
@@ -438,7 +442,7 @@ void main() {
       if (mine && part == 0) {
         [[unroll]] for (uint i = 0; i < RPS; ++i)
           [[unroll]] for (uint c = 0; c < COLS; ++c) {
-            if (c > 0 && c >= live) break;
+            if (!is_live(c, live)) break;
             gate[i][c] = red[red_at(gl_SubgroupID, 0, i, c)];
             total[i][c] = red[red_at(gl_SubgroupID, 1, i, c)];
             for (uint q = 1; q < parts; ++q) {
@@ -453,7 +457,7 @@ void main() {
       [[unroll]] for (uint i = 0; i < RPS; ++i) {
         if (r0 + i >= end) break;
         [[unroll]] for (uint c = 0; c < COLS; ++c) {
-          if (c > 0 && c >= live) break;
+          if (!is_live(c, live)) break;
           const uint at = matmul_dest(r0 + i, t0 + c);
           y[at] = matmul_store_value(halves == 2 ? glu_apply(gate[i][c], total[i][c]) : total[i][c], y[at]);
         }

@@ -172,6 +172,7 @@ TEST_F(EngineBatch, DecodeStepOfSeveralSequencesGivesEachItsLogitsAlone) {
   rope.head_dim = c.head_dim;
   rope.n_rot = c.n_rot;
   const bool batched_here = batch_attention_fits(test::vk(), CacheType::F16, CacheType::F16, shape, rope, 200);
+  const bool cpu_driver = test::vk().info().type == "cpu";
   for (const bool rotated : {true, false}) {
     EngineOptions o;
     o.cache.capacity = 300;
@@ -183,6 +184,7 @@ TEST_F(EngineBatch, DecodeStepOfSeveralSequencesGivesEachItsLogitsAlone) {
     for (size_t i = 0; i < kSeqs; ++i) {
       prompts.push_back(random_tokens(i + 1 < kSeqs ? 3 + 29 * i : 250));
       for (auto* list : {&batch, &alone, &run}) {
+        if (list == &run && !cpu_driver) continue;
         list->push_back(std::make_unique<Engine>(test::vk(), test::pipelines(), model, o));
         list->back()->decode(prompts[i], LogitsMode::Last);
       }
@@ -204,9 +206,9 @@ TEST_F(EngineBatch, DecodeStepOfSeveralSequencesGivesEachItsLogitsAlone) {
         EXPECT_EQ(differ, 0u) << "sequence " << i << " step " << step << (rotated ? " (rotated copy of K)" : "");
         // `vkllm run`'s decode step: the same arithmetic on CPU drivers (matvec_simd's columns); on
         // GPUs its lone matvec is a specialization of its own (docs/server.md), not compared.
-        const std::vector<float> decoded = run[i]->decode(std::span(&tokens[i], 1), LogitsMode::Last);
-        if (test::vk().info().type == "cpu") {
-          EXPECT_EQ(decoded, one) << "sequence " << i << " step " << step << ": its step differs from decode()";
+        if (cpu_driver) {
+          EXPECT_EQ(run[i]->decode(std::span(&tokens[i], 1), LogitsMode::Last), one)
+              << "sequence " << i << " step " << step << ": its step differs from decode()";
         }
       }
     }

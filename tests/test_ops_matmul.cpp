@@ -287,12 +287,21 @@ TEST_F(WeightKernels, EveryMatvecTuningMatchesTheReference) {
     const std::vector<uint8_t> w = quantized(t, test::random_floats(size_t(2) * rows * cols, 5), 2 * rows, cols);
     std::vector<float> want(2 * rows), glu(rows), y0(rows), ysum(rows);
     ref::matmul(t, w.data(), 2 * rows, cols, x.data(), 1, want.data());
+    const auto silu_glu = [](float g, float u) { return g / (1.0f + std::exp(-g)) * u; };
     for (uint32_t r = 0; r < rows; ++r) {
-      glu[r] = want[r] / (1.0f + std::exp(-want[r])) * want[rows + r];
+      glu[r] = silu_glu(want[r], want[rows + r]);
       y0[r] = 1.0f + float(r);
       ysum[r] = y0[r] + want[r];
     }
     const std::vector<float> first(want.begin(), want.begin() + rows);
+    // The five columns' gate rows and gated activation ([5][2 rows] from the reference: gate, then up).
+    std::vector<float> y5(size_t(10) * rows), gate5(size_t(5) * rows), glu5(size_t(5) * rows);
+    ref::matmul(t, w.data(), 2 * rows, cols, x5.data(), 5, y5.data());
+    for (uint32_t c = 0; c < 5; ++c)
+      for (uint32_t r = 0; r < rows; ++r) {
+        gate5[size_t(c) * rows + r] = y5[size_t(c) * 2 * rows + r];
+        glu5[size_t(c) * rows + r] = silu_glu(y5[size_t(c) * 2 * rows + r], y5[size_t(c) * 2 * rows + rows + r]);
+      }
     WeightArena arena(ctx);
     const std::vector<uint8_t> gate_rows(w.begin(), w.begin() + w.size() / 2), up_rows(w.begin() + w.size() / 2, w.end());
     const gguf::TensorInfo wg = tensor_info("gate", t, cols, rows, gate_rows), wu = tensor_info("up", t, cols, rows, up_rows);
@@ -334,16 +343,6 @@ TEST_F(WeightKernels, EveryMatvecTuningMatchesTheReference) {
       // Several columns per workgroup (tuning.cols; a prompt chunk of up to k_matvec_chunk tokens):
       // five columns against the reference, then three of them in another order (another layer,
       // position and count of live columns), bit for bit the same (batch invariance).
-      std::vector<float> y5(size_t(10) * rows), glu5(size_t(5) * rows);
-      ref::matmul(t, w.data(), 2 * rows, cols, x5.data(), 5, y5.data());  // [5][2 rows]: gate, then up
-      for (uint32_t c = 0; c < 5; ++c)
-        for (uint32_t r = 0; r < rows; ++r) {
-          const float g = y5[size_t(c) * 2 * rows + r], u = y5[size_t(c) * 2 * rows + rows + r];
-          glu5[size_t(c) * rows + r] = g / (1.0f + std::exp(-g)) * u;
-        }
-      std::vector<float> gate5(size_t(5) * rows);
-      for (uint32_t c = 0; c < 5; ++c)
-        std::copy_n(y5.begin() + size_t(c) * 2 * rows, rows, gate5.begin() + size_t(c) * rows);
       Buffer dy5 = test::to_device(std::vector<float>(gate5.size(), 0.0f)), dy3 = test::to_device(std::vector<float>(size_t(3) * rows, 0.0f));
       Buffer dglu5 = test::to_device(std::vector<float>(size_t(10) * rows, 0.0f));
       CommandRecorder rec5(ctx, &test::pipelines());
