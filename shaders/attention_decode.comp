@@ -36,7 +36,8 @@
 // 9 kv_rot [n_kv] i32 (ROT_COPY; binding 1 is then the rotated copy). Every one that is read per
 // lane is a storage texel buffer (q, the rope table, the lists, the f16 cache, the scores).
 // Push constants: AttentionParams (q_first, q_base, kv_*_base, rot_slots). Specialization: 0 W
-// (subgroup size), 1 HD, 2 G, 3 N_ROT, 4 NEOX, 5 PER_LANE, 6 DC (divides HD; for f16 a multiple of 8).
+// (subgroup size), 1 HD, 2 G, 3 N_ROT, 4 NEOX, 5 PER_LANE, 6 DC (divides HD; for f16 a multiple of 8),
+// 7 SOFTCAP (p.softcap > 0).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
@@ -52,6 +53,9 @@ layout(constant_id = 3) const uint N_ROT = 64;
 layout(constant_id = 4) const bool NEOX = false;
 layout(constant_id = 5) const uint PER_LANE = 8;
 layout(constant_id = 6) const uint DC = 16;  // OP_VALUES: dims per workgroup
+// Whether scores are soft-capped (p.softcap > 0): a constant, because lavapipe runs a branch's body
+// for every lane whether taken or not, and a tanh per head and entry was ≈ 10% of the scores pass.
+layout(constant_id = 7) const bool SOFTCAP = false;
 const float NEG = -1.0e30;
 const uint ANCHOR_EVERY = 32;
 layout(push_constant) uniform Push { AttentionParams p; };
@@ -190,13 +194,19 @@ void main() {
     const bool visible = pos <= qpos && (p.window == 0 || qpos - pos < int(p.window));
     float s[GP];
     [[unroll]] for (uint h = 0; h < GP; ++h) s[h] = NEG;
+    // The dims outer, the heads inner: each converted element of K meets the G heads' q while it is
+    // in a register. (With the heads outer, the 64 elements were spilled to the stack and reloaded
+    // for every head: 280 moves in a loop of 1,750 instructions.) Each head's sum keeps its order.
+    vec4 acc4[G];
+    [[unroll]] for (uint h = 0; h < G; ++h) acc4[h] = vec4(0.0);
+    [[unroll]] for (uint d = 0; d < HD / 4; ++d) {
+      const vec4 kd = vec4(k[4 * d], k[4 * d + 1], k[4 * d + 2], k[4 * d + 3]);
+      [[unroll]] for (uint h = 0; h < G; ++h) acc4[h] = fma(qv[h * (HD / 4) + d], kd, acc4[h]);
+    }
     [[unroll]] for (uint h = 0; h < G; ++h) {
-      vec4 acc4 = vec4(0.0);
-      [[unroll]] for (uint d = 0; d < HD / 4; ++d)
-        acc4 = fma(qv[h * (HD / 4) + d], vec4(k[4 * d], k[4 * d + 1], k[4 * d + 2], k[4 * d + 3]), acc4);
-      float acc = (acc4.x + acc4.y) + (acc4.z + acc4.w);
+      float acc = (acc4[h].x + acc4[h].y) + (acc4[h].z + acc4[h].w);
       acc *= p.scale;
-      if (p.softcap > 0.0) acc = p.softcap * safe_tanh(acc / p.softcap);
+      if (SOFTCAP) acc = p.softcap * safe_tanh(acc / p.softcap);
       if (visible) s[h] = acc;
     }
     [[unroll]] for (uint h = 0; h < GP; ++h) mx[h] = max(mx[h], s[h]);
@@ -230,7 +240,9 @@ void main() {
   }
   // Two entries per iteration (e and e + W), so each accumulator, which lives on the stack (G·DC of
   // them), is loaded and stored once per two entries; a second entry past the list counts 0. The
-  // slots are loaded an iteration ahead, as in the scores pass.
+  // dims are the outer loop of the multiply-adds, so each V value is used for the G heads right
+  // after it is converted (with the heads outer the loop had 421 stack moves, now 302). The slots
+  // are loaded an iteration ahead, as in the scores pass.
   uint slot_next[2] = uint[2](kv_slot(min(lane, p.n_kv - 1)), kv_slot(min(lane + W, p.n_kv - 1)));
   [[dont_unroll]] for (uint e = lane; e < p.n_kv; e += 2 * W) {
     const uint slot[2] = slot_next;
@@ -243,12 +255,14 @@ void main() {
     float sc0[GP], sc1[GP];
     read_scores(row, e, sc0);
     read_scores(row, min(e + W, p.n_kv - 1), sc1);
+    float p0[G], p1[G];
     [[unroll]] for (uint h = 0; h < G; ++h) {
-      const float p0 = sc0[h] <= NEG ? 0.0 : exp(sc0[h] - m[h]);
-      const float p1 = !second || sc1[h] <= NEG ? 0.0 : exp(sc1[h] - m[h]);
-      l[h] += p0 + p1;
-      [[unroll]] for (uint j = 0; j < DC; ++j) o[h][j] += p0 * v0[j] + p1 * v1[j];
+      p0[h] = sc0[h] <= NEG ? 0.0 : exp(sc0[h] - m[h]);
+      p1[h] = !second || sc1[h] <= NEG ? 0.0 : exp(sc1[h] - m[h]);
+      l[h] += p0[h] + p1[h];
     }
+    [[unroll]] for (uint j = 0; j < DC; ++j)
+      [[unroll]] for (uint h = 0; h < G; ++h) o[h][j] += p0[h] * v0[j] + p1[h] * v1[j];
   }
   // Sum across the lanes in straight-line code whose shared loads are at uniform addresses (one
   // load and a broadcast each on lavapipe); lane j % W writes output dim j.

@@ -15,7 +15,7 @@
 // Scores may be soft-capped (Gemma 2).
 //
 // Bindings and push constants: those of attention.comp (7, the split partials, is not read).
-// Specialization: 0 W (the subgroup size), 1 HD (head_dim, a multiple of 8), 2 N_ROT, 3 NEOX.
+// Specialization: 0 W (the subgroup size), 1 HD (head_dim, a multiple of 8), 2 N_ROT, 3 NEOX, 4 SOFTCAP.
 // BATCH (f16 caches): one query token of each of up to MAX_SEQ sequences, each over its own cache
 // and lists (a decode step of several sequences in one dispatch; docs/server.md): grid y =
 // sequence, whose q and output are row y of q and out; bindings 1 to 5 are arrays of MAX_SEQ,
@@ -36,6 +36,7 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint HD = 64;
 layout(constant_id = 2) const uint N_ROT = 64;
 layout(constant_id = 3) const bool NEOX = false;
+layout(constant_id = 4) const bool SOFTCAP = false;  // p.softcap > 0 (a branch lavapipe runs for every lane either way)
 const float NEG = -1.0e30;
 const float RESCALE_AT = 8.0;  // probabilities stay below e^8 before the running max is raised
 
@@ -140,7 +141,7 @@ void main() {
     rotate(kx, uint(pos));
     float s = 0.0;
     [[unroll]] for (uint d = 0; d < HD; ++d) s += qv[d] * kx[d];
-    if (p.softcap > 0.0) s = p.softcap * safe_tanh(s / p.softcap);
+    if (SOFTCAP) s = p.softcap * safe_tanh(s / p.softcap);
     const bool visible = pos <= qpos && (p.window == 0 || qpos - pos < int(p.window));
     if (visible && s > m + RESCALE_AT) {
       const float corr = exp(m - s);

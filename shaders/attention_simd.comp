@@ -19,7 +19,7 @@
 // Scores may be soft-capped (Gemma 2).
 //
 // Bindings and push constants: those of attention.comp.
-// Specialization: 0 W (the subgroup size), 1 HD (head_dim, even), 2 R, 3 N_ROT, 4 NEOX.
+// Specialization: 0 W (the subgroup size), 1 HD (head_dim, even), 2 R, 3 N_ROT, 4 NEOX, 5 SOFTCAP.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -34,6 +34,7 @@ layout(constant_id = 1) const uint HD = 64;
 layout(constant_id = 2) const uint R = 1;
 layout(constant_id = 3) const uint N_ROT = 64;
 layout(constant_id = 4) const bool NEOX = false;
+layout(constant_id = 5) const bool SOFTCAP = false;  // p.softcap > 0 (a branch lavapipe runs for every lane either way)
 const float NEG = -1.0e30;
 const float RESCALE_AT = 8.0;  // probabilities stay below e^8 before the running max is raised
 
@@ -147,7 +148,7 @@ void main() {
     [[unroll]] for (uint i = 0; i < R; ++i) {
       float s = 0.0;
       [[unroll]] for (uint d = 0; d < HD; ++d) s += qv[i * HD + d] * kx[d];
-      if (p.softcap > 0.0) s = p.softcap * safe_tanh(s / p.softcap);
+      if (SOFTCAP) s = p.softcap * safe_tanh(s / p.softcap);
       const bool visible = kpos <= qpos[i] && (p.window == 0 || qpos[i] - kpos < int(p.window));
       if (visible && s > m[i] + RESCALE_AT) {
         const float corr = exp(m[i] - s);

@@ -74,6 +74,10 @@ AttentionKernel attention_kernel_for(const VulkanContext& ctx, const AttentionSh
   return simd_fits ? AttentionKernel::Simd : AttentionKernel::Tiled;
 }
 
+// The CPU kernels' SOFTCAP specialization: whether scores are soft-capped (a branch on the push
+// constant costs lavapipe its body on every lane whether taken or not).
+uint32_t softcapped(const AttentionShape& shape) { return shape.softcap > 0.0f ? 1u : 0u; }
+
 // The push constants of every attention pass (the scale defaults to 1/√head_dim).
 AttentionParams attention_params(const AttentionShape& shape, const RopeConfig& rope, uint32_t n_q, uint32_t n_kv,
                                  uint32_t q_stride, uint32_t out_stride, uint32_t n_split, uint32_t kv_per_split) {
@@ -128,7 +132,7 @@ void record_decode_attention(CommandRecorder& rec, CacheType type, const Attenti
   const uint32_t sg = rec.context().subgroup_size(), g = shape.n_head / shape.n_head_kv;
   const uint64_t per_query = decode_scores_floats(shape, n_kv) * 4;
   const uint32_t group = static_cast<uint32_t>(std::clamp<uint64_t>(scratch.range / per_query, 1, n_q));
-  const std::vector<uint32_t> spec = {sg, shape.head_dim, g, rope.n_rot, rope.neox ? 1u : 0u, k_decode_per_lane, k_decode_dims};
+  const std::vector<uint32_t> spec = {sg, shape.head_dim, g, rope.n_rot, rope.neox ? 1u : 0u, k_decode_per_lane, k_decode_dims, softcapped(shape)};
   const std::string ct = cache_type_name(type);
   const bool rot = rotated.rows.buffer != VK_NULL_HANDLE;
   VKLLM_CHECK(!rot || (type == CacheType::F16 && rotated.split <= n_kv), "attention: a rotated copy of K needs an f16 cache");
@@ -283,7 +287,7 @@ void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape
     const uint32_t sg = rec.context().subgroup_size();
     const AttentionParams params = attention_params(shape, rope, n_q, n_kv, q_stride, out_stride, 1, n_kv);
     const Pipeline& p = rec.pipelines().get(std::string("attention_lanes_") + cache_type_name(type), 9, sizeof(AttentionParams),
-                                            {sg, shape.head_dim, rope.n_rot, rope.neox ? 1u : 0u});
+                                            {sg, shape.head_dim, rope.n_rot, rope.neox ? 1u : 0u, softcapped(shape)});
     rec.dispatch(p, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, out, out, rope_table}, params, div_ceil(n_q * shape.n_head, sg));
     return;
   }
@@ -308,7 +312,7 @@ void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape
   const AttentionParams params = attention_params(shape, rope, n_q, n_kv, q_stride, out_stride, n_split, kv_per_split);
   const Pipeline& p =
       simd ? rec.pipelines().get(std::string("attention_simd_") + cache_type_name(type), 9, sizeof(AttentionParams),
-                                 {t.wg, shape.head_dim, t.bq, rope.n_rot, rope.neox ? 1u : 0u})
+                                 {t.wg, shape.head_dim, t.bq, rope.n_rot, rope.neox ? 1u : 0u, softcapped(shape)})
            : rec.pipelines().get(std::string("attention_") + cache_type_name(type), 9, sizeof(AttentionParams),
                                  {t.wg, shape.head_dim, t.bq, t.bkv});
   if (n_split == 1) {
@@ -401,7 +405,7 @@ void record_batch_attention(CommandRecorder& rec, const AttentionShape& shape, c
   views.insert(views.end(), {out, out, rope_table});
   const uint32_t sg = rec.context().subgroup_size();
   const Pipeline& p = rec.pipelines().get("attention_lanes_f16_batch", 9, sizeof(params),
-                                          {sg, shape.head_dim, rope.n_rot, rope.neox ? 1u : 0u});
+                                          {sg, shape.head_dim, rope.n_rot, rope.neox ? 1u : 0u, softcapped(shape)});
   rec.dispatch_views(p, views, params, div_ceil(shape.n_head, sg), static_cast<uint32_t>(seqs.size()));
 }
 
