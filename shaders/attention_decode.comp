@@ -196,7 +196,7 @@ void main() {
     [[unroll]] for (uint h = 0; h < GP; ++h) s[h] = NEG;
     // The dims outer, the heads inner: each converted element of K meets the G heads' q while it is
     // in a register. (With the heads outer, the 64 elements were spilled to the stack and reloaded
-    // for every head: 280 moves in a loop of 1,750 instructions.) Each head's sum keeps its order.
+    // for every head: 282 moves in a loop of 1,751 instructions.) Each head's sum keeps its order.
     vec4 acc4[G];
     [[unroll]] for (uint h = 0; h < G; ++h) acc4[h] = vec4(0.0);
     [[unroll]] for (uint d = 0; d < HD / 4; ++d) {

@@ -17,8 +17,8 @@
 //     Q4_1/Q4_K nibbles masked in place against an x pre-scaled by their bit position; Q4_0 in
 //     integers against x rounded to 9 bits, below);
 //   - decodes each weight once and multiplies it into every column (the column loop innermost);
-// and one subgroupAdd per row and column reduces the lanes; lane j keeps row j of every W rows and
-// the W rows are stored together (below). No shared memory, no barriers.
+// and one subgroupAdd per row (of a vec4: four columns' sums) reduces the lanes; lane j keeps row j
+// of every W rows and the W rows are stored together (below). No shared memory, no barriers.
 // Where rows go and the gated activation of a fused gate|up projection: common/matmul_out.glsl
 // (with glu a row is done twice, for the gate row and for the up row, through the same code).
 // The host uses it when cols % 256 == 0 and every row starts on a 16-byte (Q2_K, Q3_K, Q6_K, IQ4_XS:
