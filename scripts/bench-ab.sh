@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Two vkllm builds on the same `vkllm bench` at the same time, each on a core of its own (one
-# lavapipe thread, the process pinned with taskset), so that both see the machine's phase. On a CPU driver the speed of this kind of machine moves by 1.5×
-# between minutes, and more for a memory-bound kernel than for a compute-bound one, so two builds
-# run one after the other compare phases more than code (docs/performance.md, "Dims outer, heads
-# inner"). Each round prints both builds' test lines and, when the arguments include --profile,
-# their GPU ms per op side by side with the ratio (this build over BASE).
+# lavapipe thread, the process pinned with taskset), so that both see the machine's phase. On a
+# CPU driver this kind of machine changes speed by 1.5× between minutes, and more for a
+# memory-bound kernel than for a compute-bound one, so two builds run one after the other compare
+# phases more than code (docs/performance.md, "How to measure"). Each round prints both builds'
+# test lines and, when the arguments include --profile, their GPU ms per op side by side with the
+# ratio (this build over BASE).
 #
 # usage: BASE=/path/to/other/vkllm scripts/bench-ab.sh BENCH-ARGS...
 #   BASE=/tmp/old/vkllm ROUNDS=3 scripts/bench-ab.sh -m models/bench-1b-q4_0.gguf -p 0 -n 32 -r 2 --profile
