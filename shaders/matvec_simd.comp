@@ -17,7 +17,7 @@
 //     Q4_1/Q4_K nibbles masked in place against an x pre-scaled by their bit position; Q4_0 in
 //     integers against x rounded to 9 bits, below);
 //   - decodes each weight once and multiplies it into every column (the column loop innermost);
-// and one subgroupAdd per row (of a vec4: four columns' sums) reduces the lanes; lane j keeps row j
+// and one subgroupAdd per row (the columns' sums four to a vec4) reduces the lanes; lane j keeps row j
 // of every W rows and the W rows are stored together (below). No shared memory, no barriers.
 // Where rows go and the gated activation of a fused gate|up projection: common/matmul_out.glsl
 // (with glu a row is done twice, for the gate row and for the up row, through the same code).
@@ -526,22 +526,20 @@ void main() {
       const bool gate_row = per_row == 2 && k % 2 == 0;
       // The columns' sums four at a time: lavapipe reduces a vec4 in one loop over the lanes, each
       // component in the same order as a lone float's, so a column's total is the same in any COLS.
-      // (A lone column keeps its float: written through a loop over an array, its reduction left
-      // lavapipe two more loops per row and the kernel ≈ 20% slower.)
+      // (A lone column keeps its float: summed through a loop whose start was not a constant, its
+      // reduction left lavapipe two more loops per row and the kernel ≈ 20% slower.)
+      float total[COLS];
       if (COLS % 4 == 0) {
         [[unroll]] for (uint c = 0; c < COLS; c += 4) {
           const vec4 t = subgroupAdd(vec4(acc[c], acc[c + 1], acc[c + 2], acc[c + 3]));
-          [[unroll]] for (uint i = 0; i < 4; ++i) {
-            if (gate_row) kept_gate[c + i] = lane == j ? t[i] : kept_gate[c + i];
-            else kept[c + i] = lane == j ? t[i] : kept[c + i];
-          }
+          [[unroll]] for (uint i = 0; i < 4; ++i) total[c + i] = t[i];
         }
       } else {
-        [[unroll]] for (uint c = 0; c < COLS; ++c) {
-          const float total = subgroupAdd(acc[c]);
-          if (gate_row) kept_gate[c] = lane == j ? total : kept_gate[c];
-          else kept[c] = lane == j ? total : kept[c];
-        }
+        [[unroll]] for (uint c = 0; c < COLS; ++c) total[c] = subgroupAdd(acc[c]);
+      }
+      [[unroll]] for (uint c = 0; c < COLS; ++c) {
+        if (gate_row) kept_gate[c] = lane == j ? total[c] : kept_gate[c];
+        else kept[c] = lane == j ? total[c] : kept[c];
       }
     }
     [[unroll]] for (uint c = 0; c < COLS; ++c) {
