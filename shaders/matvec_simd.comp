@@ -108,8 +108,9 @@ layout(binding = 0, rgba32ui) uniform readonly restrict uimageBuffer wtex;
 // Q4_0 multiplies integers, two columns per multiply: each 32-element block of x is quantized to
 // 9 bits (±255, scale max|x|/255, rounded to even), and a block's Σ (q − 8)·x9 is summed in 32-bit
 // integers with column 2p's x9 in the low 16 bits and column 2p + 1's above. A sum of 16 such
-// products stays within ±16·8·255 < 2^15, so the two halves come apart exactly (half f: the low
-// 16 bits, sign-extended, of (v + 2^(16f − 1)) >> 16f), every column's integer sum is exact
+// products stays within ±16·8·255 < 2^15, so with each field biased by 2^15 it ends in [0, 2^16)
+// and the two halves come apart exactly by masks (the low and high nibbles' sums are then added
+// in 32 bits, where they cannot overflow into each other), every column's integer sum is exact
 // whatever COLS is (batch invariance), and one multiply-add serves two columns. (llama.cpp's CPU
 // backend rounds x to 8 bits for its Q4_0 products; 9 bits halve that error.) The nibbles are
 // multiplied unsigned and the −8 applied once per half block, as 8 times its packed sum of x9:
@@ -127,9 +128,13 @@ layout(binding = 0, rgba32ui) uniform readonly restrict uimageBuffer wtex;
 #if defined(X64_QUADS)
 #define FIELDS 4          // columns per packed integer
 #define xint int64_t
+#define FIELD_BIAS int64_t(0x8000800080008000ul)
+#define FIELD_MASK int64_t(0x0000FFFF0000FFFFul)
 #else
 #define FIELDS 2
 #define xint int
+#define FIELD_BIAS int(0x80008000u)
+#define FIELD_MASK 0xFFFF
 #endif
 #define PACKS ((COLS + FIELDS - 1) / FIELDS)
 xint xq[PACKS][UPL][UNIT];     // x9 of columns 2p, 2p + 1 (times 2^16), or 4p … 4p + 3 (4p + f times 2^16f)
@@ -230,10 +235,12 @@ void dot_unit(uint u, out float part[COLS]) {
   [[unroll]] for (uint b = 0; b < 8; ++b) {
     // Low and high nibbles in two sums, each of 16 products, ending within their 16-bit fields: the
     // nibbles unsigned, their −8 through the half block's packed sum of x9 (exact modulo 2^32 or 2^64).
+    // Each field starts biased by 2^15 (FIELD_BIAS), so that it ends in [0, 2^16): the fields then
+    // come apart by masks with no borrow between them.
     xint lo_s[PACKS], hi_s[PACKS];
     [[unroll]] for (uint i = 0; i < PACKS; ++i) {
-      lo_s[i] = -8 * xqh[i][u][2 * b];
-      hi_s[i] = -8 * xqh[i][u][2 * b + 1];
+      lo_s[i] = FIELD_BIAS - 8 * xqh[i][u][2 * b];
+      hi_s[i] = FIELD_BIAS - 8 * xqh[i][u][2 * b + 1];
     }
     [[unroll]] for (uint j = 0; j < 16; ++j) {
       const uint at = 18 * b + 2 + j;
@@ -251,13 +258,22 @@ void dot_unit(uint u, out float part[COLS]) {
       }
     }
     const float d = uh(18 * b);
-    [[unroll]] for (uint c = 0; c < COLS; ++c) {
-      // Field f of each sum: the low 16 bits, sign-extended, of (v + 2^(16f − 1)) >> 16f.
-      const uint f = c % FIELDS;
-      const xint rb = f == 0 ? xint(0) : xint(1) << (16 * f - 1);
-      const int l = (int((lo_s[c / FIELDS] + rb) >> (16 * f)) << 16) >> 16;
-      const int h = (int((hi_s[c / FIELDS] + rb) >> (16 * f)) << 16) >> 16;
-      part[c] += d * xd[c][u][b] * float(l + h);
+    [[unroll]] for (uint i = 0; i < PACKS; ++i) {
+      // The even fields and the odd ones, each moved into 32 bits, where the low and high sums add
+      // without overflow: field f then holds l + h + 2^16 for column FIELDS·i + f.
+      const xint ev = (lo_s[i] & FIELD_MASK) + (hi_s[i] & FIELD_MASK);
+      const xint od = ((lo_s[i] >> 16) & FIELD_MASK) + ((hi_s[i] >> 16) & FIELD_MASK);
+      [[unroll]] for (uint f = 0; f < FIELDS; ++f) {
+        const uint c = FIELDS * i + f;
+        if (c < COLS) {
+#if defined(X64_QUADS)
+          const int v = int(f == 0 ? ev : f == 1 ? od : f == 2 ? ev >> 32 : od >> 32) - 0x10000;
+#else
+          const int v = (f == 0 ? ev : od) - 0x10000;
+#endif
+          part[c] += d * xd[c][u][b] * float(v);
+        }
+      }
     }
   }
 #elif defined(WTYPE_F32) || defined(WTYPE_F16) || defined(WTYPE_BF16)
