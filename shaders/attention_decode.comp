@@ -42,6 +42,7 @@
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
 #include "kv_cache.glsl"
 #include "params.h"
 #include "softcap.glsl"
@@ -72,23 +73,33 @@ uint kv_slot(uint e) { return imageLoad(kv_slots_tex, int(p.kv_slots_base + e)).
 int kv_position(uint e) { return int(imageLoad(kv_pos_tex, int(p.kv_pos_base + e)).x); }
 layout(binding = 5) readonly buffer QPos { int q_pos[]; };
 layout(binding = 6) writeonly buffer Out { float out_[]; };
-// [z][head_kv][n_kv + blocks][GP] f32, as texels of 4.
-layout(binding = 7, rgba32ui) uniform restrict uimageBuffer scores;
 const uint GP = (G + 3) / 4 * 4;
+// Binding 7, the scores: [z][head_kv][n_kv + blocks][GP] f32. The values pass reads them as texels
+// of 4; the scores pass writes them as pairs of 64-bit words (the same bytes), because lavapipe
+// stores a per-lane value as a loop over the lanes per component: a texel of four floats was four
+// such loops per entry (≈ 20% of the pass), two 64-bit words are two.
+#if defined(OP_SCORES)
+layout(binding = 7) writeonly restrict buffer Scores { uint64_t scores64[]; };
+#else
+layout(binding = 7, rgba32ui) uniform readonly restrict uimageBuffer scores;
+#endif
 // Entries of a row of scores: one per slot, then one per block of PER_LANE (the block's maxima),
 // and room for the one more block a split may make.
 uint score_row(uint n_kv) { return n_kv + (n_kv + PER_LANE - 1) / PER_LANE + 1; }
+#if defined(OP_SCORES)
 // The GP scores (or block maxima) of entry e of a row of scores.
 void write_scores(uint row, uint e, float sc[GP]) {
-  [[unroll]] for (uint w = 0; w < GP / 4; ++w)
-    imageStore(scores, int((row + e) * (GP / 4) + w), floatBitsToUint(vec4(sc[4 * w], sc[4 * w + 1], sc[4 * w + 2], sc[4 * w + 3])));
+  [[unroll]] for (uint w = 0; w < GP / 2; ++w)
+    scores64[(row + e) * (GP / 2) + w] = packUint2x32(floatBitsToUint(vec2(sc[2 * w], sc[2 * w + 1])));
 }
+#else
 void read_scores(uint row, uint e, out float sc[GP]) {
   [[unroll]] for (uint w = 0; w < GP / 4; ++w) {
     const vec4 v = uintBitsToFloat(imageLoad(scores, int((row + e) * (GP / 4) + w)));
     [[unroll]] for (uint k = 0; k < 4; ++k) sc[4 * w + k] = v[k];
   }
 }
+#endif
 // Blocks of PER_LANE entries, one per lane of the scores pass: the first p.rot_split entries in
 // blocks of their own, then the rest (so no block straddles entry p.rot_split).
 uint blocks_before_split() { return (p.rot_split + PER_LANE - 1) / PER_LANE; }
