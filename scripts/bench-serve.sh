@@ -3,21 +3,23 @@
 #   1. decode throughput: one stream alone, then STREAMS streams at once (each TOKENS tokens after
 #      a short prompt), ROUNDS times in turns; aggregate completion tokens per second of each, the
 #      ratio per round and its median, and the host's CPU steal during each (on a shared host a
-#      CPU driver's tok/s moves with it, so a round where the two differ much says little);
+#      CPU driver's tok/s moves with it, so a round where the two differ much says little); and
+#      the steady rate, STREAMS tokens per median step (the median time between a stream's
+#      tokens), which a few slow seconds of a shared host within a run do not move;
 #   2. prefix reuse: a request with a PREFIX-token prompt, then one sharing that prefix with
 #      another question; cached tokens and time to first token of each (max_tokens 1);
 #   3. a long prompt during a stream: while one stream generates, a LONG-token prompt arrives
 #      (max_tokens 1); the stream's tokens while it is prefilled and the longest wait between them.
 #
 # usage: scripts/bench-serve.sh [MODEL]      (default: the 1b q4_0 benchmark model, made if missing)
-#        STREAMS=4 TOKENS=32 ROUNDS=3 PREFIX=2000 LONG=300 CTX=2560 scripts/bench-serve.sh MODEL
+#        STREAMS=4 TOKENS=32 ROUNDS=9 PREFIX=2000 LONG=300 CTX=2560 scripts/bench-serve.sh MODEL
 #        PARTS=throughput scripts/bench-serve.sh     (part 1 only)
 set -euo pipefail
 . "$(dirname "$0")/bench-lib.sh"
 model=${1:-$root/models/bench-1b-q4_0.gguf}
 streams=${STREAMS:-4}
 tokens=${TOKENS:-32}
-rounds=${ROUNDS:-3}
+rounds=${ROUNDS:-9}
 prefix=${PREFIX:-2000}
 ctx=${CTX:-2560}
 if [ ! -f "$model" ] && [ "$model" = "$root/models/bench-1b-q4_0.gguf" ]; then
@@ -50,7 +52,8 @@ wait_all $(jobs -p | grep -v "^$server$")
 # N streams at once, streamed: end to end, all completion tokens over the wall time (prompts
 # included); decode, the tokens that arrive while every stream is generating (after the last
 # stream's first token, up to the first stream's last) over that window, as llama-batched-bench's
-# S_TG counts the decode phase alone. Prints "tokens seconds e2e_tok_s decode_tok_s".
+# S_TG counts the decode phase alone; steady, n tokens per median gap between a stream's tokens
+# in that window. Prints "tokens seconds e2e_tok_s decode_tok_s steady_tok_s".
 run_streams() {
   node - "$url" "$1" "$tokens" <<'JS'
 const [url, n, tokens] = process.argv.slice(2).map((v, i) => (i ? Number(v) : v));
@@ -75,7 +78,15 @@ const stream = async (i) => {
   const t1 = performance.now(), total = all.reduce((s, a) => s + a.length, 0);
   const w0 = Math.max(...all.map((a) => a[0])), w1 = Math.min(...all.map((a) => a[a.length - 1]));
   const inside = all.reduce((s, a) => s + a.filter((t) => t > w0 && t <= w1).length, 0);
-  console.log(total, ((t1 - t0) / 1000).toFixed(3), (total / ((t1 - t0) / 1000)).toFixed(3), (inside / ((w1 - w0) / 1000)).toFixed(3));
+  const gaps = [];
+  for (const a of all) {
+    const w = a.filter((t) => t >= w0 && t <= w1);
+    for (let i = 1; i < w.length; i++) gaps.push(w[i] - w[i - 1]);
+  }
+  gaps.sort((x, y) => x - y);
+  const steady = gaps.length ? n / (gaps[Math.floor(gaps.length / 2)] / 1000) : 0;
+  console.log(total, ((t1 - t0) / 1000).toFixed(3), (total / ((t1 - t0) / 1000)).toFixed(3), (inside / ((w1 - w0) / 1000)).toFixed(3),
+              steady.toFixed(3));
 })();
 JS
 }
@@ -86,19 +97,19 @@ steal_pct() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN { spl
   print (y[2] > x[2] ? sprintf("%.0f%%", 100 * (y[1] - x[1]) / (y[2] - x[2])) : "-") }' || echo -; }
 median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR] = $1} END { print v[int((NR + 1) / 2)] }'; }
 printf 'model %s, --parallel %d, %d tokens per stream, greedy, %d rounds in turns\n' "$(basename "$model")" "$streams" "$tokens" "$rounds"
-printf '| round | streams | tokens | seconds | tok/s end to end | decode tok/s | decode ratio | host CPU steal |\n'
-printf '|---:|---:|---:|---:|---:|---:|---:|---:|\n'
-e2e_ratios="" dec_ratios=""
+printf '| round | streams | tokens | seconds | tok/s end to end | decode tok/s | decode ratio | steady tok/s | steady ratio | host CPU steal |\n'
+printf '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
+e2e_ratios="" dec_ratios="" steady_ratios=""
 for r in $(seq "$rounds"); do
-  c0=$(cpu_ticks); read -r tok1 s1 e2e1 dec1 < <(run_streams 1); c1=$(cpu_ticks)
-  read -r tokn sn e2en decn < <(run_streams "$streams"); c2=$(cpu_ticks)
-  printf '| %d | 1 | %d | %.2f | %.2f | %.2f | 1.00× | %s |\n' "$r" "$tok1" "$s1" "$e2e1" "$dec1" "$(steal_pct "$c0" "$c1")"
-  printf '| %d | %d | %d | %.2f | %.2f | %.2f | %.2f× | %s |\n' "$r" "$streams" "$tokn" "$sn" "$e2en" "$decn" \
-    "$(calc "$decn / $dec1")" "$(steal_pct "$c1" "$c2")"
-  e2e_ratios+=" $(calc "$e2en / $e2e1")" dec_ratios+=" $(calc "$decn / $dec1")"
+  c0=$(cpu_ticks); read -r tok1 s1 e2e1 dec1 st1 < <(run_streams 1); c1=$(cpu_ticks)
+  read -r tokn sn e2en decn stn < <(run_streams "$streams"); c2=$(cpu_ticks)
+  printf '| %d | 1 | %d | %.2f | %.2f | %.2f | 1.00× | %.2f | 1.00× | %s |\n' "$r" "$tok1" "$s1" "$e2e1" "$dec1" "$st1" "$(steal_pct "$c0" "$c1")"
+  printf '| %d | %d | %d | %.2f | %.2f | %.2f | %.2f× | %.2f | %.2f× | %s |\n' "$r" "$streams" "$tokn" "$sn" "$e2en" "$decn" \
+    "$(calc "$decn / $dec1")" "$stn" "$(calc "$stn / $st1")" "$(steal_pct "$c1" "$c2")"
+  e2e_ratios+=" $(calc "$e2en / $e2e1")" dec_ratios+=" $(calc "$decn / $dec1")" steady_ratios+=" $(calc "$stn / $st1")"
 done
-printf 'median over the rounds: decode %.2f×, end to end %.2f× (%d streams against 1)\n' \
-  "$(echo "$dec_ratios" | median)" "$(echo "$e2e_ratios" | median)" "$streams"
+printf 'median over the rounds: decode %.2f×, steady %.2f×, end to end %.2f× (%d streams against 1)\n' \
+  "$(echo "$dec_ratios" | median)" "$(echo "$steady_ratios" | median)" "$(echo "$e2e_ratios" | median)" "$streams"
 [ "${PARTS:-all}" = throughput ] && exit 0
 
 # Prefix reuse: PREFIX tokens of a manual (repeated sentences), then two questions.
