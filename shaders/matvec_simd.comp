@@ -259,8 +259,8 @@ void dot_unit(uint u, out float part[COLS]) {
     }
     const float d = uh(18 * b);
     [[unroll]] for (uint i = 0; i < PACKS; ++i) {
-      // The even fields and the odd ones, each moved into 32 bits, where the low and high sums add
-      // without overflow: field f then holds l + h + 2^16 for column FIELDS·i + f.
+      // The even fields and the odd ones, each moved into a 32-bit slot, where the low and high sums
+      // add without overflow: column FIELDS·i + f's slot then holds l + h + 2^16.
       const xint ev = (lo_s[i] & FIELD_MASK) + (hi_s[i] & FIELD_MASK);
       const xint od = ((lo_s[i] >> 16) & FIELD_MASK) + ((hi_s[i] >> 16) & FIELD_MASK);
       [[unroll]] for (uint f = 0; f < FIELDS; ++f) {
