@@ -131,7 +131,10 @@ void record_decode_attention(CommandRecorder& rec, CacheType type, const Attenti
                              const BufferView& scratch, const RotatedK& rotated) {
   const uint32_t sg = rec.context().subgroup_size(), g = shape.n_head / shape.n_head_kv;
   const uint64_t per_query = decode_scores_floats(shape, n_kv) * 4;
-  const uint32_t group = static_cast<uint32_t>(std::clamp<uint64_t>(scratch.range / per_query, 1, n_q));
+  // The scores pass writes the group's scores through a storage buffer: within one binding's range.
+  const uint64_t score_bytes = std::min<uint64_t>(scratch.range, rec.context().max_storage_range());
+  const uint32_t group = static_cast<uint32_t>(std::clamp<uint64_t>(score_bytes / per_query, 1, n_q));
+  const BufferView scores = scratch.sub(0, uint64_t{group} * per_query);
   const std::vector<uint32_t> spec = {sg, shape.head_dim, g, rope.n_rot, rope.neox ? 1u : 0u, k_decode_per_lane, k_decode_dims, softcapped(shape)};
   const std::string ct = cache_type_name(type);
   const bool rot = rotated.rows.buffer != VK_NULL_HANDLE;
@@ -160,14 +163,15 @@ void record_decode_attention(CommandRecorder& rec, CacheType type, const Attenti
     params.kv_rot_base = static_cast<uint32_t>(rotated.rot.offset / 4);
     params.rot_slots = rot ? copy_slots(rotated, shape.n_head_kv * shape.head_dim) : 0;
     if (t > 0) rec.barrier();  // the previous group's values pass has read the scores
-    // The whole scratch is bound (a storage texel buffer; one view for every n_kv).
+    // The values pass binds the whole scratch (a storage texel buffer; one view for every n_kv), the
+    // scores pass the group's scores (a storage buffer).
     if (rot)
       rec.dispatch(ps,
-                   {whole(q), rotated.rows, v_cache, whole(kv_slots), whole(kv_pos), q_pos, out, scratch, rope_table,
+                   {whole(q), rotated.rows, v_cache, whole(kv_slots), whole(kv_pos), q_pos, out, scores, rope_table,
                     whole(rotated.rot)},
                    params, div_ceil(blocks, sg), shape.n_head_kv, n);
     else
-      rec.dispatch(ps, {whole(q), k_cache, v_cache, whole(kv_slots), whole(kv_pos), q_pos, out, scratch, rope_table}, params,
+      rec.dispatch(ps, {whole(q), k_cache, v_cache, whole(kv_slots), whole(kv_pos), q_pos, out, scores, rope_table}, params,
                    div_ceil(blocks, sg), shape.n_head_kv, n);
     rec.barrier();
     rec.dispatch(pv, {q, k_cache, v_cache, whole(kv_slots), whole(kv_pos), q_pos, out, scratch, rope_table}, params,
@@ -254,7 +258,9 @@ bool decode_kernels_fit(const VulkanContext& ctx, const AttentionShape& shape, u
   const DeviceInfo& d = ctx.info();
   const uint32_t g = shape.n_head / shape.n_head_kv;
   const bool cpu_layout = shape.kernel == AttentionKernel::Simd || (shape.kernel == AttentionKernel::Auto && d.type == "cpu");
-  return cpu_layout && d.int64 && max_kv >= k_decode_min_kv && g <= 8 && shape.head_dim % k_decode_dims == 0 && g * shape.head_dim <= k_decode_unroll;
+  // (The scores pass writes a query's scores through one storage-buffer binding.)
+  return cpu_layout && d.int64 && max_kv >= k_decode_min_kv && g <= 8 && shape.head_dim % k_decode_dims == 0 &&
+         g * shape.head_dim <= k_decode_unroll && decode_scores_floats(shape, max_kv) * 4 <= ctx.max_storage_range();
 }
 
 uint32_t attention_query_group(const VulkanContext& ctx, const AttentionShape& shape, uint32_t max_kv) {
