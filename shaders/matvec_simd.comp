@@ -137,8 +137,10 @@ layout(binding = 0, rgba32ui) uniform readonly restrict uimageBuffer wtex;
 #define FIELD_MASK 0xFFFF
 #endif
 #define PACKS ((COLS + FIELDS - 1) / FIELDS)
-xint xq[PACKS][UPL][UNIT];     // x9 of columns 2p, 2p + 1 (times 2^16), or 4p … 4p + 3 (4p + f times 2^16f)
-xint xqh[PACKS][UPL][16];      // Σ xq over each half block of 16: [2b] for the low nibbles, [2b + 1] the high
+// xq: x9 of columns 2p, 2p + 1 (times 2^16), or 4p … 4p + 3 (4p + f times 2^16f); in each block the
+// upper 16 elements (the high nibbles') hold x9[16 + j] − 16·x9[j] instead (below).
+xint xq[PACKS][UPL][UNIT];
+xint xqh[PACKS][UPL][16];      // Σ x9 over each half block's 16 elements: [2b] bytes 0–7 (both nibbles), [2b + 1] bytes 8–15
 float xd[COLS][UPL][8];        // each block's x scale
 #else
 float xs[COLS][UPL][UNIT];     // this lane's x slices, per column (scaled by xs_scale)
@@ -233,10 +235,14 @@ void dot_unit(uint u, out float part[COLS]) {
   [[unroll]] for (uint k = 0; k < (UNIT_WORDS + 1) / 2; ++k) w64[k] = packUint2x32(uvec2(wd[2 * k], wd[2 * k + 1]));
 #endif
   [[unroll]] for (uint b = 0; b < 8; ++b) {
-    // Low and high nibbles in two sums, each of 16 products, ending within their 16-bit fields: the
-    // nibbles unsigned, their −8 through the half block's packed sum of x9 (exact modulo 2^32 or 2^64).
-    // Each field starts biased by 2^15 (FIELD_BIAS), so that it ends in [0, 2^16): the fields then
-    // come apart by masks with no borrow between them.
+    // Byte j of the block holds element j (low nibble lo) and 16 + j (high nibble hi); with the whole
+    // byte q = lo + 16·hi, lo·x[j] + hi·x[16 + j] = q·x[j] + hi·(x[16 + j] − 16·x[j]), which xq
+    // holds for the upper elements: a byte, its high nibble (q >> 4) and two multiply-adds, one
+    // mask fewer than each nibble on its own. Bytes 0–7 and 8–15 go into two sums (lo_s, hi_s) of
+    // 16 products each, which end within their 16-bit fields: the nibbles unsigned, their −8
+    // through the half's packed sum of x9 (exact modulo 2^32 or 2^64). Each field starts biased by
+    // 2^15 (FIELD_BIAS), so that it ends in [0, 2^16): the fields then come apart by masks with no
+    // borrow between them.
     xint lo_s[PACKS], hi_s[PACKS];
     [[unroll]] for (uint i = 0; i < PACKS; ++i) {
       lo_s[i] = FIELD_BIAS - 8 * xqh[i][u][2 * b];
@@ -245,16 +251,14 @@ void dot_unit(uint u, out float part[COLS]) {
     [[unroll]] for (uint j = 0; j < 16; ++j) {
       const uint at = 18 * b + 2 + j;
 #if defined(X64_QUADS)
-      const xint q = int64_t(w64[at >> 3]);
-      const uint sh = 8 * (at & 7u);
+      const xint q = int64_t((w64[at >> 3] >> (8 * (at & 7u))) & 0xFFul);
 #else
-      const xint q = int(wd[at >> 2]);
-      const uint sh = 8 * (at & 3u);
+      const xint q = int((wd[at >> 2] >> (8 * (at & 3u))) & 0xFFu);
 #endif
-      const xint lo = (q >> sh) & 0xF, hi = (q >> (sh + 4)) & 0xF;
+      const xint hi = q >> 4;
       [[unroll]] for (uint i = 0; i < PACKS; ++i) {
-        lo_s[i] += lo * xq[i][u][32 * b + j];
-        hi_s[i] += hi * xq[i][u][32 * b + 16 + j];
+        if (j < 8) lo_s[i] += q * xq[i][u][32 * b + j] + hi * xq[i][u][32 * b + 16 + j];
+        else hi_s[i] += q * xq[i][u][32 * b + j] + hi * xq[i][u][32 * b + 16 + j];
       }
     }
     const float d = uh(18 * b);
@@ -501,14 +505,20 @@ void main() {
     }
   }
 #if INT_X
-  // Each half block's packed sum of x9 (for the −8 of every nibble).
+  // Each half block's packed sum of x9 (for the −8 of every nibble): half 2b is bytes 0–7 of block b,
+  // elements 32b + j and 32b + 16 + j for j < 8; half 2b + 1 bytes 8–15. Then the upper elements
+  // become x[16 + j] − 16·x[j] (each field within ±4,335; packed, exact modulo 2^32 or 2^64).
   [[unroll]] for (uint i = 0; i < PACKS; ++i)
     [[unroll]] for (uint u = 0; u < UPL; ++u)
       [[unroll]] for (uint h = 0; h < 16; ++h) {
         xint s = xint(0);
-        [[unroll]] for (uint j = 0; j < 16; ++j) s += xq[i][u][16 * h + j];
+        [[unroll]] for (uint j = 0; j < 8; ++j) s += xq[i][u][32 * (h / 2) + 8 * (h % 2) + j] + xq[i][u][32 * (h / 2) + 16 + 8 * (h % 2) + j];
         xqh[i][u][h] = s;
       }
+  [[unroll]] for (uint i = 0; i < PACKS; ++i)
+    [[unroll]] for (uint u = 0; u < UPL; ++u)
+      [[unroll]] for (uint b = 0; b < 8; ++b)
+        [[unroll]] for (uint j = 0; j < 16; ++j) xq[i][u][32 * b + 16 + j] -= 16 * xq[i][u][32 * b + j];
 #endif
   const uint first = (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x) * p.rows_per_group;
   const uint last = min(first + p.rows_per_group, p.rows);
