@@ -6,9 +6,9 @@
 // The grid's z is the query token (p.q_first + z): a decode step is one, a prefill chunk over a
 // long cached prefix runs in groups of as many as the scratch holds scores for.
 //
-//   OP_SCORES: one lane per slot; grid x = blocks of W·PER_LANE entries, y = KV head. q of the
+//   OP_SCORES: one lane per slot; grid x = blocks of W·p.per_lane entries, y = KV head. q of the
 //     workgroup's G heads is read at uniform addresses, before the slot loop (see below). A lane
-//     runs over PER_LANE consecutive entries of the slot list; it loads the slot's K row (rotated
+//     runs over p.per_lane consecutive entries of the slot list; it loads the slot's K row (rotated
 //     by RoPE at the slot's position: angles from the rope table, advanced by one complex product
 //     per position while positions are consecutive and reloaded every ANCHOR_EVERY entries) and
 //     writes the G scores q_h·k (scaled, soft-capped; masked ones as NEG) of the entry side by
@@ -36,8 +36,9 @@
 // 9 kv_rot [n_kv] i32 (ROT_COPY; binding 1 is then the rotated copy). Every one that is read per
 // lane is a storage texel buffer (q, the rope table, the lists, the f16 cache, the scores).
 // Push constants: AttentionParams (q_first, q_base, kv_*_base, rot_slots). Specialization: 0 W
-// (subgroup size), 1 HD, 2 G, 3 N_ROT, 4 NEOX, 5 PER_LANE, 6 DC (divides HD; for f16 a multiple of 8),
-// 7 SOFTCAP (p.softcap > 0).
+// (subgroup size), 1 HD, 2 G, 3 N_ROT, 4 NEOX, 5 DC (divides HD; for f16 a multiple of 8),
+// 6 SOFTCAP (p.softcap > 0). The entries per scores-pass lane are p.per_lane (a push constant: the
+// host takes more of them for longer lists, its loop is not unrolled either way).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
@@ -52,11 +53,10 @@ layout(constant_id = 1) const uint HD = 64;
 layout(constant_id = 2) const uint G = 4;
 layout(constant_id = 3) const uint N_ROT = 64;
 layout(constant_id = 4) const bool NEOX = false;
-layout(constant_id = 5) const uint PER_LANE = 8;
-layout(constant_id = 6) const uint DC = 16;  // OP_VALUES: dims per workgroup
+layout(constant_id = 5) const uint DC = 16;  // OP_VALUES: dims per workgroup
 // Whether scores are soft-capped (p.softcap > 0): a constant, because lavapipe runs a branch's body
 // for every lane whether taken or not, and a tanh per head and entry was ≈ 10% of the scores pass.
-layout(constant_id = 7) const bool SOFTCAP = false;
+layout(constant_id = 6) const bool SOFTCAP = false;
 const float NEG = -1.0e30;
 const uint ANCHOR_EVERY = 32;
 layout(push_constant) uniform Push { AttentionParams p; };
@@ -83,9 +83,9 @@ layout(binding = 7) writeonly restrict buffer Scores { uint64_t scores64[]; };
 #else
 layout(binding = 7, rgba32ui) uniform readonly restrict uimageBuffer scores;
 #endif
-// Entries of a row of scores: one per slot, then one per block of PER_LANE (the block's maxima),
+// Entries of a row of scores: one per slot, then one per block of p.per_lane (the block's maxima),
 // and room for the one more block a split may make.
-uint score_row(uint n_kv) { return n_kv + (n_kv + PER_LANE - 1) / PER_LANE + 1; }
+uint score_row(uint n_kv) { return n_kv + (n_kv + p.per_lane - 1) / p.per_lane + 1; }
 #if defined(OP_SCORES)
 // The GP scores (or block maxima) of entry e of a row of scores.
 void write_scores(uint row, uint e, float sc[GP]) {
@@ -100,17 +100,17 @@ void read_scores(uint row, uint e, out float sc[GP]) {
   }
 }
 #endif
-// Blocks of PER_LANE entries, one per lane of the scores pass: the first p.rot_split entries in
+// Blocks of p.per_lane entries, one per lane of the scores pass: the first p.rot_split entries in
 // blocks of their own, then the rest (so no block straddles entry p.rot_split).
-uint blocks_before_split() { return (p.rot_split + PER_LANE - 1) / PER_LANE; }
-uint n_blocks() { return blocks_before_split() + (p.n_kv - p.rot_split + PER_LANE - 1) / PER_LANE; }
+uint blocks_before_split() { return (p.rot_split + p.per_lane - 1) / p.per_lane; }
+uint n_blocks() { return blocks_before_split() + (p.n_kv - p.rot_split + p.per_lane - 1) / p.per_lane; }
 
 #if defined(OP_SCORES)
 // q and the rope table are read as 16-byte texels (storage texel buffers): lavapipe turns a load at
 // one address in every lane into a loop over the lanes, each load of a storage buffer per
 // component, each through memory, but serves a texel load as one wide load per lane. The G heads'
 // q (G·HD/4 vec4) and the angles (two pairs per texel) are the pass's prologue, paid once per
-// PER_LANE entries: read per component they were ≈ 30% of the pass (docs/performance.md).
+// p.per_lane entries: read per component they were ≈ 30% of the pass (docs/performance.md).
 layout(binding = 0, rgba32ui) uniform readonly restrict uimageBuffer q_tex;  // [n_q][q_stride] f32
 layout(binding = 8, rgba32ui) uniform readonly restrict uimageBuffer rope_tex;  // [pos][HD/2] (cos, sin)
 // The (cos, sin) of pair i at position pos (HD / 2 even: a position's pairs start on a texel).
@@ -138,7 +138,7 @@ void main() {
   const uint lane = gl_LocalInvocationID.x, W = gl_WorkGroupSize.x, hk = gl_WorkGroupID.y;
   const uint row_bytes = cache_row_bytes(p.n_head_kv * HD);
   const uint block = gl_WorkGroupID.x * W + lane, split_blocks = blocks_before_split();
-  const uint first = block < split_blocks ? block * PER_LANE : p.rot_split + (block - split_blocks) * PER_LANE;
+  const uint first = block < split_blocks ? block * p.per_lane : p.rot_split + (block - split_blocks) * p.per_lane;
   const uint end = block < split_blocks ? p.rot_split : p.n_kv;
   const uint z = gl_WorkGroupID.z, t = p.q_first + z;
   const int qpos = q_pos[t];
@@ -173,7 +173,7 @@ void main() {
   // whose latency the slot's K row waits for (a loop body is too long for the CPU to look ahead).
   uint slot_next = first < end ? kv_slot(first) : 0u;
   int pos_next = first < end ? kv_position(first) : 0;
-  [[dont_unroll]] for (uint t = 0; t < PER_LANE; ++t) {
+  [[dont_unroll]] for (uint t = 0; t < p.per_lane; ++t) {
     const uint e = first + t;
     if (e >= end) break;
     const int pos = pos_next;

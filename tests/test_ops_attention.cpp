@@ -287,6 +287,7 @@ TEST_F(AttentionOps, PrefillAndDecodeEveryCacheType) {
       {4, 2, 64, 9, 600, 640, false},               // prefill over ≥ 256 slots: attention_decode in query groups 4, 4, 1
       {8, 2, 128, 5, 300, 320, true},               // the same, head dim 128, NeoX
       {4, 2, 64, 12, 400, 420, false, 3, 64},       // prefill over a long prefix with a window and a position jump
+      {4, 2, 64, 1, 2300, 2400, false, 5},          // decode over ≥ 2,048 slots: 128 entries per scores-pass lane
   };
   // Every kernel: the GPUs' shared-memory tiles, the CPU drivers' one-slot-per-lane layout (head
   // dims ≤ 64; larger heads get Auto instead, which on a CPU driver takes attention_decode.comp
@@ -313,6 +314,8 @@ TEST_F(AttentionOps, DecodeFromTheRotatedCopyOfK) {
       {4, 2, 256, 1, 270, 300, true, 0, 40},        // head dim 256 with a window
       {4, 2, 64, 9, 600, 640, false},               // prefill over ≥ 256 slots, in query groups
       {4, 2, 64, 1, 576, 1024, false},              // the split (entry 192) on a block boundary
+      {4, 2, 64, 1, 2300, 2400, true, 5},           // 128 entries per lane (≥ 2,048 slots), NeoX, a jump
+      {4, 2, 64, 2, 4200, 4300, false},             // 256 entries per lane (≥ 4,096 slots), two queries
   };
   int ran = 0;
   for (const AttnCase& c : cases) {

@@ -90,11 +90,19 @@ AttentionParams attention_params(const AttentionShape& shape, const RopeConfig& 
 // them), within k_decode_group_bytes.
 constexpr uint32_t k_decode_max_group = 64;
 constexpr uint64_t k_decode_group_bytes = uint64_t{64} << 20;
-constexpr uint32_t k_decode_per_lane = 64;
+// Entries per scores-pass lane: each lane's block pays a prologue (q of its G heads loaded and
+// rotated), so longer lists take longer blocks, as long as every KV head still has two workgroups'
+// worth of lanes (docs/performance.md, "Longer blocks for longer lists").
+constexpr uint32_t k_decode_per_lane = 64, k_decode_max_per_lane = 256;
+uint32_t decode_per_lane(uint32_t n_kv, uint32_t sg) {
+  uint32_t per_lane = k_decode_per_lane;
+  while (per_lane < k_decode_max_per_lane && n_kv / (2 * per_lane) >= 2 * sg) per_lane *= 2;
+  return per_lane;
+}
 constexpr uint32_t k_decode_dims = 32;  // the values pass's head dims per workgroup
 
 // Floats of attention_decode's scratch per query token: [n_head_kv][n_kv + blocks][G rounded up to
-// a multiple of 4], the scores of every entry then the maximum of each lane's block of
+// a multiple of 4], the scores of every entry then the maximum of each lane's block of (at least)
 // k_decode_per_lane entries.
 uint64_t decode_scores_floats(const AttentionShape& shape, uint32_t n_kv) {
   const uint32_t g = shape.n_head / shape.n_head_kv;
@@ -135,7 +143,8 @@ void record_decode_attention(CommandRecorder& rec, CacheType type, const Attenti
   const uint64_t score_bytes = std::min<uint64_t>(scratch.range, rec.context().max_storage_range());
   const uint32_t group = static_cast<uint32_t>(std::clamp<uint64_t>(score_bytes / per_query, 1, n_q));
   const BufferView scores = scratch.sub(0, uint64_t{group} * per_query);
-  const std::vector<uint32_t> spec = {sg, shape.head_dim, g, rope.n_rot, rope.neox ? 1u : 0u, k_decode_per_lane, k_decode_dims, softcapped(shape)};
+  const std::vector<uint32_t> spec = {sg, shape.head_dim, g, rope.n_rot, rope.neox ? 1u : 0u, k_decode_dims, softcapped(shape)};
+  const uint32_t per_lane = decode_per_lane(n_kv, sg);
   const std::string ct = cache_type_name(type);
   const bool rot = rotated.rows.buffer != VK_NULL_HANDLE;
   VKLLM_CHECK(!rot || (type == CacheType::F16 && rotated.split <= n_kv), "attention: a rotated copy of K needs an f16 cache");
@@ -144,7 +153,7 @@ void record_decode_attention(CommandRecorder& rec, CacheType type, const Attenti
   const Pipeline& pv = rec.pipelines().get("attention_values_" + ct, 9, sizeof(AttentionParams), spec);
   // Lanes' blocks of entries: those before the split, then those after it.
   const uint32_t split = rot ? rotated.split : 0;
-  const uint32_t blocks = div_ceil(split, k_decode_per_lane) + div_ceil(n_kv - split, k_decode_per_lane);
+  const uint32_t blocks = div_ceil(split, per_lane) + div_ceil(n_kv - split, per_lane);
   // q, the rope table and the lists are read as texels (attention_decode.comp). q and the lists are
   // bound from their buffers' start to their end, one view each whatever the step, and found at
   // offsets in the push constants (bases); the rope table is bound as it is.
@@ -162,6 +171,7 @@ void record_decode_attention(CommandRecorder& rec, CacheType type, const Attenti
     params.kv_pos_base = static_cast<uint32_t>(kv_pos.offset / 4);
     params.kv_rot_base = static_cast<uint32_t>(rotated.rot.offset / 4);
     params.rot_slots = rot ? copy_slots(rotated, shape.n_head_kv * shape.head_dim) : 0;
+    params.per_lane = per_lane;
     if (t > 0) rec.barrier();  // the previous group's values pass has read the scores
     // The values pass binds the whole scratch (a storage texel buffer; one view for every n_kv), the
     // scores pass the group's scores (a storage buffer).

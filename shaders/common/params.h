@@ -151,6 +151,7 @@ struct AttentionParams {
   u32 kv_pos_base;   //   before entry 0 of the list (the views start at their buffers' start)
   u32 kv_rot_base;
   u32 rot_slots;     // attention_decode with the rotated copy of K: its slots (head-major, [n_head_kv][slots][HD])
+  u32 per_lane;      // attention_decode: entries per lane of the scores pass (a block; its maxima follow the scores)
 };
 
 #ifdef __cplusplus
