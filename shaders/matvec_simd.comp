@@ -238,16 +238,14 @@ void dot_unit(uint u, out float part[COLS]) {
     // Byte j of the block holds element j (low nibble lo) and 16 + j (high nibble hi); with the whole
     // byte q = lo + 16·hi, lo·x[j] + hi·x[16 + j] = q·x[j] + hi·(x[16 + j] − 16·x[j]), which xq
     // holds for the upper elements: a byte, its high nibble (q >> 4) and two multiply-adds, one
-    // mask fewer than each nibble on its own. Bytes 0–7 and 8–15 go into two sums (lo_s, hi_s) of
+    // mask fewer than each nibble on its own. Bytes 0–7 and 8–15 go into two sums (half_s[0], half_s[1]) of
     // 16 products each, which end within their 16-bit fields: the nibbles unsigned, their −8
     // through the half's packed sum of x9 (exact modulo 2^32 or 2^64). Each field starts biased by
     // 2^15 (FIELD_BIAS), so that it ends in [0, 2^16): the fields then come apart by masks with no
     // borrow between them.
-    xint lo_s[PACKS], hi_s[PACKS];
-    [[unroll]] for (uint i = 0; i < PACKS; ++i) {
-      lo_s[i] = FIELD_BIAS - 8 * xqh[i][u][2 * b];
-      hi_s[i] = FIELD_BIAS - 8 * xqh[i][u][2 * b + 1];
-    }
+    xint half_s[2][PACKS];
+    [[unroll]] for (uint h = 0; h < 2; ++h)
+      [[unroll]] for (uint i = 0; i < PACKS; ++i) half_s[h][i] = FIELD_BIAS - 8 * xqh[i][u][2 * b + h];
     [[unroll]] for (uint j = 0; j < 16; ++j) {
       const uint at = 18 * b + 2 + j;
 #if defined(X64_QUADS)
@@ -257,16 +255,15 @@ void dot_unit(uint u, out float part[COLS]) {
 #endif
       const xint hi = q >> 4;
       [[unroll]] for (uint i = 0; i < PACKS; ++i) {
-        if (j < 8) lo_s[i] += q * xq[i][u][32 * b + j] + hi * xq[i][u][32 * b + 16 + j];
-        else hi_s[i] += q * xq[i][u][32 * b + j] + hi * xq[i][u][32 * b + 16 + j];
+        half_s[j / 8][i] += q * xq[i][u][32 * b + j] + hi * xq[i][u][32 * b + 16 + j];
       }
     }
     const float d = uh(18 * b);
     [[unroll]] for (uint i = 0; i < PACKS; ++i) {
-      // The even fields and the odd ones, each moved into a 32-bit slot, where the low and high sums
-      // add without overflow: column FIELDS·i + f's slot then holds l + h + 2^16.
-      const xint ev = (lo_s[i] & FIELD_MASK) + (hi_s[i] & FIELD_MASK);
-      const xint od = ((lo_s[i] >> 16) & FIELD_MASK) + ((hi_s[i] >> 16) & FIELD_MASK);
+      // The even fields and the odd ones, each moved into a 32-bit slot, where the two halves' sums
+      // add without overflow: column FIELDS·i + f's slot then holds s0 + s1 + 2^16.
+      const xint ev = (half_s[0][i] & FIELD_MASK) + (half_s[1][i] & FIELD_MASK);
+      const xint od = ((half_s[0][i] >> 16) & FIELD_MASK) + ((half_s[1][i] >> 16) & FIELD_MASK);
       [[unroll]] for (uint f = 0; f < FIELDS; ++f) {
         const uint c = FIELDS * i + f;
         if (c < COLS) {
