@@ -5,7 +5,8 @@
 # memory-bound kernel than for a compute-bound one, so two builds run one after the other compare
 # phases more than code (docs/performance.md, "How to measure"). Each round prints both builds'
 # test lines and, when the arguments include --profile, their GPU ms per op side by side with the
-# ratio (this build over BASE).
+# ratio (this build over BASE); an op that only BASE ran (a kernel renamed or replaced) follows,
+# with "-" for this build.
 #
 # usage: BASE=/path/to/other/vkllm scripts/bench-ab.sh BENCH-ARGS...
 #   BASE=/tmp/old/vkllm ROUNDS=3 scripts/bench-ab.sh -m models/bench-1b-q4_0.gguf -p 0 -n 32 -r 2 --profile
@@ -51,5 +52,8 @@ for r in $(seq "$rounds"); do
     awk -F'\t' 'NR == FNR { ms[$1 FS $2] = $3; next }
                 { b = ms[$1 FS $2]; r = (b > 0) ? sprintf("%.3f", $3 / b) : "-"
                   printf "| %-14s | %-28s | %10s | %10.1f | %6s |\n", $1, $2, (b == "") ? "-" : b, $3, r }' "$work/base.ops" "$work/this.ops"
+    # Ops that only the base build ran (a kernel renamed or replaced).
+    awk -F'\t' 'NR == FNR { seen[$1 FS $2] = 1; next }
+                !(($1 FS $2) in seen) { printf "| %-14s | %-28s | %10s | %10s | %6s |\n", $1, $2, $3, "-", "-" }' "$work/this.ops" "$work/base.ops"
   fi
 done
