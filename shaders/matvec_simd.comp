@@ -40,7 +40,13 @@
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint UPL = 1;
 layout(constant_id = 2) const uint COLS = 1;
+#if defined(X64_QUADS)
+// x as 16-byte texels (rgba32ui) from p.x_base: a per-lane texel load is one wide load per lane on
+// lavapipe, a storage-buffer vec4 a loop over the lanes per component (below, the prologue).
+layout(binding = 1, rgba32ui) uniform readonly restrict uimageBuffer x_tex;
+#else
 layout(binding = 1) readonly buffer X { vec4 x4[]; };
+#endif
 layout(binding = 2) buffer Y { float y[]; };
 layout(push_constant) uniform Push { MatmulParams p; };
 #include "matmul_out.glsl"
@@ -141,7 +147,13 @@ layout(binding = 0, rgba32ui) uniform readonly restrict uimageBuffer wtex;
 // upper 16 elements (the high nibbles') hold x9[16 + j] − 16·x9[j] instead (below).
 xint xq[PACKS][UPL][UNIT];
 xint xqh[PACKS][UPL][16];      // Σ x9 over each half block's 16 elements: [2b] bytes 0–7 (both nibbles), [2b + 1] bytes 8–15
+#if defined(X64_QUADS)
+vec4 xd4[UPL][8];              // each block's x scale, column c in component c (COLS is 4)
+#define XD(c, u, b) xd4[u][b][c]
+#else
 float xd[COLS][UPL][8];        // each block's x scale
+#define XD(c, u, b) xd[c][u][b]
+#endif
 #else
 float xs[COLS][UPL][UNIT];     // this lane's x slices, per column (scaled by xs_scale)
 float xsum[COLS][UPL][SUBS];   // sum of x over each block (sub-block for the K-quants)
@@ -272,7 +284,7 @@ void dot_unit(uint u, out float part[COLS]) {
 #else
           const int v = (f == 0 ? ev : od) - 0x10000;
 #endif
-          part[c] += d * xd[c][u][b] * float(v);
+          part[c] += d * XD(c, u, b) * float(v);
         }
       }
     }
@@ -453,9 +465,53 @@ void dot_unit(uint u, out float part[COLS]) {
 #endif
 }
 
+#if INT_X
+// A 32-element block of x quantized to ±255 (X_LEVELS, rounded to even) into q; returns its scale. A
+// NaN or an infinity in the block makes the scale NaN and the values 0 (never garbage in another
+// column's field): the column's results are NaN, as they are with float activations.
+float quantize_x9(vec4 v[8], out int q[32]) {
+  float amax = 0.0;
+  bool finite = true;
+  [[unroll]] for (uint i = 0; i < 8; ++i) {
+    const vec4 m = abs(v[i]);
+    amax = max(amax, max(max(m.x, m.y), max(m.z, m.w)));
+    finite = finite && !any(isnan(v[i])) && !any(isinf(v[i]));
+  }
+  const float id = finite && amax != 0.0 ? X_LEVELS / amax : 0.0;
+  [[unroll]] for (uint i = 0; i < 8; ++i)
+    [[unroll]] for (uint k = 0; k < 4; ++k) q[4 * i + k] = finite ? int(roundEven(v[i][k] * id)) : 0;
+  return finite ? amax / X_LEVELS : uintBitsToFloat(0x7FC00000u);
+}
+#endif
+
 void main() {
   const uint lane = gl_SubgroupInvocationID, S = gl_SubgroupSize;
   const uint n_units = p.cols / UNIT;
+#if defined(X64_QUADS)
+  // This lane's x slices, quantized, once for every row (columns past n_tokens are 0): the columns
+  // in a loop that is not unrolled, each adding its x9 into its 16-bit field of xq[0] (PACKS is 1),
+  // so that only one column's texel loads are inlined (all four's, unrolled, took lavapipe's LLVM
+  // 8× as long to compile; docs/performance.md, "x before the row loop").
+  [[unroll]] for (uint u = 0; u < UPL; ++u)
+    [[unroll]] for (uint e = 0; e < UNIT; ++e) xq[0][u][e] = xint(0);
+  [[dont_unroll]] for (uint c = 0; c < COLS; ++c) {
+    const bool col = c < p.n_tokens;
+    const uint col_at = p.x_base + (col ? c * (p.x_stride / 4) : 0);
+    [[unroll]] for (uint u = 0; u < UPL; ++u) {
+      const uint unit = u * S + lane;
+      const uint at = col_at + min(unit, n_units - 1) * XV;
+      [[unroll]] for (uint b = 0; b < SUBS; ++b) {
+        vec4 v[8];
+        [[unroll]] for (uint i = 0; i < 8; ++i)
+          v[i] = col && unit < n_units ? uintBitsToFloat(imageLoad(x_tex, int(at + 8 * b + i))) : vec4(0.0);
+        int q[32];
+        const float dx = quantize_x9(v, q);
+        [[unroll]] for (uint e = 0; e < 32; ++e) xq[0][u][32 * b + e] += xint(q[e]) << (16 * c);
+        XD(c, u, b) = dx;
+      }
+    }
+  }
+#else
   // This lane's x slices and their block sums, once for every row (columns past n_tokens are 0).
   [[unroll]] for (uint c = 0; c < COLS; ++c) {
     const bool col = c < p.n_tokens;
@@ -465,29 +521,15 @@ void main() {
       const uint at = col_at + min(unit, n_units - 1) * XV;
       [[unroll]] for (uint b = 0; b < SUBS; ++b) {
 #if INT_X
-        // Quantize the block to ±255.
         vec4 v[8];
-        float amax = 0.0;
-        bool finite = true;
-        [[unroll]] for (uint i = 0; i < 8; ++i) {
-          v[i] = col && unit < n_units ? x4[at + 8 * b + i] : vec4(0.0);
-          const vec4 m = abs(v[i]);
-          amax = max(amax, max(max(m.x, m.y), max(m.z, m.w)));
-          finite = finite && !any(isnan(v[i])) && !any(isinf(v[i]));
+        [[unroll]] for (uint i = 0; i < 8; ++i) v[i] = col && unit < n_units ? x4[at + 8 * b + i] : vec4(0.0);
+        int q[32];
+        const float dx = quantize_x9(v, q);
+        [[unroll]] for (uint e = 0; e < 32; ++e) {
+          if (c % FIELDS == 0) xq[c / FIELDS][u][32 * b + e] = xint(q[e]);
+          else xq[c / FIELDS][u][32 * b + e] += xint(q[e]) << (16 * (c % FIELDS));
         }
-        // A NaN or an infinity in the block makes its scale NaN (and its values 0): the column's
-        // results are NaN, as they are with float activations.
-        const float dx = finite ? amax / X_LEVELS : uintBitsToFloat(0x7FC00000u);
-        const float id = finite && amax != 0.0 ? X_LEVELS / amax : 0.0;
-        [[unroll]] for (uint i = 0; i < 8; ++i) {
-          [[unroll]] for (uint k = 0; k < 4; ++k) {
-            const int xqv = finite ? int(roundEven(v[i][k] * id)) : 0;  // never garbage in the other column's half
-            const uint e = 32 * b + 4 * i + k;
-            if (c % FIELDS == 0) xq[c / FIELDS][u][e] = xint(xqv);
-            else xq[c / FIELDS][u][e] += xint(xqv) << (16 * (c % FIELDS));
-          }
-        }
-        xd[c][u][b] = dx;
+        XD(c, u, b) = dx;
 #else
         vec4 t = vec4(0.0);
         [[unroll]] for (uint i = 0; i < XV / SUBS; ++i) {
@@ -501,6 +543,7 @@ void main() {
       }
     }
   }
+#endif
 #if INT_X
   // Each half block's packed sum of x9 (for the −8 of every nibble): half 2b is bytes 0–7 of block b,
   // elements 32b + j and 32b + 16 + j for j < 8; half 2b + 1 bytes 8–15. Then the upper elements

@@ -226,7 +226,10 @@ void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const Buf
         group.rows_per_group = rows_per_group;
         // The weights as whole 16-byte texels: the arena pads every part to them.
         const BufferView texels{part.view.buffer, part.view.offset, (part.view.range + 15) / 16 * 16};
-        rec.dispatch(p, {texels, x.sub(x_at, x.range - x_at), y}, group, gx, div_ceil(groups, gx));
+        // x64 reads x as texels from x_base (the binding the whole of x, one texel view whatever the
+        // group); the others from a view at the group's first column.
+        group.x_base = x64 ? uint32_t(x_at / 16) : 0;
+        rec.dispatch(p, {texels, x64 ? x : x.sub(x_at, x.range - x_at), y}, group, gx, div_ceil(groups, gx));
       }
     } else if (which == WeightKernel::Matvec) {
       // A workgroup of t.wg invocations is wg / subgroup-size subgroups, in row groups of t.split

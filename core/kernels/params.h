@@ -6,7 +6,7 @@ namespace vkllm {
 
 static_assert(sizeof(FillParams) == 8);
 static_assert(sizeof(GetRowsParams) == 24);
-static_assert(sizeof(MatmulParams) == 64);
+static_assert(sizeof(MatmulParams) == 68);
 static_assert(sizeof(ReadCeilingParams) == 12);
 static_assert(sizeof(QuantizeXParams) == 16);
 static_assert(sizeof(BinaryParams) == 8);
