@@ -7,8 +7,9 @@
 // A workgroup is one subgroup and owns p.rows_per_group consecutive rows. A row is cut into units
 // of 256 elements (8 blocks of the 32-element types, one K-quant super-block, 256 plain values),
 // and lane l owns units l, l + S, l + 2S, … (UPL of them, S = subgroup size). So each lane:
-//   - loads its slice of every column's x once (vec4 loads), with each block's sum of x, and
-//     keeps them in registers (or the stack, for long rows) for all its rows;
+//   - loads its slice of every column's x once (vec4 loads; the x64 variant as 16-byte texels, a
+//     column at a time), with each block's sum of x, and keeps them in registers (or the stack,
+//     for long rows) for all its rows;
 //   - reads each weight byte once for all columns as 16-byte texels (binding 0 a storage texel
 //     buffer), realigned in registers for the units that are not a multiple of 16 bytes; the
 //     unit's bytes are then unpacked in registers at constant offsets (every loop but the row
@@ -24,7 +25,8 @@
 // The host uses it when cols % 256 == 0 and every row starts on a 16-byte (Q2_K, Q3_K, Q6_K, IQ4_XS:
 // 4-byte) boundary.
 // Bindings: 0 W [rows][row_bytes] (weight type, as rgba32ui texels; the bound range a whole
-// number of them), 1 x [n_tokens][x_stride] f32, 2 y f32.
+// number of them), 1 x [n_tokens][x_stride] f32 (the x64 variant: rgba32ui texels, column 0 at
+// p.x_base), 2 y f32.
 // Specialization: 0 workgroup size (= subgroup size), 1 UPL (units per lane), 2 COLS (columns per
 // dispatch; n_tokens ≤ COLS of them are live). The rows per workgroup are a push constant, so the
 // host's choice per matrix and machine costs no pipeline variant.
