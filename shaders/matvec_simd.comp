@@ -25,8 +25,8 @@
 // The host uses it when cols % 256 == 0 and every row starts on a 16-byte (Q2_K, Q3_K, Q6_K, IQ4_XS:
 // 4-byte) boundary.
 // Bindings: 0 W [rows][row_bytes] (weight type, as rgba32ui texels; the bound range a whole
-// number of them), 1 x [n_tokens][x_stride] f32 (the x64 variant: rgba32ui texels, column 0 at
-// p.x_base), 2 y f32.
+// number of them), 1 x [n_tokens][x_stride] f32 (the x64 variant: its whole buffer as rgba32ui
+// texels, column 0 at p.x_base), 2 y f32.
 // Specialization: 0 workgroup size (= subgroup size), 1 UPL (units per lane), 2 COLS (columns per
 // dispatch; n_tokens ≤ COLS of them are live). The rows per workgroup are a push constant, so the
 // host's choice per matrix and machine costs no pipeline variant.

@@ -226,10 +226,11 @@ void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const Buf
         group.rows_per_group = rows_per_group;
         // The weights as whole 16-byte texels: the arena pads every part to them.
         const BufferView texels{part.view.buffer, part.view.offset, (part.view.range + 15) / 16 * 16};
-        // x64 reads x as texels from x_base (the binding the whole of x, one texel view whatever the
-        // group); the others from a view at the group's first column.
-        group.x_base = x64 ? uint32_t(x_at / 16) : 0;
-        rec.dispatch(p, {texels, x64 ? x : x.sub(x_at, x.range - x_at), y}, group, gx, div_ceil(groups, gx));
+        // x64 reads x as texels of x's whole buffer from x_base (one texel view per buffer whatever
+        // the group or the token count); the others from a view at the group's first column.
+        group.x_base = x64 ? uint32_t((x.offset + x_at) / 16) : 0;
+        const BufferView x_view = x64 ? BufferView{x.buffer, 0, 0} : x.sub(x_at, x.range - x_at);
+        rec.dispatch(p, {texels, x_view, y}, group, gx, div_ceil(groups, gx));
       }
     } else if (which == WeightKernel::Matvec) {
       // A workgroup of t.wg invocations is wg / subgroup-size subgroups, in row groups of t.split

@@ -54,7 +54,7 @@ struct MatmulParams {
   u32 seg_stride; // floats between a later segment's columns
   u32 glu;        // 0, or the gated activation of a gate|up projection (1 SiLU, 2 GELU)
   u32 rows_per_group;  // matvec_simd: output rows per workgroup
-  u32 x_base;          // matvec_simd_q4_0_x64: x's first element in its binding, in 16-byte texels
+  u32 x_base;          // matvec_simd_q4_0_x64: x's first element in its buffer, in 16-byte texels
 };
 
 // quantize_x: each column t < n_tokens of x ([n_tokens][x_stride] f32, cols a multiple of 32) as
