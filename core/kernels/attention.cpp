@@ -160,7 +160,6 @@ void record_decode_attention(CommandRecorder& rec, CacheType type, const Attenti
   const uint64_t texel_align = std::max<uint64_t>(rec.context().limits().minTexelBufferOffsetAlignment, 1);
   VKLLM_CHECK(q.offset % 16 == 0 && rope_table.offset % texel_align == 0 && (rope.head_dim / 2) % 2 == 0,
               "attention: q or the rope table not on a texel boundary");
-  const auto whole = [](const BufferView& v) { return BufferView{v.buffer, 0, 0}; };
   for (uint32_t t = 0; t < n_q; t += group) {
     const uint32_t n = std::min(group, n_q - t);
     AttentionParams params = attention_params(shape, rope, n_q, n_kv, q_stride, out_stride, 1, n_kv);
@@ -177,14 +176,14 @@ void record_decode_attention(CommandRecorder& rec, CacheType type, const Attenti
     // scores pass the group's scores (a storage buffer).
     if (rot)
       rec.dispatch(ps,
-                   {whole(q), rotated.rows, v_cache, whole(kv_slots), whole(kv_pos), q_pos, out, scores, rope_table,
-                    whole(rotated.rot)},
+                   {q.whole(), rotated.rows, v_cache, kv_slots.whole(), kv_pos.whole(), q_pos, out, scores, rope_table,
+                    rotated.rot.whole()},
                    params, div_ceil(blocks, sg), shape.n_head_kv, n);
     else
-      rec.dispatch(ps, {whole(q), k_cache, v_cache, whole(kv_slots), whole(kv_pos), q_pos, out, scores, rope_table}, params,
+      rec.dispatch(ps, {q.whole(), k_cache, v_cache, kv_slots.whole(), kv_pos.whole(), q_pos, out, scores, rope_table}, params,
                    div_ceil(blocks, sg), shape.n_head_kv, n);
     rec.barrier();
-    rec.dispatch(pv, {q, k_cache, v_cache, whole(kv_slots), whole(kv_pos), q_pos, out, scratch, rope_table}, params,
+    rec.dispatch(pv, {q, k_cache, v_cache, kv_slots.whole(), kv_pos.whole(), q_pos, out, scratch, rope_table}, params,
                  shape.head_dim / k_decode_dims, shape.n_head_kv, n);
   }
 }

@@ -229,7 +229,7 @@ void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const Buf
         // x64 reads x as texels of x's whole buffer from x_base (one texel view per buffer whatever
         // the group or the token count); the others from a view at the group's first column.
         group.x_base = x64 ? uint32_t((x.offset + x_at) / 16) : 0;
-        const BufferView x_view = x64 ? BufferView{x.buffer, 0, 0} : x.sub(x_at, x.range - x_at);
+        const BufferView x_view = x64 ? x.whole() : x.sub(x_at, x.range - x_at);
         rec.dispatch(p, {texels, x_view, y}, group, gx, div_ceil(groups, gx));
       }
     } else if (which == WeightKernel::Matvec) {

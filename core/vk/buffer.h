@@ -22,6 +22,9 @@ struct BufferView {
   uint64_t offset = 0;
   uint64_t range = 0;
   BufferView sub(uint64_t off, uint64_t len) const { return {buffer, offset + off, len}; }
+  // The whole buffer (range 0: to its end): a texel binding that stays one view whatever part of
+  // the buffer a dispatch reads, the part found from an offset in the push constants.
+  BufferView whole() const { return {buffer, 0, 0}; }
 };
 
 // One VkBuffer with its own memory allocation.
