@@ -89,6 +89,33 @@ TEST_F(ElementwiseOps, RowOps) {
   }
 }
 
+// The engine's norms in place on rows that start past the buffer's start and are further apart
+// than they are long (q_norm on q's heads, the output norm on its rows): on CPU drivers the texel
+// variant, with x and out bound as their whole buffer and found at a base.
+TEST_F(ElementwiseOps, RmsNormInPlaceAtAnOffsetWithAStride) {
+  const uint32_t rows = 5, cols = 64, stride = 72, first = 16;
+  const auto all = test::random_floats(first + size_t(rows) * stride, 7, -3, 3), w = test::random_floats(cols, 8);
+  std::vector<float> x(size_t(rows) * cols), want(x.size());
+  for (uint32_t r = 0; r < rows; ++r)
+    std::copy_n(all.begin() + first + size_t(r) * stride, cols, x.begin() + size_t(r) * cols);
+  ref::rms_norm(x.data(), w.data(), rows, cols, 1e-6f, want.data());
+  Buffer dx = test::to_device(all), dw = test::to_device(w);
+  const BufferView rows_view = dx.view().sub(first * 4, uint64_t(rows) * stride * 4);
+  CommandRecorder rec(test::vk(), &test::pipelines());
+  record_rms_norm(rec, rows_view, stride, dw.view(), rows_view, stride, rows, cols, 1e-6f);
+  rec.submit_and_wait();
+  const auto got_all = test::from_device<float>(dx, all.size());
+  std::vector<float> got(x.size());
+  for (uint32_t r = 0; r < rows; ++r) {
+    std::copy_n(got_all.begin() + first + size_t(r) * stride, cols, got.begin() + size_t(r) * cols);
+    // Between the rows and before the first, nothing is written.
+    for (uint32_t c = cols; c < stride && r + 1 < rows; ++c)
+      EXPECT_EQ(got_all[first + size_t(r) * stride + c], all[first + size_t(r) * stride + c]) << r << " " << c;
+  }
+  for (uint32_t i = 0; i < first; ++i) EXPECT_EQ(got_all[i], all[i]) << i;
+  EXPECT_LE(test::nmse(got, want), 1e-7);
+}
+
 TEST_F(ElementwiseOps, ArgmaxTakesTheFirstOfTies) {
   std::vector<float> x(1000, 0.5f);
   x[17] = x[400] = x[999] = 3.0f;

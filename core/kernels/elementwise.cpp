@@ -40,6 +40,16 @@ uint32_t norm_wg(const CommandRecorder& rec, uint32_t n_cols) {
   return row_wg(rec, n_cols, std::min({1024u, l.maxComputeWorkGroupInvocations, l.maxComputeWorkGroupSize[0], 32 * sg}), 4);
 }
 
+// rms_norm_texel (CPU drivers, where rms_norm is one subgroup per row): rows of whole 16-byte
+// texels, x and out at texel offsets of their buffers, w on a texel view's alignment.
+bool norm_as_texels(const CommandRecorder& rec, const BufferView& x, uint32_t x_stride, const BufferView& w,
+                    const BufferView& out, uint32_t out_stride, uint32_t n_cols) {
+  const VulkanContext& ctx = rec.context();
+  const uint64_t align = std::max<uint64_t>(ctx.limits().minTexelBufferOffsetAlignment, 1);
+  return ctx.info().type == "cpu" && n_cols % 4 == 0 && x_stride % 4 == 0 && out_stride % 4 == 0 && x.offset % 16 == 0 &&
+         out.offset % 16 == 0 && w.offset % align == 0 && x.offset / 16 <= UINT32_MAX && out.offset / 16 <= UINT32_MAX;
+}
+
 }  // namespace
 
 void record_add(CommandRecorder& rec, const BufferView& a, const BufferView& b, const BufferView& out, uint32_t n,
@@ -75,8 +85,16 @@ void record_softcap(CommandRecorder& rec, const BufferView& x, const BufferView&
 
 void record_rms_norm(CommandRecorder& rec, const BufferView& x, uint32_t x_stride, const BufferView& w, const BufferView& out,
                      uint32_t out_stride, uint32_t n_rows, uint32_t n_cols, float eps) {
-  const Pipeline& p = rec.pipelines().get("rms_norm", 3, sizeof(NormParams), {norm_wg(rec, n_cols)});
-  rec.dispatch(p, {x, w, out}, NormParams{n_rows, n_cols, x_stride, out_stride, eps}, n_rows);
+  const uint32_t wg = norm_wg(rec, n_cols);
+  if (norm_as_texels(rec, x, x_stride, w, out, out_stride, n_cols)) {
+    // x and out as their whole buffers (one texel view each whatever the rows), row 0 at a base.
+    const Pipeline& p = rec.pipelines().get("rms_norm_texel", 3, sizeof(NormParams), {wg});
+    const NormParams params{n_rows, n_cols, x_stride, out_stride, eps, uint32_t(x.offset / 16), uint32_t(out.offset / 16)};
+    rec.dispatch(p, {x.whole(), w, out.whole()}, params, n_rows);
+    return;
+  }
+  const Pipeline& p = rec.pipelines().get("rms_norm", 3, sizeof(NormParams), {wg});
+  rec.dispatch(p, {x, w, out}, NormParams{n_rows, n_cols, x_stride, out_stride, eps, 0, 0}, n_rows);
 }
 
 void record_softmax(CommandRecorder& rec, const BufferView& x, const BufferView& out, uint32_t n_rows, uint32_t n_cols) {

@@ -10,7 +10,7 @@ static_assert(sizeof(MatmulParams) == 68);
 static_assert(sizeof(ReadCeilingParams) == 12);
 static_assert(sizeof(QuantizeXParams) == 16);
 static_assert(sizeof(BinaryParams) == 8);
-static_assert(sizeof(NormParams) == 20);
+static_assert(sizeof(NormParams) == 28);
 static_assert(sizeof(ScaleParams) == 8);
 static_assert(sizeof(RowParams) == 8);
 static_assert(sizeof(RopeParams) == 32);

@@ -89,6 +89,8 @@ struct NormParams {
   u32 x_stride;    // floats between rows of x
   u32 out_stride;  // floats between rows of out
   float eps;
+  u32 x_base;      // rms_norm_texel: row 0 of x and of out, in 16-byte texels of their buffers
+  u32 out_base;
 };
 
 // scale: out[i] = x[i] * s.   swiglu: out[i] = silu(gate[i]) * up[i].
