@@ -42,7 +42,12 @@ const float RESCALE_AT = 8.0;  // probabilities stay below e^8 before the runnin
 
 layout(binding = 0) readonly buffer Q { float q[]; };
 layout(binding = 6) writeonly buffer Out { float out_[]; };
-layout(binding = 8) readonly buffer RopeTable { u64vec2 rope_table[]; };  // [pos][HD/2] (cos, sin), two pairs per element
+// [pos][HD/2] (cos, sin), two pairs per 16-byte texel. The table, the slot list and the positions
+// are read at one address in every lane inside the slot loop, which lavapipe runs as a per-lane
+// loop per component for a storage buffer (through memory, a stalled store-to-load forward each)
+// and as one wide load per lane for a texel buffer (docs/performance.md, "attention_lanes' tables
+// as texels").
+layout(binding = 8, rgba32ui) uniform readonly restrict uimageBuffer rope_tex;
 #if defined(BATCH)
 #if !defined(CACHE_F16)
 #error "attention_lanes: BATCH reads f16 caches"
@@ -68,28 +73,32 @@ uvec4 vc_texel(int i) {
 layout(binding = 3) readonly buffer KvSlots { int d[]; } kv_slots_of[MAX_SEQ];
 layout(binding = 4) readonly buffer KvPos { int d[]; } kv_pos_of[MAX_SEQ];
 layout(binding = 5) readonly buffer QPos { int d[]; } q_pos_of[MAX_SEQ];
-#define kv_slots kv_slots_of[seq].d
-#define kv_pos kv_pos_of[seq].d
+#define KV_SLOT(i) kv_slots_of[seq].d[i]
+#define KV_POS(i) kv_pos_of[seq].d[i]
 #define q_pos q_pos_of[seq].d
 layout(push_constant) uniform Push { AttentionParams p; uint n_kv_of[MAX_SEQ]; };
 #define N_KV n_kv_of[seq]
 #define Q_ROW(t) seq  // a sequence's one query token is row `seq` of q and out
 #else
-layout(binding = 3) readonly buffer KvSlots { int kv_slots[]; };
-layout(binding = 4) readonly buffer KvPos { int kv_pos[]; };
+// The slot list and its positions as texels of one i32, bound from their buffers' start, entry 0 at
+// p.kv_slots_base / p.kv_pos_base.
+layout(binding = 3, r32ui) uniform readonly restrict uimageBuffer kv_slots_tex;
+layout(binding = 4, r32ui) uniform readonly restrict uimageBuffer kv_pos_tex;
 layout(binding = 5) readonly buffer QPos { int q_pos[]; };
 CACHE_RUN_READER(kc, 1)
 CACHE_RUN_READER(vc, 2)
 layout(push_constant) uniform Push { AttentionParams p; };
+#define KV_SLOT(i) int(imageLoad(kv_slots_tex, int(p.kv_slots_base + (i))).x)
+#define KV_POS(i) int(imageLoad(kv_pos_tex, int(p.kv_pos_base + (i))).x)
 #define N_KV p.n_kv
 #define Q_ROW(t) (t)
 #endif
 
 // The rope table's (cos, sin) of pairs 2j and 2j + 1 at position pos.
 void table_pairs(uint pos, uint j, out vec2 a, out vec2 b) {
-  const u64vec2 w = rope_table[(pos * (HD / 2) + 2 * j) >> 1];
-  a = uintBitsToFloat(unpackUint2x32(w.x));
-  b = uintBitsToFloat(unpackUint2x32(w.y));
+  const uvec4 w = imageLoad(rope_tex, int((pos * (HD / 2) + 2 * j) >> 1));
+  a = uintBitsToFloat(w.xy);
+  b = uintBitsToFloat(w.zw);
 }
 
 // RoPE on v: pairs (2i, 2i+1), or (i, i + N_ROT/2) for NeoX, by the table's angles at pos.
@@ -132,10 +141,10 @@ void main() {
   float m = NEG, l = 0.0;
 
   for (uint i = 0; i < N_KV; ++i) {
-    const int pos = kv_pos[i];
+    const int pos = KV_POS(i);
     if (pos > qmax) break;  // positions ascend: no later slot is visible to these rows
     if (p.window != 0 && pos + int(p.window) <= qmin) continue;
-    const uint row = uint(kv_slots[i]) * row_bytes;
+    const uint row = uint(KV_SLOT(i)) * row_bytes;
     float kx[HD], vx[HD];
     CACHE_LOAD_RUN(kc, row, hk * HD, HD, kx)
     rotate(kx, uint(pos));

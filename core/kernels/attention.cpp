@@ -129,6 +129,14 @@ bool use_decode_kernels(const VulkanContext& ctx, const AttentionShape& shape, u
          scratch.range >= decode_scores_floats(shape, n_kv) * 4;
 }
 
+// The CPU-driver kernels read the rope table as 16-byte texels of two (cos, sin) pairs: the table
+// on a texel view's alignment, each position's pairs starting on a texel.
+void check_rope_texels(const CommandRecorder& rec, const RopeConfig& rope, const BufferView& rope_table) {
+  const uint64_t texel_align = std::max<uint64_t>(rec.context().limits().minTexelBufferOffsetAlignment, 1);
+  VKLLM_CHECK(rope_table.offset % texel_align == 0 && (rope.head_dim / 2) % 2 == 0,
+              "attention: the rope table not on a texel boundary");
+}
+
 // Scores (a lane per slot), then values (a lane per entry, a workgroup per k_decode_dims dims)
 // through scratch: see attention_decode.comp. Query tokens in groups of as many as the scratch
 // holds scores for (grid z), the scores of one group read before the next overwrites them.
@@ -157,9 +165,8 @@ void record_decode_attention(CommandRecorder& rec, CacheType type, const Attenti
   // q, the rope table and the lists are read as texels (attention_decode.comp). q and the lists are
   // bound from their buffers' start to their end, one view each whatever the step, and found at
   // offsets in the push constants (bases); the rope table is bound as it is.
-  const uint64_t texel_align = std::max<uint64_t>(rec.context().limits().minTexelBufferOffsetAlignment, 1);
-  VKLLM_CHECK(q.offset % 16 == 0 && rope_table.offset % texel_align == 0 && (rope.head_dim / 2) % 2 == 0,
-              "attention: q or the rope table not on a texel boundary");
+  check_rope_texels(rec, rope, rope_table);
+  VKLLM_CHECK(q.offset % 16 == 0, "attention: q not on a texel boundary");
   for (uint32_t t = 0; t < n_q; t += group) {
     const uint32_t n = std::min(group, n_q - t);
     AttentionParams params = attention_params(shape, rope, n_q, n_kv, q_stride, out_stride, 1, n_kv);
@@ -300,10 +307,16 @@ void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape
   const AttentionKernel kernel = attention_kernel_for(rec.context(), shape, rope.n_rot, n_kv);
   if (kernel == AttentionKernel::Lanes) {
     const uint32_t sg = rec.context().subgroup_size();
-    const AttentionParams params = attention_params(shape, rope, n_q, n_kv, q_stride, out_stride, 1, n_kv);
+    AttentionParams params = attention_params(shape, rope, n_q, n_kv, q_stride, out_stride, 1, n_kv);
+    // The slot list and positions as texels of their whole buffers (one view each whatever the
+    // step), found at bases; the rope table as texels of two (cos, sin) pairs.
+    check_rope_texels(rec, rope, rope_table);
+    params.kv_slots_base = static_cast<uint32_t>(kv_slots.offset / 4);
+    params.kv_pos_base = static_cast<uint32_t>(kv_pos.offset / 4);
     const Pipeline& p = rec.pipelines().get(std::string("attention_lanes_") + cache_type_name(type), 9, sizeof(AttentionParams),
                                             {sg, shape.head_dim, rope.n_rot, rope.neox ? 1u : 0u, softcapped(shape)});
-    rec.dispatch(p, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, out, out, rope_table}, params, div_ceil(n_q * shape.n_head, sg));
+    rec.dispatch(p, {q, k_cache, v_cache, kv_slots.whole(), kv_pos.whole(), q_pos, out, out, rope_table}, params,
+                 div_ceil(n_q * shape.n_head, sg));
     return;
   }
   const bool simd = kernel == AttentionKernel::Simd;
@@ -419,6 +432,7 @@ void record_batch_attention(CommandRecorder& rec, const AttentionShape& shape, c
   add_views(views, seqs, [](const SeqAttention& s) { return s.q_pos; });
   views.insert(views.end(), {out, out, rope_table});
   const uint32_t sg = rec.context().subgroup_size();
+  check_rope_texels(rec, rope, rope_table);
   const Pipeline& p = rec.pipelines().get("attention_lanes_f16_batch", 9, sizeof(params),
                                           {sg, shape.head_dim, rope.n_rot, rope.neox ? 1u : 0u, softcapped(shape)});
   rec.dispatch_views(p, views, params, div_ceil(shape.n_head, sg), static_cast<uint32_t>(seqs.size()));

@@ -150,7 +150,7 @@ struct AttentionParams {
   u32 rot_split;     // attention_decode with the rotated copy of K: the leading entries whose rows share one
                      // rotation shift (the rest share another); lanes' runs never straddle it. 0 otherwise
   u32 q_base;        // attention_decode's scores pass: 16-byte texels of its q view before query token 0
-  u32 kv_slots_base; // attention_decode: entries of the bound kv_slots, kv_pos and kv_rot texel views
+  u32 kv_slots_base; // attention_decode, attention_lanes: entries of the bound kv_slots, kv_pos and kv_rot texel views
   u32 kv_pos_base;   //   before entry 0 of the list (the views start at their buffers' start)
   u32 kv_rot_base;
   u32 rot_slots;     // attention_decode with the rotated copy of K: its slots (head-major, [n_head_kv][slots][HD])
