@@ -63,14 +63,9 @@ layout(push_constant) uniform Push { AttentionParams p; };
 
 CACHE_RUN_READER(kc, 1)
 CACHE_RUN_READER(vc, 2)
-// The slot list, its positions (and kv_rot, below) as texels of one i32: a per-lane storage-buffer
-// load is a loop over the lanes on lavapipe, each value put into the vector through memory (a
-// stalled store-to-load forward per lane), a quarter of the values pass; a texel load is not.
-// Bound from their buffers' start, entry 0 of the list at p.kv_*_base (one view per buffer).
-layout(binding = 3, r32ui) uniform readonly restrict uimageBuffer kv_slots_tex;
-layout(binding = 4, r32ui) uniform readonly restrict uimageBuffer kv_pos_tex;
-uint kv_slot(uint e) { return imageLoad(kv_slots_tex, int(p.kv_slots_base + e)).x; }
-int kv_position(uint e) { return int(imageLoad(kv_pos_tex, int(p.kv_pos_base + e)).x); }
+// The slot list and its positions as texels (kv_list.glsl; kv_rot, below, likewise): as storage
+// buffers their per-lane loads were a quarter of the values pass.
+#include "kv_list.glsl"
 layout(binding = 5) readonly buffer QPos { int q_pos[]; };
 layout(binding = 6) writeonly buffer Out { float out_[]; };
 const uint GP = (G + 3) / 4 * 4;

@@ -73,23 +73,20 @@ uvec4 vc_texel(int i) {
 layout(binding = 3) readonly buffer KvSlots { int d[]; } kv_slots_of[MAX_SEQ];
 layout(binding = 4) readonly buffer KvPos { int d[]; } kv_pos_of[MAX_SEQ];
 layout(binding = 5) readonly buffer QPos { int d[]; } q_pos_of[MAX_SEQ];
-#define KV_SLOT(i) kv_slots_of[seq].d[i]
+#define KV_SLOT(i) uint(kv_slots_of[seq].d[i])
 #define KV_POS(i) kv_pos_of[seq].d[i]
 #define q_pos q_pos_of[seq].d
 layout(push_constant) uniform Push { AttentionParams p; uint n_kv_of[MAX_SEQ]; };
 #define N_KV n_kv_of[seq]
 #define Q_ROW(t) seq  // a sequence's one query token is row `seq` of q and out
 #else
-// The slot list and its positions as texels of one i32, bound from their buffers' start, entry 0 at
-// p.kv_slots_base / p.kv_pos_base.
-layout(binding = 3, r32ui) uniform readonly restrict uimageBuffer kv_slots_tex;
-layout(binding = 4, r32ui) uniform readonly restrict uimageBuffer kv_pos_tex;
 layout(binding = 5) readonly buffer QPos { int q_pos[]; };
 CACHE_RUN_READER(kc, 1)
 CACHE_RUN_READER(vc, 2)
 layout(push_constant) uniform Push { AttentionParams p; };
-#define KV_SLOT(i) int(imageLoad(kv_slots_tex, int(p.kv_slots_base + (i))).x)
-#define KV_POS(i) int(imageLoad(kv_pos_tex, int(p.kv_pos_base + (i))).x)
+#include "kv_list.glsl"
+#define KV_SLOT(i) kv_slot(i)
+#define KV_POS(i) kv_position(i)
 #define N_KV p.n_kv
 #define Q_ROW(t) (t)
 #endif
@@ -144,7 +141,7 @@ void main() {
     const int pos = KV_POS(i);
     if (pos > qmax) break;  // positions ascend: no later slot is visible to these rows
     if (p.window != 0 && pos + int(p.window) <= qmin) continue;
-    const uint row = uint(KV_SLOT(i)) * row_bytes;
+    const uint row = KV_SLOT(i) * row_bytes;
     float kx[HD], vx[HD];
     CACHE_LOAD_RUN(kc, row, hk * HD, HD, kx)
     rotate(kx, uint(pos));
