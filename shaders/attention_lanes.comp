@@ -56,25 +56,26 @@ layout(binding = 8, rgba32ui) uniform readonly restrict uimageBuffer rope_tex;
 uint seq;  // the workgroup's sequence: the arrays' element it reads
 layout(binding = 1, rgba32ui) uniform readonly restrict uimageBuffer kc_of[MAX_SEQ];
 layout(binding = 2, rgba32ui) uniform readonly restrict uimageBuffer vc_of[MAX_SEQ];
-// Texel i of the sequence's K or V cache. An array of texel buffers may be indexed only by a
-// constant on some devices (lavapipe), so each element under a branch, uniform in the workgroup.
-uvec4 kc_texel(int i) {
-  if (seq == 0) return imageLoad(kc_of[0], i);
-  if (seq == 1) return imageLoad(kc_of[1], i);
-  if (seq == 2) return imageLoad(kc_of[2], i);
-  return imageLoad(kc_of[3], i);
-}
-uvec4 vc_texel(int i) {
-  if (seq == 0) return imageLoad(vc_of[0], i);
-  if (seq == 1) return imageLoad(vc_of[1], i);
-  if (seq == 2) return imageLoad(vc_of[2], i);
-  return imageLoad(vc_of[3], i);
-}
-layout(binding = 3) readonly buffer KvSlots { int d[]; } kv_slots_of[MAX_SEQ];
-layout(binding = 4) readonly buffer KvPos { int d[]; } kv_pos_of[MAX_SEQ];
+// The slot lists and positions as r32ui texels of their whole buffers (each sequence's list starts
+// at its buffer's start), for the reason the one-sequence kernel reads them so (kv_list.glsl).
+layout(binding = 3, r32ui) uniform readonly restrict uimageBuffer kv_slots_of[MAX_SEQ];
+layout(binding = 4, r32ui) uniform readonly restrict uimageBuffer kv_pos_of[MAX_SEQ];
+// Texel i of the sequence's element of an array of texel buffers. Such an array may be indexed only
+// by a constant on some devices (lavapipe), so each element under a branch, uniform in the workgroup.
+#define SEQ_TEXEL_READER(NAME, ARR)              \
+  uvec4 NAME(int i) {                            \
+    if (seq == 0) return imageLoad(ARR[0], i);   \
+    if (seq == 1) return imageLoad(ARR[1], i);   \
+    if (seq == 2) return imageLoad(ARR[2], i);   \
+    return imageLoad(ARR[3], i);                 \
+  }
+SEQ_TEXEL_READER(kc_texel, kc_of)
+SEQ_TEXEL_READER(vc_texel, vc_of)
+SEQ_TEXEL_READER(kv_slot_texel, kv_slots_of)
+SEQ_TEXEL_READER(kv_pos_texel, kv_pos_of)
 layout(binding = 5) readonly buffer QPos { int d[]; } q_pos_of[MAX_SEQ];
-#define KV_SLOT(i) uint(kv_slots_of[seq].d[i])
-#define KV_POS(i) kv_pos_of[seq].d[i]
+#define KV_SLOT(i) kv_slot_texel(int(i)).x
+#define KV_POS(i) int(kv_pos_texel(int(i)).x)
 #define q_pos q_pos_of[seq].d
 layout(push_constant) uniform Push { AttentionParams p; uint n_kv_of[MAX_SEQ]; };
 #define N_KV n_kv_of[seq]

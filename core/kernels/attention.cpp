@@ -362,11 +362,12 @@ void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape
 bool batch_attention_fits(const VulkanContext& ctx, CacheType type_k, CacheType type_v, const AttentionShape& shape,
                           const RopeConfig& rope, uint32_t max_n_kv) {
   // attention_lanes_f16_batch pushes 24 descriptors (9 bindings, 5 of them arrays of k_batch_seqs):
-  // 8 texel buffers and 16 storage buffers; kv_store_f16_rot_batch 22 storage buffers.
+  // 17 texel buffers (the caches, the lists, the rope table) and 7 storage buffers;
+  // kv_store_f16_rot_batch 22 storage buffers.
   const DeviceInfo& d = ctx.info();
   const VkPhysicalDeviceLimits& l = ctx.limits();
   return d.binding_arrays && d.max_push_descriptors >= 4 + 5 * k_batch_seqs &&
-         l.maxPerStageDescriptorStorageBuffers >= 2 + 5 * k_batch_seqs && l.maxPerStageDescriptorStorageImages >= 2 * k_batch_seqs &&
+         l.maxPerStageDescriptorStorageBuffers >= 2 + 5 * k_batch_seqs && l.maxPerStageDescriptorStorageImages >= 1 + 4 * k_batch_seqs &&
          l.maxPerStageResources >= 4 + 5 * k_batch_seqs && type_k == CacheType::F16 &&
          type_v == CacheType::F16 && shape.kernel != AttentionKernel::Simd && shape.kernel != AttentionKernel::Tiled &&
          attention_kernel_for(ctx, shape, rope.n_rot, max_n_kv) == AttentionKernel::Lanes;
@@ -427,8 +428,11 @@ void record_batch_attention(CommandRecorder& rec, const AttentionShape& shape, c
   std::vector<BufferView> views{q};
   add_views(views, seqs, [](const SeqAttention& s) { return s.k_cache; });
   add_views(views, seqs, [](const SeqAttention& s) { return s.v_cache; });
-  add_views(views, seqs, [](const SeqAttention& s) { return s.kv_slots; });
-  add_views(views, seqs, [](const SeqAttention& s) { return s.kv_pos; });
+  // The lists as texels of their whole buffers (one view each whatever the step), from entry 0.
+  for (const SeqAttention& s : seqs)
+    VKLLM_CHECK(s.kv_slots.offset == 0 && s.kv_pos.offset == 0, "batched attention: a slot list not at its buffer's start");
+  add_views(views, seqs, [](const SeqAttention& s) { return s.kv_slots.whole(); });
+  add_views(views, seqs, [](const SeqAttention& s) { return s.kv_pos.whole(); });
   add_views(views, seqs, [](const SeqAttention& s) { return s.q_pos; });
   views.insert(views.end(), {out, out, rope_table});
   const uint32_t sg = rec.context().subgroup_size();
