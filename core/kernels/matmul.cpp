@@ -127,14 +127,18 @@ namespace {
 // far faster than the tiled matmul (docs/performance.md).
 constexpr uint32_t k_simd_unit = 256, k_simd_max_upl = 8;
 // Rows per workgroup: each workgroup first loads its x slices (per-lane loads, the costliest kind on
-// lavapipe, COLS times over), so the more rows share them the better; but lavapipe splits a
-// dispatch's workgroups among its threads (one per CPU), so a matrix keeps at least 4 workgroups
-// per CPU. Between 32 and 4,096 rows, a multiple of 32: on 2 cores 256 for the 2,048-row matrices of
-// a 1B model, 1,024 for its 8,192-row gate|up, 64 for 512 rows (docs/performance.md, "Rows per
-// workgroup").
-uint32_t simd_rows_per_group(uint32_t rows) {
+// lavapipe, COLS times over), so the more rows share them the better. lavapipe hands each of its
+// threads (one per CPU) a fixed share of a dispatch's workgroups, num_workgroups / threads
+// consecutive ones in one grab (Mesa's lp_cs_tpool.c), so more workgroups than threads do not
+// balance the threads' work: they only repeat the x prologue. Several columns (the server's steps,
+// prefill chunks) take one workgroup per CPU: measured ≈ 3.5% less 4-column matvec time on one
+// thread and 12–27% more four-stream tok/s on two (docs/performance.md, "One workgroup per CPU for
+// several columns"). One column keeps 4 per CPU, which measured as fast or faster for it. A
+// multiple of 32 rows, at least 32.
+uint32_t simd_rows_per_group(uint32_t rows, uint32_t cols) {
   static const uint32_t cpus = std::max(1u, std::thread::hardware_concurrency());  // read once: recorded per matmul
-  return std::clamp<uint32_t>(rows / (4 * cpus) / 32 * 32, 32, 4096);
+  const uint32_t per_cpu = cols > 1 ? 1 : 4;
+  return std::max<uint32_t>(div_ceil(rows, per_cpu * cpus * 32) * 32, 32);
 }
 // Columns one matvec_simd dispatch multiplies (each weight unit loaded once for all of them).
 constexpr uint32_t k_simd_cols = 4;
@@ -207,13 +211,13 @@ void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const Buf
       // column, y through col_begin. Each column's result is the same in any group.
       const uint32_t sg = rec.context().subgroup_size();
       const uint32_t upl = div_ceil(uint32_t(w.cols) / k_simd_unit, sg);
-      const uint32_t rows_per_group = simd_rows_per_group(rows);
-      const uint32_t groups = div_ceil(rows, rows_per_group);
-      const uint32_t gx = std::min(groups, max_groups);
       for (uint32_t t = 0; t < n_tokens; t += k_simd_cols) {
         // Two variants only (lavapipe compiles each for seconds): a lone column, or k_simd_cols
         // with the columns past n_tokens left dead.
         const uint32_t cols = std::min(k_simd_cols, n_tokens - t);
+        const uint32_t rows_per_group = simd_rows_per_group(rows, cols);
+        const uint32_t groups = div_ceil(rows, rows_per_group);
+        const uint32_t gx = std::min(groups, max_groups);
         // Q4_0's columns go four per 64-bit multiply where that is one instruction (the same integers
         // as two per 32-bit multiply, so a column's result does not depend on its batch).
         const bool x64 = cols > 1 && w.type == gguf::TensorType::Q4_0 && rec.context().info().wide_int64;
