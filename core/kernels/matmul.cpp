@@ -132,9 +132,9 @@ constexpr uint32_t k_simd_unit = 256, k_simd_max_upl = 8;
 // consecutive ones in one grab (Mesa's lp_cs_tpool.c), so more workgroups than threads do not
 // balance the threads' work: they only repeat the x prologue. Several columns (the server's steps,
 // prefill chunks) take one workgroup per CPU: measured ≈ 3.5% less 4-column matvec time on one
-// thread and 12–27% more four-stream tok/s on two (docs/performance.md, "One workgroup per CPU for
-// several columns"). One column keeps 4 per CPU, which measured as fast or faster for it. A
-// multiple of 32 rows, at least 32.
+// thread, and more four-stream tok/s on two in every alternated pair (docs/performance.md, "One
+// workgroup per CPU for several columns"). One column keeps 4 per CPU, where one per CPU measured
+// no faster. A multiple of 32 rows, at least 32.
 uint32_t simd_rows_per_group(uint32_t rows, uint32_t cols) {
   static const uint32_t cpus = std::max(1u, std::thread::hardware_concurrency());  // read once: recorded per matmul
   const uint32_t per_cpu = cols > 1 ? 1 : 4;
