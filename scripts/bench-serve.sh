@@ -55,23 +55,32 @@ wait_all $(jobs -p | grep -v "^$server$")
 # S_TG counts the decode phase alone; steady, n tokens per median gap between a stream's tokens
 # in that window. Prints "tokens seconds e2e_tok_s decode_tok_s steady_tok_s".
 run_streams() {
+  # node's http module, not fetch: on these two cores the client competes with the server it
+  # measures, and fetch's web streams took ≈ 2.7× the CPU per token event (docs/server.md).
   node - "$url" "$1" "$tokens" <<'JS'
+const http = require("http");
 const [url, n, tokens] = process.argv.slice(2).map((v, i) => (i ? Number(v) : v));
-const stream = async (i) => {
-  const res = await fetch(url + "/completions", {method: "POST", headers: {"Content-Type": "application/json"},
-    body: JSON.stringify({prompt: `Story number ${i}: once upon a time`, max_tokens: tokens, stream: true})});
-  const stamps = [], reader = res.body.getReader(), dec = new TextDecoder();
-  for (let buf = ""; ;) {
-    const {value, done} = await reader.read();
-    if (done) break;
-    buf += dec.decode(value, {stream: true});
-    for (let at; (at = buf.indexOf("\n\n")) >= 0; buf = buf.slice(at + 2)) {
-      const ev = buf.slice(0, at);
-      if (ev.startsWith("data: {") && JSON.parse(ev.slice(6)).choices[0].finish_reason === null) stamps.push(performance.now());
-    }
-  }
-  return stamps;
-};
+const target = new URL(url + "/completions");
+const stream = (i) => new Promise((resolve, reject) => {
+  const body = JSON.stringify({prompt: `Story number ${i}: once upon a time`, max_tokens: tokens, stream: true});
+  const req = http.request({host: target.hostname, port: target.port, path: target.pathname, method: "POST",
+    headers: {"Content-Type": "application/json", "Content-Length": Buffer.byteLength(body)}}, (res) => {
+    const stamps = [];
+    let buf = "";
+    res.setEncoding("utf8");
+    res.on("data", (chunk) => {
+      buf += chunk;
+      for (let at; (at = buf.indexOf("\n\n")) >= 0; buf = buf.slice(at + 2)) {
+        const ev = buf.slice(0, at);
+        if (ev.startsWith("data: {") && JSON.parse(ev.slice(6)).choices[0].finish_reason === null) stamps.push(performance.now());
+      }
+    });
+    res.on("end", () => resolve(stamps));
+    res.on("error", reject);
+  });
+  req.on("error", reject);
+  req.end(body);
+});
 (async () => {
   const t0 = performance.now();
   const all = await Promise.all(Array.from({length: n}, (_, i) => stream(i + 1)));
