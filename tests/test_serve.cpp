@@ -301,6 +301,8 @@ TEST(Serve, RefusesBadRequestsAndKeepsServing) {
       {"prompt longer than the context", "/v1/completions", json({{"prompt", std::string(400, 'z') + " the end"}}).dump(), 400, auth},
       {"unknown role", "/v1/chat/completions", R"({"messages":[{"role":"wizard","content":"hi"}]})", 400, auth},
       {"no messages", "/v1/chat/completions", R"({"messages":[]})", 400, auth},
+      {"a message without content", "/v1/chat/completions", R"({"messages":[{"role":"user"}]})", 400, auth},
+      {"a user message with null content", "/v1/chat/completions", R"({"messages":[{"role":"user","content":null}]})", 400, auth},
       {"token outside the vocabulary", "/v1/completions", R"({"prompt":[1, 999999]})", 400, auth},
       {"no API key", "/v1/completions", R"({"prompt":"x"})", 401, {}},
       {"wrong API key", "/v1/completions", R"({"prompt":"x"})", 401, {{"Authorization", "Bearer nope"}}},
@@ -315,6 +317,23 @@ TEST(Serve, RefusesBadRequestsAndKeepsServing) {
     EXPECT_TRUE(!j.is_discarded() && j.contains("error") && j["error"]["message"].is_string()) << k.name << ": " << r->body;
     EXPECT_TRUE(good()) << "after " << k.name;
   }
+  // An assistant message may have null content (OpenAI's API allows it there).
+  const auto null_assistant = c.Post("/v1/chat/completions", auth,
+                                     R"({"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":null},)"
+                                     R"({"role":"user","content":"Once upon a time"}],"max_tokens":2})",
+                                     "application/json");
+  ASSERT_TRUE(null_assistant);
+  EXPECT_EQ(null_assistant->status, 200) << null_assistant->body;
+  // A body is read whatever its Content-Type (curl -d sends form-urlencoded), up to --max-body:
+  // 3.5 KiB here (JSON may end in white space), and 5 KiB is refused.
+  const std::string small_request = R"({"prompt":"Once upon a time","max_tokens":2})";
+  const auto form = c.Post("/v1/completions", auth, small_request + std::string(3500, ' '), "application/x-www-form-urlencoded");
+  ASSERT_TRUE(form);
+  EXPECT_EQ(form->status, 200) << form->body;
+  const auto big_form = c.Post("/v1/completions", auth, small_request + std::string(5000, ' '), "application/x-www-form-urlencoded");
+  ASSERT_TRUE(big_form);
+  EXPECT_EQ(big_form->status, 413) << big_form->body;
+  EXPECT_TRUE(good()) << "after the form-typed bodies";
   // max_tokens up to the context is accepted, but generation stops where the context is full
   // rather than running through the ring.
   const auto full = c.Post("/v1/completions", auth, R"({"prompt":"Once upon a time","max_tokens":128})", "application/json");
@@ -527,6 +546,12 @@ TEST(Serve, ReportsReusedPrefix) {
   const json second = post(c, "/v1/completions", {{"prompt", manual + "Question two:"}, {"max_tokens", 4}}, &status);
   ASSERT_EQ(status, 200) << second.dump();
   EXPECT_GE(second["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), n_prompt - 4) << second.dump();
+  // curl -d's form-urlencoded type over 8 KiB (httplib's own reading refuses such a body with a 413
+  // whatever --max-body is; JSON may end in white space).
+  const auto form = c.Post("/v1/completions", json({{"prompt", manual + "Question three:"}, {"max_tokens", 2}}).dump() + std::string(9000, ' '),
+                           "application/x-www-form-urlencoded");
+  ASSERT_TRUE(form);
+  EXPECT_EQ(form->status, 200) << form->body;
   EXPECT_EQ(s.terminate(), 0) << s.log();
 }
 

@@ -45,11 +45,13 @@ bool boolean(const json& body, const char* name, bool fallback) {
   return v->get<bool>();
 }
 
-// A message's content: a string, or a list of {"type": "text", "text": …} parts, joined.
-std::string content_text(const json& m, size_t i) {
+// A message's content: a string, or a list of {"type": "text", "text": …} parts, joined. As in
+// OpenAI's API it is required, and may be null only in an assistant message (read as empty).
+std::string content_text(const json& m, size_t i, const std::string& role) {
   const std::string where = "messages[" + std::to_string(i) + "].content";
   const json* c = field(m, "content");
-  if (!c) return "";
+  if (!c && role == "assistant" && m.contains("content")) return "";
+  if (!c) throw ApiError(400, "'" + where + "' is required (a string or a list of text parts)", where);
   if (c->is_string()) return c->get<std::string>();
   if (!c->is_array()) throw ApiError(400, "'" + where + "' must be a string or a list of text parts", where);
   std::string text;
@@ -76,7 +78,7 @@ std::vector<int32_t> chat_tokens(const json& body, const ApiContext& ctx) {
     if (r != "system" && r != "user" && r != "assistant" && r != "developer")
       throw ApiError(400, "'" + where + ".role': unknown role '" + r + "' (system, developer, user or assistant)", where + ".role");
     // OpenAI's "developer" is the system prompt of newer models; templates know "system".
-    messages.push_back({{"role", r == "developer" ? "system" : r}, {"content", content_text(m, i)}});
+    messages.push_back({{"role", r == "developer" ? "system" : r}, {"content", content_text(m, i, r)}});
   }
   try {
     return tokenize_rendered(*ctx.tok, ctx.chat_template->render_with_spans(messages, render_options(*ctx.tok, true)));

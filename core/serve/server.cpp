@@ -110,8 +110,8 @@ void HttpServer::routes() {
     res.set_content(dump({{"object", "list"}, {"data", json::array({model})}}), "application/json");
   });
 
-  const auto generate = [this](Endpoint e, const httplib::Request& req, httplib::Response& res) {
-    const ApiRequest r = parse_request(e, req.body, api_);
+  const auto generate = [this](Endpoint e, const std::string& request_body, httplib::Response& res) {
+    const ApiRequest r = parse_request(e, request_body, api_);
     auto job = std::make_shared<Job>(r.prompt, r.sampling, r.generate);
     if (!sched_.submit(job))
       throw ApiError(503, sched_.draining() ? "the server is shutting down" : "every sequence is busy and the queue is full; try again later",
@@ -206,8 +206,24 @@ void HttpServer::routes() {
           if (!success) job->cancel();
         });
   };
-  s.Post("/v1/chat/completions", [generate](const httplib::Request& req, httplib::Response& res) { generate(Endpoint::Chat, req, res); });
-  s.Post("/v1/completions", [generate](const httplib::Request& req, httplib::Response& res) { generate(Endpoint::Completion, req, res); });
+  // The body is read through a content reader, whatever its Content-Type: httplib's own reading
+  // refuses a form-urlencoded body (curl -d's default type) over 8 KiB with a 413, whatever
+  // --max-body says. The reader still stops at --max-body (413).
+  const auto post = [generate](Endpoint e) {
+    return [generate, e](const httplib::Request&, httplib::Response& res, const httplib::ContentReader& read) {
+      std::string body;
+      const bool whole = read([&body](const char* data, size_t n) {
+        body.append(data, n);
+        return true;
+      });
+      if (!whole)
+        throw ApiError(res.status == 413 ? 413 : 400,
+                       res.status == 413 ? "the request body is larger than the server accepts (--max-body)" : "the request body could not be read");
+      generate(e, body, res);
+    };
+  };
+  s.Post("/v1/chat/completions", post(Endpoint::Chat));
+  s.Post("/v1/completions", post(Endpoint::Completion));
 }
 
 }  // namespace vkllm::serve
