@@ -13,11 +13,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <iterator>
 #include <optional>
 
+#include "base/input_file.h"
 #include "chat/template.h"
 #include "commands.h"
 #include "common.h"
@@ -511,11 +510,10 @@ int ChatSession::run() {
 int chat(const ChatCommand& c) {
   std::string system = c.system;
   if (!c.system_file.empty()) {
-    std::ifstream f(c.system_file, std::ios::binary);
-    if (!f) throw Error(c.system_file + ": cannot open the system prompt file");
-    system.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    system = read_text_input(c.system_file, "the system prompt file");
     while (!system.empty() && (system.back() == '\n' || system.back() == '\r')) system.pop_back();
   }
+  check_session_path(c.session);
   Session s = open_session(c.opts);
   ChatTemplate tmpl = ChatTemplate::resolve(&s.file, c.chat_template);
   Sampler sampler(c.opts.sampling);

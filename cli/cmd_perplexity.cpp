@@ -1,9 +1,8 @@
 // `vkllm perplexity`: perplexity of a text file, chunked as llama-perplexity or streamed through the ring.
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "base/input_file.h"
 #include "commands.h"
 #include "common.h"
 #include "format.h"
@@ -19,9 +18,7 @@ struct PerplexityCommand {
 };
 
 void run(PerplexityCommand& c) {
-  std::ifstream in(c.file, std::ios::binary);
-  if (!in) throw Error(c.file + ": cannot open");
-  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const std::string text = read_text_input(c.file, "the text file");
   if (c.opts.ctx == 0) c.opts.ctx = 512;
   // Chunked mode evaluates whole chunks from an empty cache: ubatch covers a chunk when it can.
   if (!c.stream) c.opts.ubatch = std::max(c.opts.ubatch, c.opts.ctx);

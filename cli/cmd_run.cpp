@@ -4,12 +4,12 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <optional>
 #include <nlohmann/json.hpp>
 
+#include "base/input_file.h"
 #include "chat/template.h"
 #include "commands.h"
 #include "common.h"
@@ -55,11 +55,7 @@ std::string read_all(std::istream& in) { return {std::istreambuf_iterator<char>(
 std::string gather_prompt(const RunCommand& c) {
   std::string text;
   if (!isatty(STDIN_FILENO)) text += read_all(std::cin);
-  if (!c.prompt_file.empty()) {
-    std::ifstream f(c.prompt_file, std::ios::binary);
-    if (!f) throw Error(c.prompt_file + ": cannot open the prompt file");
-    text += read_all(f);
-  }
+  if (!c.prompt_file.empty()) text += read_text_input(c.prompt_file, "the prompt file");
   text += c.prompt;
   return text;
 }
@@ -75,6 +71,7 @@ void run(const RunCommand& c) {
   const std::string text = gather_prompt(c);
   // Flags are checked before the model loads.
   const uint64_t prompt_cache_bytes = c.persist.prompt_cache() ? parse_size("--prompt-cache-size", c.persist.prompt_cache_size) : 0;
+  check_session_path(c.persist.session);
   Session s = open_session(c.opts);
   const Tokenizer& tok = *s.tokenizer;
   KvCache& cache = s.engine->cache();

@@ -1,9 +1,8 @@
 // `vkllm template`: render a conversation with a chat template and print the prompt exactly.
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "base/input_file.h"
 #include "chat/template.h"
 #include "commands.h"
 #include "base/error.h"
@@ -23,11 +22,7 @@ struct TemplateOptions {
 
 // Parsed keeping key order, as Python's json module does.
 nlohmann::ordered_json read_messages(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(path + ": cannot open");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  nlohmann::ordered_json j = nlohmann::ordered_json::parse(ss.str(), nullptr, false);
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(read_text_input(path, "the messages file"), nullptr, false);
   if (j.is_discarded()) throw Error(path + ": not valid JSON");
   if (j.is_object() && j.contains("messages")) j = j["messages"];
   if (!j.is_array()) throw Error(path + ": expected a list of messages or an object with a 'messages' list");

@@ -1,11 +1,10 @@
 // `vkllm tokenize`: a prompt's token ids, pieces or count, as llama.cpp would tokenize it.
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <iterator>
-#include <sstream>
 
+#include "base/input_file.h"
 #include "commands.h"
 #include "base/error.h"
 #include "gguf.h"
@@ -28,13 +27,7 @@ struct TokenizeOptions {
 
 std::string read_input(const TokenizeOptions& o, const CLI::App& cmd) {
   if (cmd.count("--prompt")) return o.prompt;
-  if (!o.file.empty()) {
-    std::ifstream in(o.file, std::ios::binary);
-    if (!in) throw Error(o.file + ": cannot open for reading");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
+  if (!o.file.empty()) return read_text_input(o.file, "the input file");
   return {std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
 }
 

@@ -2,7 +2,9 @@
 #include "persistence.h"
 
 #include <cstdio>
+#include <filesystem>
 
+#include "base/input_file.h"
 #include "format.h"
 
 namespace vkllm::cli {
@@ -10,6 +12,11 @@ namespace vkllm::cli {
 void add_session_option(CLI::App* cmd, std::string& session) {
   cmd->add_option("--session", session,
                   "Session file: loaded when it exists, saved after the call (run) or every turn (chat); docs/session-format.md");
+}
+
+void check_session_path(const std::string& session) {
+  std::error_code ec;
+  if (!session.empty() && std::filesystem::exists(session, ec)) require_regular_file(session, "a session file");
 }
 
 void add_persistence_options(CLI::App* cmd, PersistenceOptions& o) {

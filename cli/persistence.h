@@ -26,6 +26,8 @@ void add_persistence_options(CLI::App* cmd, PersistenceOptions& o);
 void add_prompt_cache_options(CLI::App* cmd, PersistenceOptions& o);
 // --session alone (`vkllm chat`).
 void add_session_option(CLI::App* cmd, std::string& session);
+// Before the model loads: a --session path that exists must be a regular file (throws Error).
+void check_session_path(const std::string& session);
 // The directory --prompt-cache uses; throws when none can be determined.
 std::string prompt_cache_dir(const PersistenceOptions& o);
 // "2GiB", "512M", "1000000" → bytes; throws Error naming the flag.

@@ -2,6 +2,7 @@
 // perplexity against llama.cpp / llama2.c, the ring past capacity, stdout purity and one-line
 // errors with a non-zero exit.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <array>
 #include <cmath>
@@ -254,6 +255,29 @@ TEST(Cli, BadInputIsOneLineAndNonZero) {
   }
   const Result r = vkllm("info -m " + dir + "/corrupt.gguf");
   EXPECT_NE(r.err.find("corrupt.gguf"), std::string::npos) << r.err;
+}
+
+// A directory where a file is read, or a FIFO where a session file is (which would block the open
+// until a writer came), is one line naming it and status 1, not an internal error or a hang.
+TEST(Cli, DirectoriesAndFifosWhereFilesBelong) {
+  const std::string m = " -m " + model("stories260K.gguf");
+  const std::string dir = testing::TempDir() + "/vkllm_cli_dir", fifo = testing::TempDir() + "/vkllm_cli_fifo";
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(fifo);
+  std::filesystem::create_directory(dir);
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& args : {"run" + m + " --session " + dir + " -p hi -n 1", "run" + m + " -f " + dir + " -n 1",
+                                  "perplexity" + m + " -f " + dir, "tokenize" + m + " -f " + dir,
+                                  "chat" + m + " --system-file " + dir, "run" + m + " --session " + fifo + " -p hi -n 1"}) {
+    const Result r = vkllm(args);
+    EXPECT_EQ(r.status, 1) << args << ": " << r.err;
+    EXPECT_TRUE(r.out.empty()) << args << ": " << r.out;
+    EXPECT_TRUE(r.err.starts_with("vkllm: error: ")) << args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
+    EXPECT_NE(r.err.find(args.find(fifo) != std::string::npos ? fifo : dir), std::string::npos) << args << ": " << r.err;
+  }
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(fifo);
 }
 
 // A bad command line (a value of the wrong type, an unknown flag, a missing required option, an

@@ -6,10 +6,9 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "base/error.h"
+#include "base/input_file.h"
 #include "gguf.h"
 #include "jinja/eval.h"
 #include "jinja/parser.h"
@@ -82,14 +81,6 @@ const Builtin k_builtins[] = {
      "{%- endfor -%}\n"
      "{%- if add_generation_prompt -%}{{- '<|assistant|>\\n' -}}{%- endif -%}\n"},
 };
-
-std::string read_text_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(path + ": cannot open");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 // The date strftime_now formats: date_override ("YYYY-MM-DD") at midnight, or now.
 std::tm render_date(const std::string& date_override) {
@@ -190,7 +181,7 @@ ChatTemplate ChatTemplate::resolve(const gguf::File* model, const std::string& n
       throw Error("--chat-template '" + name_or_file + "' is neither a built-in template (" + list +
                   ") nor a readable file");
     }
-    std::string text = read_text_file(name_or_file);
+    std::string text = read_text_input(name_or_file, "the chat template file");
     if (name_or_file.size() > 5 && name_or_file.ends_with(".json")) {
       nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
       if (j.is_discarded() || !j.is_object()) throw Error(name_or_file + ": not a JSON object");

@@ -12,6 +12,7 @@
 #include <functional>
 
 #include "atomic_file.h"
+#include "base/input_file.h"
 
 namespace vkllm {
 namespace {
@@ -268,6 +269,7 @@ Parsed parse(const std::string& path, uint64_t file_size, const Fetch& fetch, bo
 }
 
 std::vector<uint8_t> read_whole(const std::string& path) {
+  require_regular_file(path, "a session file");
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) throw Error(path + ": cannot open the session file");
   const std::streamoff size = f.tellg();
@@ -391,6 +393,7 @@ SessionInfo read_session_info(const std::string& path, bool with_kv) {
     std::span<const uint8_t> all(bytes);
     return parse(path, bytes.size(), [&](uint64_t off, uint64_t n) { return all.subspan(off, n); }, true).info;
   }
+  require_regular_file(path, "a session file");
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) throw Error(path + ": cannot open the session file");
   const uint64_t size = static_cast<uint64_t>(std::max<std::streamoff>(f.tellg(), 0));

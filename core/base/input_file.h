@@ -1,0 +1,17 @@
+// The files a person names on the command line (prompts, messages, templates, sessions), opened
+// so that a directory, a FIFO where a file is written back, or a missing file is one line naming
+// it rather than an internal error or a blocked read.
+#pragma once
+#include <string>
+
+namespace vkllm {
+
+// The whole of a text input: a regular file, or a pipe or device (`-f <(cmd)`, `-f /dev/stdin`).
+// A directory is refused. `what` names the input in the error ("the prompt file").
+std::string read_text_input(const std::string& path, const std::string& what);
+
+// Throws unless path is a regular file (following links): a file vkllm also writes (a session)
+// must not be a directory, where reading fails, or a FIFO, where opening it waits for a writer.
+void require_regular_file(const std::string& path, const std::string& what);
+
+}  // namespace vkllm
