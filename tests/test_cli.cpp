@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -255,6 +256,37 @@ TEST(Cli, BadInputIsOneLineAndNonZero) {
   }
   const Result r = vkllm("info -m " + dir + "/corrupt.gguf");
   EXPECT_NE(r.err.find("corrupt.gguf"), std::string::npos) << r.err;
+}
+
+// A model key's 4-byte value overwritten (the key found by name; GGUF stores it as a u64 length,
+// the name, a u32 type, then the value): stories260K with that change, written to `path`.
+void patch_key_value(const std::string& key, const void* value, const std::string& path) {
+  std::ifstream in(model("stories260K.gguf"), std::ios::binary);
+  std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const size_t at = bytes.find(key);
+  ASSERT_NE(at, std::string::npos) << key;
+  std::memcpy(bytes.data() + at + key.size() + 4, value, 4);
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// A corrupt width or a non-finite epsilon is named by its key before anything is planned or run
+// (they were an impossible memory plan, and a model that output token 0 with status 0).
+TEST(Cli, CorruptModelKeysAreNamed) {
+  const std::string dir = testing::TempDir();
+  const uint32_t huge = 0xFFFFFFFFu;
+  const float nan = std::nanf("");
+  patch_key_value("llama.feed_forward_length", &huge, dir + "/vkllm_ff.gguf");
+  patch_key_value("llama.attention.layer_norm_rms_epsilon", &nan, dir + "/vkllm_eps.gguf");
+  for (const auto& [file, key] : {std::pair{"vkllm_ff.gguf", "llama.feed_forward_length"},
+                                  std::pair{"vkllm_eps.gguf", "llama.attention.layer_norm_rms_epsilon"}}) {
+    for (const std::string cmd : {"info", "run -p hi -n 1 --temp 0"}) {
+      const Result r = vkllm(cmd + " -m " + dir + "/" + file);
+      EXPECT_EQ(r.status, 1) << cmd << " " << file << ": " << r.err;
+      EXPECT_TRUE(r.out.empty()) << r.out;
+      EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+      EXPECT_NE(r.err.find(std::string("key '") + key + "'"), std::string::npos) << r.err;
+    }
+  }
 }
 
 // A directory where a file is read, or a FIFO where a session file is (which would block the open

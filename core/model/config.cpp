@@ -2,6 +2,7 @@
 #include "model/config.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "base/error.h"
 
@@ -111,6 +112,26 @@ ModelConfig read_model_config(const gguf::File& f) {
   if (c.head_dim == 0 || c.head_dim % 2 != 0) bad(a + "attention.key_length", c.head_dim, "an even number");
   c.n_rot = f.get_u32_or(a + "rope.dimension_count", c.head_dim);
   if (c.n_rot > c.head_dim || c.n_rot % 2 != 0) bad(a + "rope.dimension_count", c.n_rot, "even and ≤ head dim " + std::to_string(c.head_dim));
+  // The widths that size the activations, against the tensors', so that a corrupt value is named
+  // here and not as an impossible memory plan.
+  const auto width_of = [&](const char* tensor, const std::string& key, uint64_t value) {
+    if (const gguf::TensorInfo* t = f.find_tensor(tensor); t && t->n_dims >= 1 && t->ne[0] != value)
+      bad(key, value, std::to_string(t->ne[0]) + " (the width of tensor '" + tensor + "')");
+  };
+  width_of("token_embd.weight", a + "embedding_length", c.n_embd);
+  width_of("blk.0.ffn_down.weight", a + "feed_forward_length", c.n_ff);
+  // Floats that must be finite and positive (a NaN epsilon makes every logit NaN).
+  const auto positive = [&](const std::string& key, float value) {
+    if (!(std::isfinite(value) && value > 0.0f)) {
+      char v[32];
+      std::snprintf(v, sizeof v, "%g", double(value));
+      throw Error(f.path() + ": key '" + key + "' is " + v + ", expected a finite number > 0");
+    }
+  };
+  positive(a + "attention.layer_norm_rms_epsilon", c.rms_eps);
+  positive(a + "rope.freq_base", c.rope_freq_base);
+  positive(a + "rope.scaling.attn_factor", c.rope_attn_factor);
+  if (factor != 0.0f) positive(a + (f.find(a + "rope.scaling.factor") ? "rope.scaling.factor" : "rope.scale_linear"), factor);
 
   if (c.arch == Arch::Gemma2 || c.arch == Arch::Gemma3) read_gemma_config(f, c);
 
