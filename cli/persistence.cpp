@@ -2,7 +2,6 @@
 #include "persistence.h"
 
 #include <cstdio>
-#include <filesystem>
 
 #include "base/input_file.h"
 #include "format.h"
@@ -15,8 +14,7 @@ void add_session_option(CLI::App* cmd, std::string& session) {
 }
 
 void check_session_path(const std::string& session) {
-  std::error_code ec;
-  if (!session.empty() && std::filesystem::exists(session, ec)) require_regular_file(session, "a session file");
+  if (!session.empty()) require_regular_file(session, "a session file");
 }
 
 void add_persistence_options(CLI::App* cmd, PersistenceOptions& o) {

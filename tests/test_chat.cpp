@@ -460,7 +460,7 @@ TEST(ChatCli, PipedLinesAreMessages) {
   EXPECT_GT(two.out.size(), one.out.size() + 1);
   EXPECT_EQ(two.out.find('\033'), std::string::npos);
   // A """ block is one message.
-  const ShellRun block = run_shell("printf '\"\"\"\\nHello\\nthere\\n\"\"\"\\n/stats\\n' | " + piped_chat_cmd("-n 4 -q"));
+  const ShellRun block = run_shell("printf '\"\"\"\\nHello\\nthere\\n\"\"\"\\n/stats\\n' | " + piped_chat_cmd("-n 4 -q") + " 2>&1");
   EXPECT_EQ(block.status, 0);
   EXPECT_NE(block.out.find("1 exchanges"), std::string::npos) << block.out;
   // Commands work on a pipe too.
@@ -468,6 +468,11 @@ TEST(ChatCli, PipedLinesAreMessages) {
   EXPECT_EQ(cmds.status, 0);
   EXPECT_NE(cmds.out.find("0 exchanges"), std::string::npos) << cmds.out;
   EXPECT_NE(cmds.out.find("vkllm: /save needs a file name"), std::string::npos) << cmds.out;
+  // What the commands print goes to stderr on a pipe: stdout holds the replies alone.
+  const ShellRun replies_only =
+      run_shell("printf 'Hello\\n/undo\\n/system\\n/stats\\n/kv\\n/help\\n/clear\\n' | " + piped_chat_cmd("-n 8 -q") + " 2>/dev/null");
+  EXPECT_EQ(replies_only.status, 0);
+  EXPECT_EQ(replies_only.out, one.out);
 }
 
 // A piped chat (or any command) with stdin from a file holding `input`; stderr kept apart.
@@ -493,6 +498,16 @@ std::string without_speed(const std::string& out) {
   return kept;
 }
 
+// The lines of `err` that start with "vkllm: " (a piped chat's messages; what /stats prints goes
+// to stderr too, as every command's output on a pipe).
+std::vector<std::string> vkllm_lines(const std::string& err) {
+  std::vector<std::string> lines;
+  std::istringstream in(err);
+  for (std::string l; std::getline(in, l);)
+    if (l.starts_with("vkllm: ")) lines.push_back(l);
+  return lines;
+}
+
 const std::string kTwoTurns = "Hello\nTell me more\n/stats\n";
 
 // `chat --session`: two calls of one message each give the replies of one chat with both, greedy
@@ -511,9 +526,10 @@ TEST(ChatCli, SessionAcrossCallsEqualsOneChat) {
     ASSERT_TRUE(std::filesystem::exists(s));
     const Piped second = piped(tmp, chat_cmd(args + " --session " + s, sampling), "Tell me more\n/stats\n");
     ASSERT_EQ(second.status, 0) << second.err;
-    EXPECT_EQ(without_speed(first.out + second.out), without_speed(whole.out));
-    EXPECT_NE(second.out.find("2 exchanges"), std::string::npos) << second.out;
-    EXPECT_EQ(second.out.find(" 0 cached"), std::string::npos) << second.out;
+    // Replies on stdout, then /stats on stderr (nothing else there with -q).
+    EXPECT_EQ(without_speed(first.out + second.out + second.err), without_speed(whole.out + whole.err));
+    EXPECT_NE(second.err.find("2 exchanges"), std::string::npos) << second.err;
+    EXPECT_EQ(second.err.find(" 0 cached"), std::string::npos) << second.err;
   }
   // An invalid session file ends the chat before it starts, in one line, and stays as it was.
   const std::string bad = tmp.path("bad.vkv");
@@ -535,7 +551,10 @@ TEST(ChatCli, LoadInAPipedChat) {
   const Piped control = piped(tmp, chat_cmd(args), kTwoTurns);
   ASSERT_EQ(control.status, 0) << control.err;
   const Piped same = piped(tmp, chat_cmd(args), "Hello\n/save " + good + "\n/load " + good + "\nTell me more\n/stats\n");
-  EXPECT_EQ(without_speed(same.out), without_speed(control.out));
+  EXPECT_EQ(same.out, control.out);
+  // /stats (on stderr) says the same, after the /save and /load lines.
+  const std::vector<std::string> said = vkllm_lines(same.err);
+  EXPECT_EQ(without_speed(same.err.substr(same.err.rfind(said.back()) + said.back().size() + 1)), without_speed(control.err));
   EXPECT_NE(same.err.find("vkllm: /save: " + good + ": 2 messages, "), std::string::npos) << same.err;
   EXPECT_NE(same.err.find("vkllm: /load: " + good + ": 2 messages, "), std::string::npos) << same.err;
 
@@ -547,11 +566,10 @@ TEST(ChatCli, LoadInAPipedChat) {
   for (const char* f : {"missing.vkv", "cut.vkv", "other.vkv", "raw.vkv"}) input += "/load " + tmp.path(f) + "\n";
   const Piped bad = piped(tmp, chat_cmd(args), input + "Tell me more\n/stats\n");
   EXPECT_EQ(bad.status, 0);
-  EXPECT_EQ(without_speed(bad.out), without_speed(control.out));
-  std::istringstream lines(bad.err);
-  std::vector<std::string> errs;
-  for (std::string l; std::getline(lines, l);) errs.push_back(l);
+  EXPECT_EQ(bad.out, control.out);
+  const std::vector<std::string> errs = vkllm_lines(bad.err);
   ASSERT_EQ(errs.size(), 4u) << bad.err;
+  EXPECT_EQ(without_speed(bad.err.substr(bad.err.rfind(errs.back()) + errs.back().size() + 1)), without_speed(control.err));
   const std::string at = "vkllm: /load: " + tmp.dir.string() + "/";
   EXPECT_EQ(errs[0], at + "missing.vkv: cannot open the session file");
   EXPECT_TRUE(errs[1].starts_with(at + "cut.vkv: truncated: section 'KVDT'")) << errs[1];
@@ -572,7 +590,8 @@ TEST(ChatCli, RunChatSessionsContinueInChat) {
   ASSERT_EQ(one.status, 0) << one.err;
   const Piped two = piped(tmp, chat_cmd(args + " --session " + r), "Tell me more\n/stats\n");
   ASSERT_EQ(two.status, 0) << two.err;
-  EXPECT_EQ(without_speed(one.out + "\n" + two.out), without_speed(control.out));
+  EXPECT_EQ(one.out + "\n" + two.out, control.out);
+  EXPECT_EQ(without_speed(two.err), without_speed(control.err));
   // chat's turn, then run's: the conversation goes on, reusing the cache.
   const std::string c = tmp.path("chat.vkv");
   ASSERT_EQ(piped(tmp, chat_cmd(args + " --session " + c), "Hello\n").status, 0);

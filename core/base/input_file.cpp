@@ -2,8 +2,6 @@
 
 #include <sys/stat.h>
 
-#include <cerrno>
-#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -13,17 +11,21 @@ namespace vkllm {
 
 namespace {
 
-// stat()'s view of path, or an Error naming it when it cannot be had.
-struct stat status_of(const std::string& path, const std::string& what) {
+// What path is when it is there but not a regular file ("a directory"), else "" (a regular file,
+// or nothing there: opening it then says so).
+std::string other_kind(const std::string& path) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) throw Error(path + ": cannot open " + what + ": " + std::strerror(errno));
-  return st;
+  if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return "";
+  if (S_ISDIR(st.st_mode)) return "a directory";
+  if (S_ISFIFO(st.st_mode)) return "a FIFO";
+  if (S_ISSOCK(st.st_mode)) return "a socket";
+  return "a device";
 }
 
 }  // namespace
 
 std::string read_text_input(const std::string& path, const std::string& what) {
-  if (S_ISDIR(status_of(path, what).st_mode)) throw Error(path + ": is a directory, not " + what);
+  if (other_kind(path) == "a directory") throw Error(path + ": is a directory, not " + what);
   std::ifstream f(path, std::ios::binary);
   if (!f) throw Error(path + ": cannot open " + what);
   std::ostringstream ss;
@@ -33,7 +35,7 @@ std::string read_text_input(const std::string& path, const std::string& what) {
 }
 
 void require_regular_file(const std::string& path, const std::string& what) {
-  if (!S_ISREG(status_of(path, what).st_mode)) throw Error(path + ": not a regular file (" + what + ")");
+  if (const std::string kind = other_kind(path); !kind.empty()) throw Error(path + ": is " + kind + ", not " + what);
 }
 
 }  // namespace vkllm

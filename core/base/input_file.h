@@ -10,8 +10,9 @@ namespace vkllm {
 // A directory is refused. `what` names the input in the error ("the prompt file").
 std::string read_text_input(const std::string& path, const std::string& what);
 
-// Throws unless path is a regular file (following links): a file vkllm also writes (a session)
-// must not be a directory, where reading fails, or a FIFO, where opening it waits for a writer.
+// Throws when something other than a regular file is at path (following links): a file vkllm also
+// writes (a session) must not be a directory, where reading fails, or a FIFO, where opening it
+// waits for a writer. Nothing there passes (opening it then says so).
 void require_regular_file(const std::string& path, const std::string& what);
 
 }  // namespace vkllm
