@@ -1,5 +1,6 @@
 // `vkllm info`: what a GGUF model is, and what its KV cache costs per token and in total.
 #include <cstdio>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
@@ -28,6 +29,14 @@ uint32_t window_layers(const ModelConfig& c) {
   return n;
 }
 
+// The KV bytes of `seqs` conversations of per_seq bytes each; refused when past 2^64 (a --ctx and
+// --seqs no machine holds).
+uint64_t kv_total(uint64_t per_seq, uint32_t seqs, uint32_t ctx) {
+  if (per_seq > std::numeric_limits<uint64_t>::max() / seqs)
+    throw Error("--ctx " + std::to_string(ctx) + " × --seqs " + std::to_string(seqs) + " needs more than 16 EiB of KV cache");
+  return per_seq * seqs;
+}
+
 nlohmann::json to_json(const ModelSummary& s, const InfoOptions& o, uint32_t ctx, CacheType chosen) {
   const ModelConfig& c = s.config;
   nlohmann::json types = nlohmann::json::object();
@@ -38,7 +47,7 @@ nlohmann::json to_json(const ModelSummary& s, const InfoOptions& o, uint32_t ctx
     const uint64_t per_token = kv_bytes_per_token(c, t, t), per_seq = kv_cache_bytes(c, t, t, ctx, window_ring_slots(c, ctx, k_ubatch));
     kv[cache_type_name(t)] = {{"bytes_per_token", per_token},
                               {"bytes_per_seq", per_seq},
-                              {"bytes_total", per_seq * o.seqs}};
+                              {"bytes_total", kv_total(per_seq, o.seqs, ctx)}};
   }
   return {
       {"file", o.model},
@@ -98,7 +107,7 @@ void print_human(const ModelSummary& s, const InfoOptions& o, uint32_t ctx, Cach
     if (!cache_type_fits(t, c.n_embd_kv())) continue;
     const uint64_t per_token = kv_bytes_per_token(c, t, t), per_seq = kv_cache_bytes(c, t, t, ctx, window_ring_slots(c, ctx, k_ubatch));
     std::printf("%s %-6s %14s %14s %14s\n", t == chosen ? "*" : " ", cache_type_name(t), human_bytes(per_token).c_str(),
-                human_bytes(per_seq).c_str(), human_bytes(per_seq * o.seqs).c_str());
+                human_bytes(per_seq).c_str(), human_bytes(kv_total(per_seq, o.seqs, ctx)).c_str());
   }
   if (const uint32_t ring = window_ring_slots(c, ctx, k_ubatch))
     std::printf("  per token: every layer; × tokens: the %u window layers keep only a ring of %s slots each (window %s\n"
@@ -115,7 +124,7 @@ void add_info_command(CLI::App& app) {
   cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
   cmd->add_flag("--json", o->json, "Print one JSON object instead of text");
   cmd->add_option("--ctx", o->ctx, "Tokens per conversation for the KV total (default: trained context)");
-  cmd->add_option("--seqs", o->seqs, "Conversations held at once")->check(CLI::PositiveNumber);
+  cmd->add_option("--seqs", o->seqs, "Conversations held at once")->check(CLI::Range(1u, 1000000u));
   cmd->add_option("--cache-type", o->cache_type, "KV cache type to highlight: f16, q8_0, q4_0")
       ->check(CLI::IsMember({"f16", "q8_0", "q4_0"}));
   cmd->callback([o] {
@@ -126,6 +135,8 @@ void add_info_command(CLI::App& app) {
     if (!cache_type_fits(chosen, s.config.n_embd_kv()))
       throw Error("--cache-type " + o->cache_type + " needs a KV row width that is a multiple of 32; this model's is " +
                   std::to_string(s.config.n_embd_kv()));
+    // Refused before anything is printed: f16 is the largest type.
+    kv_total(kv_cache_bytes(s.config, CacheType::F16, CacheType::F16, ctx, window_ring_slots(s.config, ctx, k_ubatch)), o->seqs, ctx);
     if (o->json) std::printf("%s\n", to_json(s, *o, ctx, chosen).dump(1).c_str());
     else print_human(s, *o, ctx, chosen);
   });

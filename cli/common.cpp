@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <map>
 
 #include "format.h"
@@ -31,7 +32,8 @@ void add_model_options(CLI::App* cmd, RunOptions& o) {
   cmd->add_option("--cache-type", o.cache_type, "KV cache type for K and V: f16, q8_0, q4_0")->check(types);
   cmd->add_option("--cache-type-k", o.cache_type_k, "KV cache type for K")->check(types);
   cmd->add_option("--cache-type-v", o.cache_type_v, "KV cache type for V")->check(types);
-  cmd->add_option("--keep", o.keep, "Tokens pinned at the start of the cache (default: BOS + system prompt)");
+  cmd->add_option("--keep", o.keep, "Tokens pinned at the start of the cache, fewer than --ctx (default, or -1: BOS + system prompt)")
+      ->check(CLI::Range(-1, std::numeric_limits<int32_t>::max()));
   cmd->add_option("--ubatch", o.ubatch, "Prompt tokens per prefill chunk (default: 512 on GPUs, 64 on CPU drivers)")->check(CLI::Range(1u, 8192u));
   cmd->add_flag("--swa-full", o.swa_full,
                 "Sliding-window layers keep the whole context instead of their window (more memory; every prompt-cache prefix reusable)");
@@ -120,6 +122,10 @@ Session open_session(const RunOptions& o) {
 
   EngineOptions eo;
   eo.cache.capacity = o.ctx ? o.ctx : std::min<uint32_t>(c.n_ctx_train ? c.n_ctx_train : 4096, 4096);
+  // The ring needs a slot past the pinned tokens.
+  if (o.keep >= 0 && uint32_t(o.keep) >= eo.cache.capacity)
+    throw Error("--keep " + std::to_string(o.keep) + " pins the whole cache of " + std::to_string(eo.cache.capacity) +
+                " tokens (--ctx); at most " + std::to_string(eo.cache.capacity - 1) + " can be pinned");
   const std::string tk = o.cache_type.empty() ? o.cache_type_k : o.cache_type;
   const std::string tv = o.cache_type.empty() ? o.cache_type_v : o.cache_type;
   eo.cache.type_k = *cache_type_from_name(tk);

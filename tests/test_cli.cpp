@@ -256,6 +256,10 @@ TEST(Cli, BadInputIsOneLineAndNonZero) {
   }
   const Result r = vkllm("info -m " + dir + "/corrupt.gguf");
   EXPECT_NE(r.err.find("corrupt.gguf"), std::string::npos) << r.err;
+  // A --keep that pins the whole cache leaves the ring no slot.
+  const Result keep = vkllm("run --keep 16 --ctx 16 -p hi -m " + model("stories260K.gguf"));
+  EXPECT_EQ(keep.status, 1) << keep.err;
+  EXPECT_EQ(keep.err, "vkllm: error: --keep 16 pins the whole cache of 16 tokens (--ctx); at most 15 can be pinned\n");
 }
 
 // A model key's 4-byte value overwritten (the key found by name; GGUF stores it as a u64 length,
@@ -318,7 +322,8 @@ TEST(Cli, ParseErrorsAreOneLineWithStatus2) {
   const std::string m = " -m " + model("stories260K.gguf");
   for (const std::string& args : {"run --temp abc" + m + " -p hi", "run --no-such-flag" + m + " -p hi",
                                   std::string("info"), std::string("no-such-command"), "run -n -5" + m + " -p hi",
-                                  "chat -n -2" + m, "run -n lots" + m + " -p hi"}) {
+                                  "chat -n -2" + m, "run -n lots" + m + " -p hi", "run --keep -2" + m + " -p hi",
+                                  "info --seqs 0" + m}) {
     const Result r = vkllm(args);
     EXPECT_EQ(r.status, 2) << args << ": " << r.err;
     EXPECT_TRUE(r.out.empty()) << args << ": " << r.out;
