@@ -66,7 +66,14 @@ void add_template_command(CLI::App& app) {
     r.bos_token = o->bos ? *o->bos : model ? token_text(*model, "tokenizer.ggml.bos_token_id") : "";
     r.eos_token = o->eos ? *o->eos : model ? token_text(*model, "tokenizer.ggml.eos_token_id") : "";
     r.date_override = o->date;
-    const std::string prompt = t.render(read_messages(o->messages_file), r);
+    const nlohmann::ordered_json messages = read_messages(o->messages_file);
+    std::string prompt;
+    try {
+      prompt = t.render(messages, r);
+    } catch (const Error& e) {
+      // The template's own error (line and column in the template) with the messages it refused.
+      throw Error(o->messages_file + ": " + e.what());
+    }
     std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   });
 }

@@ -127,6 +127,8 @@ void Generator::generate(const GenerateOptions& o, const TextSink& on_text) {
 void Generator::start(const GenerateOptions& o) {
   if (logits_.empty()) throw Error("nothing to continue from: the prompt is empty and the cache holds no tokens");
   run_.emplace(Run{o, StreamDecoder(tok_), {}, o.n_predict, 0, -1, std::chrono::steady_clock::now(), {}});
+  // An empty stop string matches nowhere (it would stop before the first token), as the server reads it.
+  std::erase_if(run_->opts.stop, [](const std::string& s) { return s.empty(); });
   // Reaching the limit is the stop reason unless another one (eos, stop string, interrupt) comes first.
   stats_.stop_reason = "length";
   if (o.n_predict == GenerateOptions::kUntilFull) {

@@ -19,7 +19,7 @@ struct GenerateOptions {
   static constexpr int32_t kEndless = -1;    // on through the ring, evicting the oldest tokens
   static constexpr int32_t kUntilFull = -2;  // until the cache is full (see generation_budget)
   int32_t n_predict = kUntilFull;
-  std::vector<std::string> stop;      // stop strings (not included in the output)
+  std::vector<std::string> stop;      // stop strings (not included in the output; empty ones ignored)
   bool ignore_eos = false;
   bool logprobs = false;              // record each generated token's log-probability (GenerationStats::logprobs)
 };
