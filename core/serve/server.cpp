@@ -64,6 +64,13 @@ void HttpServer::routes() {
   httplib::Server& s = *svr_;
   // --api-key: every route but /health wants "Authorization: Bearer KEY".
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // A Content-Length that is not a byte count (httplib reads "-5" as huge and answers 413).
+    if (const std::string n = req.get_header_value("Content-Length");
+        req.has_header("Content-Length") && (n.empty() || n.find_first_not_of("0123456789") != std::string::npos)) {
+      send_error(res, 400, "Content-Length '" + n + "' is not a byte count", "invalid_request_error");
+      res.set_header("Connection", "close");  // the body was not read
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (opts_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
     if (req.get_header_value("Authorization") == "Bearer " + opts_.api_key) return httplib::Server::HandlerResponse::Unhandled;
     send_error(res, 401, "missing or wrong API key (send \"Authorization: Bearer KEY\")", "authentication_error");
