@@ -2,10 +2,12 @@
 #include "atomic_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -13,11 +15,34 @@
 
 namespace gguf {
 
+namespace {
+
+// Removes the temporary files of `name` in `dir` that a writer killed mid-write left behind
+// (".NAME.PID.XXXXXX" whose process is gone); those of live writers stay.
+void remove_orphans(const std::filesystem::path& dir, const std::string& name) {
+  const std::string prefix = "." + name + ".";
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string f = entry.path().filename().string();
+    if (!f.starts_with(prefix) || f.size() < prefix.size() + 8) continue;
+    const std::string rest = f.substr(prefix.size());  // PID.XXXXXX
+    const size_t dot = rest.find('.');
+    if (dot == 0 || dot == std::string::npos || rest.size() - dot - 1 != 6 ||
+        rest.find_first_not_of("0123456789") != dot)
+      continue;
+    const long pid = std::strtol(rest.c_str(), nullptr, 10);
+    if (pid > 0 && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH) std::filesystem::remove(entry.path(), ec);
+  }
+}
+
+}  // namespace
+
 void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) {
   const std::filesystem::path target(path);
   const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+  remove_orphans(dir, target.filename().string());
   std::string tmp = dir.string();
-  tmp.append("/.").append(target.filename().string()).append(".XXXXXX");
+  tmp.append("/.").append(target.filename().string()).append(".").append(std::to_string(::getpid())).append(".XXXXXX");
   const int fd = ::mkstemp(tmp.data());
   if (fd < 0) throw Error(path + ": cannot create a temporary file in " + dir.string() + ": " + std::strerror(errno));
   auto fail = [&](const std::string& what) {

@@ -1,6 +1,9 @@
 // GGUF reader and writer: real files, round trips, and a corruption suite (run under ASan+UBSan
 // by scripts/test.sh). Every corrupted input must give gguf::Error, never a crash or a hang.
+#include <unistd.h>
+
 #include <cstring>
+#include <fstream>
 #include <random>
 
 #include "gguf.h"
@@ -171,10 +174,21 @@ TEST(Gguf, WriterRoundTripsEveryValueType) {
 }
 
 TEST(Gguf, WriterWritesAtomicallyToDisk) {
-  const std::string path = testing::TempDir() + "/vkllm_writer_test.gguf";
+  const std::string dir = testing::TempDir(), path = dir + "/vkllm_writer_test.gguf";
+  // The temporary file of a writer killed mid-write (a PID no process has: above Linux's largest
+  // pid_max) is removed by the next write; a live writer's (this process's) stays.
+  const std::string orphan = dir + "/.vkllm_writer_test.gguf.999999999.a1B2c3";
+  const std::string live = dir + "/.vkllm_writer_test.gguf." + std::to_string(getpid()) + ".a1B2c3";
+  std::ofstream(orphan) << "partial";
+  std::ofstream(live) << "partial";
   sample_writer().write(path);
   const File f = File::open(path);
   EXPECT_EQ(f.tensors().size(), 3u);
+  EXPECT_FALSE(std::filesystem::exists(orphan));
+  EXPECT_TRUE(std::filesystem::exists(live));
+  for (const auto& e : std::filesystem::directory_iterator(dir))  // and its own temporary is gone
+    EXPECT_FALSE(e.path().filename().string().starts_with(".vkllm_writer_test.gguf.") && e.path() != live) << e.path();
+  std::filesystem::remove(live);
   std::filesystem::remove(path);
 }
 
