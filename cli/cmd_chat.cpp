@@ -336,47 +336,49 @@ void ChatSession::stream_reply(bool regen, const std::string& text) {
 }
 
 void ChatSession::print_stats() const {
+  FILE* out = command_out();
   const KvCache& kv = s_.engine->cache();
   const GenerationStats& st = conv_.last_stats();
-  std::fprintf(command_out(), "tokens      %s / %s in the cache (%s pinned), conversation %s\n", with_commas(kv.used()).c_str(),
-              with_commas(kv.capacity()).c_str(), with_commas(conv_.pinned()).c_str(),
-              with_commas(conv_.tokens().size()).c_str());
-  std::fprintf(command_out(), "evicted     %s tokens of this conversation are out of the cache (%s evicted since it was last emptied)\n",
-              with_commas(conv_.evicted()).c_str(), with_commas(kv.evicted()).c_str());
-  std::fprintf(command_out(), "KV cache    %s used, %s/token, K %s, V %s\n", human_bytes(kv.bytes_used()).c_str(),
-              human_bytes(kv.bytes_per_token()).c_str(), cache_type_name(kv.type_k()), cache_type_name(kv.type_v()));
-  std::fprintf(command_out(), "last turn   %s prompt tokens, %s cached, %s prefilled, %s generated (%s)\n",
-              with_commas(st.prompt_tokens).c_str(), with_commas(st.cached_tokens).c_str(),
-              with_commas(st.prompt_tokens - st.cached_tokens).c_str(), with_commas(st.generated).c_str(),
-              st.stop_reason.empty() ? "-" : st.stop_reason.c_str());
-  std::fprintf(command_out(), "speed       TTFT %s · prefill %.1f tok/s · decode %.1f tok/s\n", fmt_ms(st.ttft_ms).c_str(),
-              st.prefill_tok_s(), st.decode_tok_s());
-  std::fprintf(command_out(), "messages    %zu exchanges%s\n", conv_.n_exchanges(), conv_.system().empty() ? "" : " + system prompt");
+  std::fprintf(out, "tokens      %s / %s in the cache (%s pinned), conversation %s\n", with_commas(kv.used()).c_str(),
+               with_commas(kv.capacity()).c_str(), with_commas(conv_.pinned()).c_str(),
+               with_commas(conv_.tokens().size()).c_str());
+  std::fprintf(out, "evicted     %s tokens of this conversation are out of the cache (%s evicted since it was last emptied)\n",
+               with_commas(conv_.evicted()).c_str(), with_commas(kv.evicted()).c_str());
+  std::fprintf(out, "KV cache    %s used, %s/token, K %s, V %s\n", human_bytes(kv.bytes_used()).c_str(),
+               human_bytes(kv.bytes_per_token()).c_str(), cache_type_name(kv.type_k()), cache_type_name(kv.type_v()));
+  std::fprintf(out, "last turn   %s prompt tokens, %s cached, %s prefilled, %s generated (%s)\n",
+               with_commas(st.prompt_tokens).c_str(), with_commas(st.cached_tokens).c_str(),
+               with_commas(st.prompt_tokens - st.cached_tokens).c_str(), with_commas(st.generated).c_str(),
+               st.stop_reason.empty() ? "-" : st.stop_reason.c_str());
+  std::fprintf(out, "speed       TTFT %s · prefill %.1f tok/s · decode %.1f tok/s\n", fmt_ms(st.ttft_ms).c_str(),
+               st.prefill_tok_s(), st.decode_tok_s());
+  std::fprintf(out, "messages    %zu exchanges%s\n", conv_.n_exchanges(), conv_.system().empty() ? "" : " + system prompt");
 }
 
 // The KV table of `vkllm info`, for this run's context and cache types.
 void ChatSession::print_kv() const {
+  FILE* out = command_out();
   const ModelConfig& c = s_.engine->config();
   const KvCache& kv = s_.engine->cache();
   const uint32_t ctx = kv.capacity();
-  std::fprintf(command_out(), "KV cache: %u layers × 2 (K, V) × %u KV heads × %u head dim per token\n", c.n_layer, c.n_head_kv,
-              c.head_dim);
-  std::fprintf(command_out(), "  %-10s %14s %14s %14s\n", "type", "per token", ("× " + with_commas(ctx) + " tok").c_str(), "used now");
+  std::fprintf(out, "KV cache: %u layers × 2 (K, V) × %u KV heads × %u head dim per token\n", c.n_layer, c.n_head_kv,
+               c.head_dim);
+  std::fprintf(out, "  %-10s %14s %14s %14s\n", "type", "per token", ("× " + with_commas(ctx) + " tok").c_str(), "used now");
   for (CacheType t : {CacheType::F16, CacheType::Q8_0, CacheType::Q4_0}) {
     if (!cache_type_fits(t, c.n_embd_kv())) continue;
     const uint64_t per = kv_bytes_per_token(c, t, t);
     const bool chosen = t == kv.type_k() && t == kv.type_v();
     const uint32_t ring = kv.window_ring();
-    std::fprintf(command_out(), "%s %-10s %14s %14s %14s\n", chosen ? "*" : " ", cache_type_name(t), human_bytes(per).c_str(),
-                human_bytes(kv_cache_bytes(c, t, t, ctx, ring)).c_str(), human_bytes(kv_cache_bytes(c, t, t, ctx, ring, kv.used())).c_str());
+    std::fprintf(out, "%s %-10s %14s %14s %14s\n", chosen ? "*" : " ", cache_type_name(t), human_bytes(per).c_str(),
+                 human_bytes(kv_cache_bytes(c, t, t, ctx, ring)).c_str(), human_bytes(kv_cache_bytes(c, t, t, ctx, ring, kv.used())).c_str());
   }
   if (kv.type_k() != kv.type_v()) {
     const std::string name = std::string(cache_type_name(kv.type_k())) + "/" + cache_type_name(kv.type_v());
-    std::fprintf(command_out(), "* %-10s %14s %14s %14s\n", name.c_str(), human_bytes(kv.bytes_per_token()).c_str(),
-                human_bytes(kv.device_bytes()).c_str(), human_bytes(kv.bytes_used()).c_str());
+    std::fprintf(out, "* %-10s %14s %14s %14s\n", name.c_str(), human_bytes(kv.bytes_per_token()).c_str(),
+                 human_bytes(kv.device_bytes()).c_str(), human_bytes(kv.bytes_used()).c_str());
   }
   if (kv.window_ring())
-    std::fprintf(command_out(), "  (per token: every layer; the %u-token window layers keep a ring of %u slots each)\n", c.n_swa, kv.window_ring());
+    std::fprintf(out, "  (per token: every layer; the %u-token window layers keep a ring of %u slots each)\n", c.n_swa, kv.window_ring());
 }
 
 const ModelFingerprint& ChatSession::fingerprint() {
