@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -22,7 +23,8 @@ namespace {
 void remove_orphans(const std::filesystem::path& dir, const std::string& name) {
   const std::string prefix = "." + name + ".";
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::filesystem::directory_entry& entry = *it;
     const std::string f = entry.path().filename().string();
     if (!f.starts_with(prefix) || f.size() < prefix.size() + 8) continue;
     const std::string rest = f.substr(prefix.size());  // PID.XXXXXX
@@ -31,7 +33,8 @@ void remove_orphans(const std::filesystem::path& dir, const std::string& name) {
         rest.find_first_not_of("0123456789") != dot)
       continue;
     const long pid = std::strtol(rest.c_str(), nullptr, 10);
-    if (pid > 0 && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH) std::filesystem::remove(entry.path(), ec);
+    std::error_code ignored;
+    if (pid > 0 && pid <= INT32_MAX && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH) std::filesystem::remove(entry.path(), ignored);
   }
 }
 
