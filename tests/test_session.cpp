@@ -201,16 +201,38 @@ TEST_F(SessionTest, ConcurrentRunsShareThePromptCache) {
   EXPECT_EQ(list.rc, 0) << list.err;
   EXPECT_NE(list.out.find(".vkv"), std::string::npos) << list.out;
 
-  // A small cap evicts least recently used entries: only the newest (~20 KiB) stays.
+  // A small cap evicts least recently used entries: only the newest (~20 KiB) stays. Files that
+  // are not entries stay however old (a session someone keeps there, notes).
+  const std::vector<std::string> foreign = {dir + "/my-story.vkv", dir + "/notes.vkv"};
+  for (const std::string& f : foreign) {
+    std::ofstream(f) << "not an entry";
+    fs::last_write_time(f, fs::last_write_time(f) - std::chrono::hours(24 * 365));
+  }
   auto entries = [&] {
     std::vector<fs::path> v;
     for (const auto& e : fs::directory_iterator(dir))
-      if (e.path().extension() == ".vkv") v.push_back(e.path());
+      if (e.path().extension() == ".vkv" && std::find(foreign.begin(), foreign.end(), e.path().string()) == foreign.end())
+        v.push_back(e.path());
     return v;
   };
   ASSERT_EQ(entries().size(), 3u);
-  const Result small = vkllm(model() + " --temp 0 -n 4 --prompt-cache " + dir + " --prompt-cache-size 30KiB -p '" + manual + "Who was sad?'");
+  const std::string small_cap = model() + " --temp 0 -n 4 --prompt-cache " + dir + " --prompt-cache-size 30KiB -p '" + manual;
+  const Result small = vkllm(small_cap + "Who was sad?'");
   ASSERT_EQ(small.rc, 0) << small.err;
+  ASSERT_EQ(entries().size(), 1u);
+  // The entry stored last stays, though this run's lookup touched the older one within the same
+  // second (last use is read to the nanosecond).
+  const fs::path older = entries()[0];
+  ASSERT_EQ(vkllm(small_cap + "Who was glad?'").rc, 0);
+  ASSERT_EQ(entries().size(), 1u);
+  EXPECT_NE(entries()[0], older);
+  // An entry longer than this run's --ctx is passed over with a warning, and kept: it is valid.
+  std::string short_cmd = small_cap + "Who was glad?'";
+  short_cmd.replace(short_cmd.find("--ctx 256"), 9, "--ctx 16");
+  const Result short_ctx = vkllm(short_cmd);
+  EXPECT_EQ(short_ctx.rc, 0) << short_ctx.err;
+  EXPECT_NE(short_ctx.err.find("more than --ctx 16"), std::string::npos) << short_ctx.err;
+  EXPECT_EQ(short_ctx.err.find("removing"), std::string::npos) << short_ctx.err;
   ASSERT_EQ(entries().size(), 1u);
 
   // A corrupt entry is skipped with a warning and removed.
@@ -220,6 +242,8 @@ TEST_F(SessionTest, ConcurrentRunsShareThePromptCache) {
   EXPECT_EQ(after.rc, 0) << after.err;
   EXPECT_NE(after.err.find("skipping and removing"), std::string::npos) << after.err;
   ASSERT_EQ(vkllm("cache clear --dir " + dir).rc, 0);
+  EXPECT_EQ(entries().size(), 0u);
+  for (const std::string& f : foreign) EXPECT_TRUE(fs::exists(f)) << f;
   EXPECT_EQ(vkllm("cache list --dir " + dir).out.find(".vkv"), std::string::npos);
 }
 

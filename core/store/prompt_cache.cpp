@@ -11,18 +11,50 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <string_view>
 
 namespace vkllm {
 namespace fs = std::filesystem;
 namespace {
 
-bool is_entry_name(const std::string& name) {
-  return !name.empty() && name[0] != '.' && name.size() > 4 && name.compare(name.size() - 4, 4, ".vkv") == 0;
+bool is_hex(std::string_view s, size_t n) { return s.size() == n && s.find_first_not_of("0123456789abcdef") == std::string_view::npos; }
+
+// An entry's name, as store() makes it: "<model fingerprint>-<type k>-<type v>-<token hash>.vkv"
+// (16 hex digits each). Nothing else in the directory is ever evicted or cleared: a session file
+// or any other file a person keeps there stays.
+bool is_entry_name(std::string_view name) {
+  if (name.size() < 4 || !name.ends_with(".vkv")) return false;
+  name.remove_suffix(4);
+  std::string_view part[4];
+  for (int i = 0; i < 3; ++i) {
+    const size_t dash = name.find('-');
+    if (dash == std::string_view::npos) return false;
+    part[i] = name.substr(0, dash);
+    name.remove_prefix(dash + 1);
+  }
+  part[3] = name;
+  const auto type = [](std::string_view t) { return t == "f16" || t == "q8_0" || t == "q4_0"; };
+  return is_hex(part[0], 16) && type(part[1]) && type(part[2]) && is_hex(part[3], 16);
 }
 
+// A temporary write_file_atomic leaves only if its writer was killed mid-write: ".<entry>.<PID>.XXXXXX".
+bool is_entry_temporary(std::string_view name) {
+  if (!name.starts_with('.')) return false;
+  const size_t vkv = name.find(".vkv.");
+  return vkv != std::string_view::npos && is_entry_name(name.substr(1, vkv + 3));
+}
+
+// Last use (the modification time), in seconds since the epoch.
 int64_t mtime_of(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_mtime) : 0;
+}
+
+// The same to the nanosecond, for eviction: an entry this run's lookup touched and one it stores
+// within the same second must still order.
+int64_t mtime_ns_of(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 ? int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec : 0;
 }
 
 // The directory's lock for eviction; released when the descriptor closes.
@@ -79,15 +111,24 @@ std::vector<PromptCacheEntry> list_prompt_cache(const std::string& dir) {
 
 uint64_t clear_prompt_cache(const std::string& dir) {
   uint64_t freed = 0;
+  size_t failed = 0;
+  std::string why;
   std::error_code ec;
   DirLock lock(dir);
-  for (const fs::directory_entry& de : fs::directory_iterator(dir, ec)) {
-    const std::string name = de.path().filename().string();
-    // Entries and the temporaries write_file_atomic leaves only if killed mid-write.
-    if (!is_entry_name(name) && !(name.size() > 1 && name[0] == '.' && name.find(".vkv.") != std::string::npos)) continue;
-    const uint64_t size = de.file_size(ec);
-    if (fs::remove(de.path(), ec)) freed += size;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    // Entries (regular files) and the temporaries of killed writers; nothing else.
+    std::error_code ec2;
+    if ((!is_entry_name(name) && !is_entry_temporary(name)) || !it->is_regular_file(ec2)) continue;
+    const uint64_t size = it->file_size(ec2);
+    if (fs::remove(it->path(), ec2)) {
+      freed += size;
+    } else if (ec2) {
+      ++failed;
+      why = ec2.message();
+    }
   }
+  if (failed > 0) throw Error(dir + ": " + std::to_string(failed) + " prompt-cache files could not be removed: " + why);
   return freed;
 }
 
@@ -151,6 +192,9 @@ bool PromptCache::load(const PromptCacheMatch& m, uint32_t n, Engine& engine) {
   } catch (const MissingWindowRows& e) {  // a valid entry, only not for this prefix
     warnings_.push_back(std::string("prompt cache: ") + e.what() + "; prefilling the whole prompt");
     return false;
+  } catch (const TooLongForCache& e) {  // a valid entry, only not for this --ctx: kept
+    warnings_.push_back(std::string("prompt cache: ") + e.what() + "; prefilling the whole prompt");
+    return false;
   } catch (const Error& e) {
     if (!fs::exists(m.path)) {
       warnings_.push_back("prompt cache: " + m.path + " was evicted by another run; prefilling the whole prompt");
@@ -160,6 +204,7 @@ bool PromptCache::load(const PromptCacheMatch& m, uint32_t n, Engine& engine) {
     return false;
   }
   ::utimensat(AT_FDCWD, m.path.c_str(), nullptr, 0);  // last use, for LRU
+  evict_to_cap();  // a run that only reads still holds the directory to --prompt-cache-size
   return true;
 }
 
@@ -204,18 +249,24 @@ void PromptCache::evict_to_cap() {
   std::vector<Item> items;
   uint64_t total = 0;
   std::error_code ec;
-  for (const fs::directory_entry& de : fs::directory_iterator(dir_, ec)) {
-    if (!is_entry_name(de.path().filename().string())) continue;
+  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code ec2;
-    const uint64_t b = de.file_size(ec2);
+    if (!is_entry_name(it->path().filename().string()) || !it->is_regular_file(ec2)) continue;
+    const uint64_t b = it->file_size(ec2);
     if (ec2) continue;
-    items.push_back({de.path().string(), b, mtime_of(de.path().string())});
+    items.push_back({it->path().string(), b, mtime_ns_of(it->path().string())});
     total += b;
   }
   std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.last_used < b.last_used; });
   for (const Item& it : items) {
     if (total <= max_bytes_) break;
-    if (fs::remove(it.path, ec)) total -= it.bytes;
+    std::error_code ec2;
+    if (fs::remove(it.path, ec2)) {
+      total -= it.bytes;
+    } else if (ec2) {
+      warnings_.push_back("prompt cache: cannot remove " + it.path + " (" + ec2.message() + "); the directory stays above --prompt-cache-size");
+      break;
+    }
   }
 }
 

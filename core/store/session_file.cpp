@@ -437,7 +437,7 @@ SessionInfo load_session(const std::string& path, Engine& engine, const ModelFin
   const uint32_t n_used = static_cast<uint32_t>(info.tokens.size());
   const uint32_t n = max_tokens < 0 ? n_used : static_cast<uint32_t>(std::min<int64_t>(max_tokens, n_used));
   if (n > cache.capacity())
-    throw Error(path + ": holds " + commas(n) + " tokens, more than --ctx " + commas(cache.capacity()) + " can hold; use --ctx " +
+    throw TooLongForCache(path + ": holds " + commas(n) + " tokens, more than --ctx " + commas(cache.capacity()) + " can hold; use --ctx " +
                 std::to_string(n) + " or more");
   for (uint32_t i = 0; i < n; ++i)
     if (static_cast<uint32_t>(info.tokens[i]) >= c.n_vocab)

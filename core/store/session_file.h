@@ -66,6 +66,10 @@ ModelFingerprint model_fingerprint(const gguf::File& f);
 struct MissingWindowRows : Error {
   using Error::Error;
 };
+// load_session's refusal of more tokens than this cache's capacity (--ctx): the file is valid.
+struct TooLongForCache : Error {
+  using Error::Error;
+};
 
 struct SessionInfo {
   ModelFingerprint model;
