@@ -85,7 +85,8 @@ std::vector<int32_t> Conversation::plan_turn(const std::string& rendered, const 
     }
     if (pos < delta.size()) pieces.push_back({std::string_view(delta).substr(pos), true});
     std::vector<int32_t> target(cached_.begin(), cached_.begin() + static_cast<long>(n_tokens_));
-    const std::vector<int32_t> added = tok_.tokenize(pieces, false);
+    // A continuation: SPM's space prefix only where the whole rendering would have one.
+    const std::vector<int32_t> added = tok_.tokenize(pieces, false, n_tokens_ > 0 ? cached_[n_tokens_ - 1] : -1);
     target.insert(target.end(), added.begin(), added.end());
     return target;
   }

@@ -365,7 +365,7 @@ std::vector<int32_t> Tokenizer::tokenize(std::string_view text, bool add_bos, bo
   return tokenize(std::span<const TextPiece>(&piece, 1), add_bos);
 }
 
-std::vector<int32_t> Tokenizer::tokenize(std::span<const TextPiece> pieces, bool add_bos) const {
+std::vector<int32_t> Tokenizer::tokenize(std::span<const TextPiece> pieces, bool add_bos, int32_t after) const {
   const Impl& v = *impl_;
   // Consecutive pieces with the same flag are one text for partitioning; raw fragments that end
   // up adjacent (across a flag change) are joined, so the pieces tokenize as one text.
@@ -395,7 +395,7 @@ std::vector<int32_t> Tokenizer::tokenize(std::span<const TextPiece> pieces, bool
   std::vector<int32_t> out;
   const std::string_view all = buffer;
   if (v.type == VocabType::Spm) {
-    bool prev_special = true;  // the first fragment gets the space prefix
+    bool prev_special = after < 0 || is_special(after);  // the first fragment gets the space prefix
     if (add_bos && v.add_bos && v.bos >= 0) out.push_back(v.bos);
     for (const Fragment& fr : frags) {
       if (fr.token >= 0) {
@@ -430,6 +430,10 @@ int32_t Tokenizer::eom() const { return impl_->eom; }
 int32_t Tokenizer::unk() const { return impl_->unk; }
 int32_t Tokenizer::pad() const { return impl_->pad; }
 bool Tokenizer::is_eog(int32_t id) const { return id >= 0 && id < n_vocab() && impl_->eog[size_t(id)]; }
+bool Tokenizer::is_special(int32_t id) const {
+  return id >= 0 && id < n_vocab() &&
+         (impl_->tokens[size_t(id)].attr & (token_attr::k_control | token_attr::k_user_defined | token_attr::k_unknown));
+}
 bool Tokenizer::is_control(int32_t id) const {
   return id >= 0 && id < n_vocab() && (impl_->tokens[size_t(id)].attr & token_attr::k_control);
 }

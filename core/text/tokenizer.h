@@ -42,8 +42,12 @@ class Tokenizer {
   // it (add_bos()) and EOS appended if it asks for that (add_eos()); when false neither is.
   std::vector<int32_t> tokenize(std::string_view text, bool add_bos, bool parse_special) const;
   // Tokenizes the pieces as one text: adjacent runs of user text join before tokenizing, and
-  // only parse_special pieces can produce control tokens.
-  std::vector<int32_t> tokenize(std::span<const TextPiece> pieces, bool add_bos) const;
+  // only parse_special pieces can produce control tokens. `after` is the token the text follows
+  // (-1: none, the text starts the sequence): SPM's space prefix goes on text at the start or
+  // after a special token, as in the whole text, so a continuation after ordinary text gets none.
+  std::vector<int32_t> tokenize(std::span<const TextPiece> pieces, bool add_bos, int32_t after = -1) const;
+  // Whether tokenize() emits id as a whole fragment of the text (control, user-defined, unknown).
+  bool is_special(int32_t id) const;
 
   // The bytes of one token as llama.cpp's token_to_piece (no lstrip): control and unknown
   // tokens are empty unless render_special. Throws vkllm::Error when id is out of range.
