@@ -60,8 +60,11 @@ std::string divergence_message(const Tokenizer& tok, std::span<const int32_t> pr
   // About 24 characters either side of the first differing token, newlines made visible: enough
   // to recognise a timestamp or a changed name.
   const size_t from = d >= 24 ? d - 24 : 0, to = std::min(prompt.size(), d + 24);
+  // One detokenization cut at the differing token, so that its SPM space stays (a span of its own
+  // would drop the space of its first token).
   std::string before = tok.detokenize(prompt.subspan(from, d - from), false);
-  std::string after = tok.detokenize(prompt.subspan(d, to - d), false);
+  const std::string both = tok.detokenize(prompt.subspan(from, to - from), false);
+  std::string after = both.starts_with(before) ? both.substr(before.size()) : tok.detokenize(prompt.subspan(d, to - d), false);
   const bool cut_before = before.size() > 24 || from > 0, cut_after = after.size() > 24 || to < prompt.size();
   // Trim on UTF-8 character boundaries.
   if (before.size() > 24) {
