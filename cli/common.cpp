@@ -130,6 +130,10 @@ Session open_session(const RunOptions& o) {
   const std::string tv = o.cache_type.empty() ? o.cache_type_v : o.cache_type;
   eo.cache.type_k = *cache_type_from_name(tk);
   eo.cache.type_v = *cache_type_from_name(tv);
+  // The attention kernels read K and V in one type (docs/kv-cache.md); a mix ran them with V read
+  // as K's type, into garbage or NaN logits.
+  if (eo.cache.type_k != eo.cache.type_v)
+    throw Error("--cache-type-k " + tk + " and --cache-type-v " + tv + " differ: K and V must have the same cache type (use --cache-type)");
   eo.n_ubatch = o.ubatch;
   eo.cache.swa_full = o.swa_full;
   eo.profile = o.profile;

@@ -256,6 +256,11 @@ TEST(Cli, BadInputIsOneLineAndNonZero) {
   }
   const Result r = vkllm("info -m " + dir + "/corrupt.gguf");
   EXPECT_NE(r.err.find("corrupt.gguf"), std::string::npos) << r.err;
+  // Mixed K/V cache types are refused (the attention kernels read both in one type).
+  const Result mixed = vkllm("run --cache-type-k f16 --cache-type-v q8_0 -p hi -m " + model("stories260K.gguf"));
+  EXPECT_EQ(mixed.status, 1) << mixed.err;
+  EXPECT_EQ(std::count(mixed.err.begin(), mixed.err.end(), '\n'), 1) << mixed.err;
+  EXPECT_NE(mixed.err.find("--cache-type-k f16 and --cache-type-v q8_0 differ"), std::string::npos) << mixed.err;
   // A --keep that pins the whole cache leaves the ring no slot.
   const Result keep = vkllm("run --keep 16 --ctx 16 -p hi -m " + model("stories260K.gguf"));
   EXPECT_EQ(keep.status, 1) << keep.err;
