@@ -64,6 +64,12 @@ struct DepthResult {
 void bench_model(BenchCommand& c) {
   const uint32_t max_fill = *std::max_element(c.ctx_fill.begin(), c.ctx_fill.end());
   if (c.opts.ctx == 0) c.opts.ctx = max_fill + std::max(c.n_prompt, c.n_gen) + 16;
+  // Each test starts from the filled cache: a depth the cache cannot hold with the test's tokens
+  // would measure a ring that dropped the fill, under the fill's name.
+  if (uint64_t{max_fill} + std::max(c.n_prompt, c.n_gen) > c.opts.ctx)
+    throw Error("--ctx-fill " + std::to_string(max_fill) + " and a test of " + std::to_string(std::max(c.n_prompt, c.n_gen)) +
+                " tokens do not fit --ctx " + std::to_string(c.opts.ctx) + "; use --ctx " +
+                std::to_string(max_fill + std::max(c.n_prompt, c.n_gen)) + " or more");
   c.opts.quiet = c.json;
   // Each depth has its own `parallel` sequences (engines sharing the weights), so that every
   // repetition can run the depths in turn without filling a cache again.
@@ -244,7 +250,11 @@ void bench_ops(const BenchCommand& c) {
   for (const std::string& name : c.ops_types) {
     const std::optional<gguf::TensorType> t = gguf::type_from_name(name);
     if (!t || !weight_type_supported(*t)) throw Error("--ops-types: '" + name + "' is not a weight type vkllm runs");
-    types.push_back(*t);
+    const uint32_t block = gguf::type_info(static_cast<uint32_t>(*t))->block_size;
+    if (n % block != 0)
+      throw Error("--ops-size " + std::to_string(n) + " is not a multiple of " + gguf::type_name(*t) + "'s block of " + std::to_string(block) +
+                  " elements");
+    if (std::find(types.begin(), types.end(), *t) == types.end()) types.push_back(*t);
   }
   Buffer x(ctx, uint64_t{n_tok} * n * 4, MemoryUse::Device, "bench x");
   Buffer y(ctx, uint64_t{n_tok} * n * 4, MemoryUse::Device, "bench y");

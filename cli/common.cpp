@@ -63,7 +63,27 @@ void add_sampling_options(CLI::App* cmd, SamplerParams& s) {
   cmd->add_option("--repeat-last-n", s.repeat_last_n, "Tokens the penalties look back over (-1: all)");
   cmd->add_option("--frequency-penalty", s.frequency_penalty, "Frequency penalty");
   cmd->add_option("--presence-penalty", s.presence_penalty, "Presence penalty");
-  cmd->add_option("--seed", s.seed, "RNG seed (default: random)");
+  // -1 asks for a random seed, as llama.cpp's --seed does; other negatives and values past 64 bits
+  // are refused rather than wrapped.
+  cmd->add_option_function<std::string>(
+         "--seed",
+         [&s](const std::string& v) {
+           if (v == "-1") {
+             s.seed = SamplerParams{}.seed;
+             return;
+           }
+           size_t used = 0;
+           unsigned long long x = 0;
+           try {
+             if (!v.empty() && v[0] != '-' && v[0] != '+') x = std::stoull(v, &used, 10);
+           } catch (const std::exception&) {
+             used = 0;
+           }
+           if (used == 0 || used != v.size()) throw CLI::ValidationError("--seed", v + " is not a seed (0 to 2^64 - 1, or -1: random)");
+           s.seed = x;
+         },
+         "RNG seed, 0 to 2^64 - 1 (default or -1: random)")
+      ->type_name("UINT");
 }
 
 ProgressBar::ProgressBar(std::string label, std::string unit)
