@@ -357,6 +357,7 @@ void add_bench_command(CLI::App& app) {
   cmd->callback([c] {
     if (c->ops) return bench_ops(*c);
     if (c->opts.model.empty()) throw Error("bench needs -m MODEL (or --ops)");
+    if (c->n_prompt == 0 && c->n_gen == 0) throw Error("bench: -p 0 and -n 0 leave nothing to measure");
     c->opts.device = c->device;
     bench_model(*c);
   });

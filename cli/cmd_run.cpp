@@ -242,8 +242,9 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--system", c->system, "System prompt (with --chat)");
   cmd->add_option("--chat-template", c->chat_template, "Chat template: a built-in name or a Jinja file");
   cmd->add_flag("--ignore-eos", c->ignore_eos, "Keep generating past end-of-generation tokens");
-  cmd->add_flag("--logprobs", c->logprobs, "--json: add each generated token's log-probability under the model (before penalties and temperature)");
-  cmd->add_flag("--json", c->json, "Print one JSON object with the text and statistics instead");
+  CLI::Option* json = cmd->add_flag("--json", c->json, "Print one JSON object with the text and statistics instead");
+  cmd->add_flag("--logprobs", c->logprobs, "With --json: add each generated token's log-probability under the model (before penalties and temperature)")
+      ->needs(json);
   add_persistence_options(cmd, c->persist);
   cmd->callback([c] { run(*c); });
 }

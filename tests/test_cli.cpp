@@ -249,7 +249,8 @@ TEST(Cli, BadInputIsOneLineAndNonZero) {
   for (const std::string& args : {"info -m " + dir + "/corrupt.gguf", "run -m " + dir + "/corrupt.gguf -p hi",
                                   "info -m " + dir + "/does-not-exist.gguf", std::string("run -m x --cache-type q9"),
                                   "bench -p 8 -n 4 -r 1 --ctx 64 --ctx-fill 100 -m " + model("stories260K.gguf"),
-                                  std::string("bench --ops --ops-types q4_k --ops-size 64 --no-matmul")}) {
+                                  std::string("bench --ops --ops-types q4_k --ops-size 64 --no-matmul"),
+                                  "bench -p 0 -n 0 -m " + model("stories260K.gguf")}) {
     const Result r = vkllm(args);
     EXPECT_NE(r.status, 0) << args;
     EXPECT_TRUE(r.out.empty()) << args << ": " << r.out;
@@ -329,7 +330,7 @@ TEST(Cli, ParseErrorsAreOneLineWithStatus2) {
   const std::string m = " -m " + model("stories260K.gguf");
   for (const std::string& args : {"run --temp abc" + m + " -p hi", "run --no-such-flag" + m + " -p hi",
                                   std::string("info"), std::string("no-such-command"), "run -n -5" + m + " -p hi",
-                                  "chat -n -2" + m, "run -n lots" + m + " -p hi", "run --keep -2" + m + " -p hi", "run --seed -5" + m + " -p hi",
+                                  "chat -n -2" + m, "run -n lots" + m + " -p hi", "run --keep -2" + m + " -p hi", "run --seed -5" + m + " -p hi", "run --logprobs" + m + " -p hi",
                                   "run --seed 18446744073709551616" + m + " -p hi",
                                   "info --seqs 0" + m}) {
     const Result r = vkllm(args);
