@@ -63,13 +63,13 @@ struct DepthResult {
 
 void bench_model(BenchCommand& c) {
   const uint32_t max_fill = *std::max_element(c.ctx_fill.begin(), c.ctx_fill.end());
-  if (c.opts.ctx == 0) c.opts.ctx = max_fill + std::max(c.n_prompt, c.n_gen) + 16;
+  const uint64_t needed = uint64_t{max_fill} + std::max(c.n_prompt, c.n_gen);  // the deepest fill and the longer test
+  if (c.opts.ctx == 0) c.opts.ctx = static_cast<uint32_t>(needed + 16);
   // Each test starts from the filled cache: a depth the cache cannot hold with the test's tokens
   // would measure a ring that dropped the fill, under the fill's name.
-  if (uint64_t{max_fill} + std::max(c.n_prompt, c.n_gen) > c.opts.ctx)
-    throw Error("--ctx-fill " + std::to_string(max_fill) + " and a test of " + std::to_string(std::max(c.n_prompt, c.n_gen)) +
-                " tokens do not fit --ctx " + std::to_string(c.opts.ctx) + "; use --ctx " +
-                std::to_string(max_fill + std::max(c.n_prompt, c.n_gen)) + " or more");
+  if (needed > c.opts.ctx)
+    throw Error("--ctx-fill " + std::to_string(max_fill) + " and a test of " + std::to_string(needed - max_fill) +
+                " tokens do not fit --ctx " + std::to_string(c.opts.ctx) + "; use --ctx " + std::to_string(needed) + " or more");
   c.opts.quiet = c.json;
   // Each depth has its own `parallel` sequences (engines sharing the weights), so that every
   // repetition can run the depths in turn without filling a cache again.

@@ -56,7 +56,7 @@ wait_all $(jobs -p | grep -v "^$server$")
 # in that window. Prints "tokens seconds e2e_tok_s decode_tok_s steady_tok_s".
 run_streams() {
   # node's http module, not fetch: on these two cores the client competes with the server it
-  # measures, and fetch's web streams took ≈ 2.7× the CPU per token event (docs/server.md).
+  # measures, and fetch's web streams took ≈ 5.5× the CPU per token event (docs/server.md).
   node - "$url" "$1" "$tokens" <<'JS'
 const http = require("http");
 const [url, n, tokens] = process.argv.slice(2).map((v, i) => (i ? Number(v) : v));

@@ -20,6 +20,7 @@ using nlohmann::json;
 constexpr std::chrono::milliseconds k_keep_alive{1000};
 constexpr char k_keep_alive_line[] = ": keep-alive\n\n";
 constexpr char k_keep_alive_space[] = " ";
+constexpr char k_body_too_large[] = "the request body is larger than the server accepts (--max-body)";
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
@@ -81,7 +82,7 @@ void HttpServer::routes() {
   s.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     const std::string what = res.status == 404   ? "no such endpoint: " + req.method + " " + req.path
-                             : res.status == 413 ? "the request body is larger than the server accepts (--max-body)"
+                             : res.status == 413 ? k_body_too_large
                              : res.status == 405 ? "method not allowed"
                                                  : "bad request";
     send_error(res, res.status, what, res.status == 404 ? "not_found_error" : "invalid_request_error");
@@ -225,7 +226,7 @@ void HttpServer::routes() {
       });
       if (!whole)
         throw ApiError(res.status == 413 ? 413 : 400,
-                       res.status == 413 ? "the request body is larger than the server accepts (--max-body)" : "the request body could not be read");
+                       res.status == 413 ? k_body_too_large : "the request body could not be read");
       generate(e, body, res);
     };
   };

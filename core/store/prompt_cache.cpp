@@ -44,14 +44,8 @@ bool is_entry_temporary(std::string_view name) {
   return vkv != std::string_view::npos && is_entry_name(name.substr(1, vkv + 3));
 }
 
-// Last use (the modification time), in seconds since the epoch.
-int64_t mtime_of(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_mtime) : 0;
-}
-
-// The same to the nanosecond, for eviction: an entry this run's lookup touched and one it stores
-// within the same second must still order.
+// Last use (the modification time) in nanoseconds since the epoch: eviction must order an entry
+// this run's lookup touched and one it stores within the same second.
 int64_t mtime_ns_of(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 ? int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec : 0;
@@ -96,7 +90,7 @@ std::vector<PromptCacheEntry> list_prompt_cache(const std::string& dir) {
     e.path = de.path().string();
     e.bytes = de.file_size(ec);
     if (ec) continue;  // removed meanwhile
-    e.last_used = mtime_of(e.path);
+    e.last_used = mtime_ns_of(e.path) / 1000000000;
     try {
       e.info = read_session_info(e.path, false);
     } catch (const Error& err) {

@@ -263,7 +263,7 @@ std::unique_ptr<Tokenizer::Impl> load(const gguf::File& f) {
   load_special_tokens(*v, f);
 
   for (int32_t id = 0; id < v->n_vocab(); ++id) {
-    if (v->tokens[size_t(id)].attr & (token_attr::k_control | token_attr::k_user_defined | token_attr::k_unknown)) {
+    if (v->tokens[size_t(id)].attr & token_attr::k_special) {
       v->special_tokens.push_back(id);
     }
   }
@@ -431,8 +431,7 @@ int32_t Tokenizer::unk() const { return impl_->unk; }
 int32_t Tokenizer::pad() const { return impl_->pad; }
 bool Tokenizer::is_eog(int32_t id) const { return id >= 0 && id < n_vocab() && impl_->eog[size_t(id)]; }
 bool Tokenizer::is_special(int32_t id) const {
-  return id >= 0 && id < n_vocab() &&
-         (impl_->tokens[size_t(id)].attr & (token_attr::k_control | token_attr::k_user_defined | token_attr::k_unknown));
+  return id >= 0 && id < n_vocab() && (impl_->tokens[size_t(id)].attr & token_attr::k_special);
 }
 bool Tokenizer::is_control(int32_t id) const {
   return id >= 0 && id < n_vocab() && (impl_->tokens[size_t(id)].attr & token_attr::k_control);

@@ -23,6 +23,7 @@ constexpr uint32_t k_normal = 1u << 2;
 constexpr uint32_t k_control = 1u << 3;
 constexpr uint32_t k_user_defined = 1u << 4;
 constexpr uint32_t k_byte = 1u << 5;
+constexpr uint32_t k_special = k_control | k_user_defined | k_unknown;  // matched whole in text (special_tokens)
 constexpr uint32_t k_lstrip = 1u << 7;  // a special match also swallows whitespace on its left
 constexpr uint32_t k_rstrip = 1u << 8;  // … and on its right
 }  // namespace token_attr
