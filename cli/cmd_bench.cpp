@@ -331,29 +331,35 @@ void bench_ops(const BenchCommand& c) {
 void add_bench_command(CLI::App& app) {
   auto c = std::make_shared<BenchCommand>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode throughput (or kernel throughput with --ops)");
-  cmd->add_option("-m,--model", c->opts.model, "GGUF model file (not needed with --ops)");
+  std::vector<CLI::Option*> model_run;  // what --ops does not take
+  model_run.push_back(cmd->add_option("-m,--model", c->opts.model, "GGUF model file"));
   cmd->add_option("--device", c->device, "Vulkan device index");
-  cmd->add_option("-p,--n-prompt", c->n_prompt, "Prompt tokens for the prefill test (0: skip)");
-  cmd->add_option("-n,--n-gen", c->n_gen, "Tokens for the decode test (0: skip)");
-  cmd->add_option("-r,--reps", c->reps, "Measured repetitions")->check(CLI::Range(1u, 100u));
-  cmd->add_option("--ctx-fill", c->ctx_fill,
-                  "Tokens already in the cache before the prefill and decode tests; several (0,4096) run in turn in each repetition, "
-                  "each on its own caches, and decode at each is compared with the first")
-      ->delimiter(',')
-      ->allow_extra_args(false);
-  cmd->add_option("--attention", c->attention, "Attention kernel: auto, tiled (GPUs), simd or lanes (CPU drivers)")
-      ->check(CLI::IsMember({"auto", "tiled", "simd", "lanes"}));
-  cmd->add_option("-c,--ctx", c->opts.ctx, "KV cache capacity (default: enough for the test)");
-  cmd->add_option("--cache-type", c->opts.cache_type, "KV cache type: f16, q8_0, q4_0")->check(CLI::IsMember({"f16", "q8_0", "q4_0"}));
-  cmd->add_option("--ubatch", c->opts.ubatch, "Prompt tokens per prefill chunk (default: 512 on GPUs, 64 on CPU drivers)");
-  cmd->add_flag("--ops", c->ops, "Benchmark the matvec/matmul kernels for every weight type instead");
-  cmd->add_option("--ops-size", c->ops_size, "Matrix size for --ops")->check(CLI::Range(64u, 16384u));
-  cmd->add_option("--ops-types", c->ops_types, "Weight types for --ops (default: all)")->delimiter(',');
-  cmd->add_flag("!--no-matmul", c->ops_matmul, "--ops: matvec and the read ceiling only");
-  cmd->add_option("--parallel", c->parallel, "Sequences decoded together in each decode step (as serve --parallel); tok/s of all")
-      ->check(CLI::Range(1u, 64u));
-  cmd->add_flag("--profile", c->opts.profile, "Print GPU time per op at the end");
+  model_run.push_back(cmd->add_option("-p,--n-prompt", c->n_prompt, "Prompt tokens for the prefill test (0: skip)"));
+  model_run.push_back(cmd->add_option("-n,--n-gen", c->n_gen, "Tokens for the decode test (0: skip)"));
+  model_run.push_back(cmd->add_option("-r,--reps", c->reps, "Measured repetitions")->check(CLI::Range(1u, 100u)));
+  model_run.push_back(cmd->add_option("--ctx-fill", c->ctx_fill,
+                                      "Tokens already in the cache before the prefill and decode tests; several (0,4096) run in "
+                                      "turn in each repetition, each on its own caches, and decode at each is compared with the first")
+                          ->delimiter(',')
+                          ->allow_extra_args(false));
+  model_run.push_back(cmd->add_option("--attention", c->attention, "Attention kernel: auto, tiled (GPUs), simd or lanes (CPU drivers)")
+                          ->check(CLI::IsMember({"auto", "tiled", "simd", "lanes"})));
+  model_run.push_back(cmd->add_option("-c,--ctx", c->opts.ctx, "KV cache capacity (default: enough for the test)"));
+  model_run.push_back(cmd->add_option("--cache-type", c->opts.cache_type, "KV cache type: f16, q8_0, q4_0")
+                          ->check(CLI::IsMember({"f16", "q8_0", "q4_0"})));
+  model_run.push_back(
+      cmd->add_option("--ubatch", c->opts.ubatch, "Prompt tokens per prefill chunk (default: 512 on GPUs, 64 on CPU drivers)"));
+  CLI::Option* ops = cmd->add_flag("--ops", c->ops, "Benchmark the matvec/matmul kernels for every weight type instead");
+  cmd->add_option("--ops-size", c->ops_size, "Matrix size for --ops")->check(CLI::Range(64u, 16384u))->needs(ops);
+  cmd->add_option("--ops-types", c->ops_types, "Weight types for --ops (default: all)")->delimiter(',')->needs(ops);
+  cmd->add_flag("!--no-matmul", c->ops_matmul, "--ops: matvec and the read ceiling only")->needs(ops);
+  model_run.push_back(cmd->add_option("--parallel", c->parallel,
+                                      "Sequences decoded together in each decode step (as serve --parallel); tok/s of all")
+                          ->check(CLI::Range(1u, 64u)));
+  model_run.push_back(cmd->add_flag("--profile", c->opts.profile, "Print GPU time per op at the end"));
   cmd->add_flag("--json", c->json, "Print JSON");
+  // --ops times kernels on synthetic matrices: a model run's options would be ignored in silence.
+  for (CLI::Option* o : model_run) ops->excludes(o);
   cmd->callback([c] {
     if (c->ops) return bench_ops(*c);
     if (c->opts.model.empty()) throw Error("bench needs -m MODEL (or --ops)");
