@@ -2,7 +2,7 @@
 // can rotate cached K at read time with one table load per pair instead of a pow, sin and cos.
 // Rotated pairs are scaled by attn_factor (ggml's mscale); the attention kernels rotate q and K with it.
 // Bindings: 0 table [n_pos][head_dim/2] vec2 (cos, sin), 1 factors [n_rot/2] f32 (when has_factors).
-// Pairs at or past n_rot/2 get (1, 0): no rotation. Grid: x = pair, y = position.
+// Pairs at or past n_rot/2 get (1, 0): no rotation. Grid: x = pair, y = position − p.pos_first.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "params.h"
@@ -14,7 +14,7 @@ layout(binding = 1) readonly buffer Factors { float factors[]; };
 layout(push_constant) uniform Push { RopeParams p; };
 
 void main() {
-  const uint i = gl_GlobalInvocationID.x, pos = gl_GlobalInvocationID.y;
+  const uint i = gl_GlobalInvocationID.x, pos = p.pos_first + gl_GlobalInvocationID.y;
   const uint half_dim = p.head_dim / 2;
   if (i >= half_dim || pos >= p.n_pos) return;
   vec2 cs = vec2(1.0, 0.0);

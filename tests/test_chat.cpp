@@ -213,6 +213,26 @@ TEST_F(ChatConversation, GoesOnWhenTheRingFills) {
   EXPECT_EQ(conv.evicted(), 0u);
 }
 
+// A --keep longer than the first turn pins tokens as they come: the turn runs whole (nothing of it
+// drops while the conversation fits the cache), and later turns wrap the ring behind the pin.
+TEST_F(ChatConversation, KeepLongerThanTheFirstTurn) {
+  ChatRig r(96);
+  Conversation conv(r.engine, r.tok, r.sampler, ChatTemplate::builtin("chatml"), "", 60);
+  const GenerationStats first = conv.say("Hello", up_to(10), kIgnore);
+  ASSERT_LT(first.prompt_tokens, 60u);
+  ASSERT_GT(first.prompt_tokens, 96u - 60u);  // longer than the window: the case that read past the turn
+  EXPECT_EQ(first.generated, 10u);
+  EXPECT_EQ(r.engine.cache().tokens(), std::vector<int32_t>(conv.tokens().begin(), conv.tokens().end()));
+  EXPECT_EQ(conv.pinned(), 60u);
+  for (int turn = 0; turn < 3; ++turn) {
+    const GenerationStats st = conv.say("Tell me more", up_to(10), kIgnore);
+    EXPECT_EQ(st.generated, 10u);
+  }
+  EXPECT_GT(conv.evicted(), 0u);
+  expect_cache_consistent(conv, r.engine.cache());
+  for (int32_t t : r.engine.cache().tokens()) EXPECT_LT(t, r.tok.n_vocab());
+}
+
 // A reply without a token limit stops when the cache is first full; once it is full, a reply may
 // evict earlier turns but stops before it would evict its own turn's tokens.
 TEST_F(ChatConversation, ReplyWithoutALimitStopsWhenTheCacheIsFull) {

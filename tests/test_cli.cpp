@@ -349,6 +349,18 @@ TEST(Cli, ParseErrorsAreOneLineWithStatus2) {
   EXPECT_NE(help.out.find("-1: endless"), std::string::npos) << help.out;
 }
 
+// A context past the device's grid height (65,535 workgroup rows on lavapipe): the RoPE table of
+// its positions is filled in several dispatches (it was an internal error).
+TEST(Cli, ContextsPastTheGridHeightRun) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const std::string m = " -m " + model("stories260K.gguf") + " --temp 0 -n 8 --json -p 'Once upon a time'";
+  const Result big = vkllm("run --ctx 140000" + m);
+  ASSERT_EQ(big.status, 0) << big.err;
+  const Result small = vkllm("run --ctx 256" + m);
+  ASSERT_EQ(small.status, 0) << small.err;
+  EXPECT_EQ(json::parse(big.out)["tokens"], json::parse(small.out)["tokens"]);
+}
+
 // Without -n, a run stops at end of generation or when the cache is first full (it would hang
 // otherwise on a model that never ends); -n N and -n -1 go on through the ring.
 TEST(Cli, RunStopsWhenTheCacheIsFull) {

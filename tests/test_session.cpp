@@ -88,6 +88,39 @@ TEST_F(SessionTest, SplitContinuationEqualsOneRun) {
   }
 }
 
+// A --keep longer than what the first call cached pins tokens as they come; the session keeps the
+// whole pin, so a continuation that wraps the ring equals one run (it wrapped with a shorter pin).
+TEST_F(SessionTest, SplitContinuationKeepsALongPin) {
+  VKLLM_REQUIRE_SHARED(kModel);
+  const std::string s = path("keep.vkv");
+  const std::string run = "run -m " + vkllm::test::shared_path(kModel) + " --ctx 64 --keep 32 --temp 0 --ignore-eos --json";
+  const Result whole = vkllm(run + " -p 'Once upon a time' -n 120");
+  ASSERT_EQ(whole.rc, 0) << whole.err;
+  const Result a = vkllm(run + " -p 'Once upon a time' -n 10 --session " + s);
+  ASSERT_EQ(a.rc, 0) << a.err;
+  const Result b = vkllm(run + " -p '' -n 110 --session " + s);
+  ASSERT_EQ(b.rc, 0) << b.err;
+  std::vector<int32_t> joined = tokens_of(a);
+  const std::vector<int32_t> second = tokens_of(b);
+  joined.insert(joined.end(), second.begin(), second.end());
+  EXPECT_EQ(joined, tokens_of(whole));
+}
+
+// A prompt-cache entry stored by a run with another --keep does not change this run's pin: after
+// the ring wraps, the reused run equals one that prefilled everything.
+TEST_F(SessionTest, PromptCacheKeepsThisRunsPin) {
+  VKLLM_REQUIRE_SHARED(kModel);
+  const std::string run = "run -m " + vkllm::test::shared_path(kModel) + " --ctx 64 --temp 0 --ignore-eos --json -p " +
+                          "'Once upon a time there was a little girl named Lily who'";
+  ASSERT_EQ(vkllm(run + " --keep 1 -n 2 --prompt-cache " + path("pc")).rc, 0);
+  const Result reused = vkllm(run + " --keep 20 -n 100 --prompt-cache " + path("pc"));
+  ASSERT_EQ(reused.rc, 0) << reused.err;
+  EXPECT_GT(nlohmann::json::parse(reused.out).at("cached_tokens").get<int>(), 0);
+  const Result fresh = vkllm(run + " --keep 20 -n 100");
+  ASSERT_EQ(fresh.rc, 0) << fresh.err;
+  EXPECT_EQ(tokens_of(reused), tokens_of(fresh));
+}
+
 // Appending raw text to a session continues the token history; the stats count the restored
 // tokens as cached.
 TEST_F(SessionTest, AppendedPromptReusesTheSession) {

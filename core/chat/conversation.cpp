@@ -142,7 +142,10 @@ void Conversation::sync(const std::vector<int32_t>& target, const ProgressFn& pr
   const size_t same = std::min(common_prefix(cached_, target), target.size() - 1);
   size_t from = 0;  // first token of target to run
   uint32_t kept = 0;
-  bool fresh = cached_.empty() || same < pinned_;
+  // A pin longer than what the cache holds yet (a large --keep) has not wrapped the ring: every
+  // token is in its own slot, so any prefix of it can stay.
+  const bool pin_pending = pinned_ > cache.used() && gap == 0;
+  bool fresh = cached_.empty() || (!pin_pending && same < pinned_);
   if (!fresh && (gap == 0 || same >= pinned_ + gap)) {
     // The usual case: drop what differs from the newest cached tokens, run the rest.
     kept = uint32_t(same - gap);
@@ -164,13 +167,16 @@ void Conversation::sync(const std::vector<int32_t>& target, const ProgressFn& pr
     from = 0;
   } else {
     cache.truncate(kept);
+    if (cache.keep() != pinned_) cache.set_keep(pinned_);  // a cut into the pending pin shrank it
   }
-  // Tokens the ring would drop again at once are not run: at most a window's worth.
+  // Tokens the ring would drop again at once are not run: past the pinned ones, only the newest
+  // window's worth. (Nothing drops while the conversation fits the cache, however long the pin.)
   const size_t window = cache.capacity() - pinned_;
+  const size_t dropped_end = target.size() > cache.capacity() ? target.size() - window : 0;
   size_t tail = from;
-  if (target.size() - from > window) {
+  if (dropped_end > std::max<size_t>(from, pinned_)) {
     if (from < pinned_) engine_.decode(std::span(target).subspan(from, pinned_ - from), LogitsMode::Last);
-    tail = std::max<size_t>(pinned_, target.size() - window);
+    tail = dropped_end;
   }
   cached_ = target;
   try {

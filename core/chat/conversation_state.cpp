@@ -142,7 +142,8 @@ Conversation::Saved Conversation::parse_state(const std::string& path, const Ses
   // The cache holds the first pinned tokens of the sequence and its newest used − pinned.
   const std::vector<int32_t>& held = info.tokens;
   const size_t used = held.size(), keep = std::min<size_t>(s.pinned, used);
-  if (keep != info.n_keep)
+  // HEAD pins the chat's whole pin (files before 2026-12-05: only as much of it as is cached).
+  if (info.n_keep != s.pinned && info.n_keep != keep)
     r.fail("the chat pins " + std::to_string(s.pinned) + " tokens, section 'HEAD' pins " + std::to_string(info.n_keep));
   if (s.cached.size() < used)
     r.fail("'chat.tokens' holds " + std::to_string(s.cached.size()) + " tokens, fewer than the " + std::to_string(used) + " cached");
@@ -181,7 +182,7 @@ void Conversation::rebuild_state(Saved& s, const SessionInfo& info) const {
   if (info.n_evicted > 0 || info.tokens.empty()) return;
   s.cached = info.tokens;
   s.n_tokens = s.cached.size();
-  s.pinned = std::min<uint32_t>({info.n_keep, engine_.cache().max_keep(), uint32_t(info.tokens.size())});
+  s.pinned = std::min<uint32_t>(info.n_keep, engine_.cache().max_keep());
   if (n_user > 0) s.turns.front().tokens_at_user = std::min<size_t>(s.pinned, s.n_tokens);
   // vkllm run --chat caches the rendering up to its last reply's generation prompt, then the
   // reply as sampled. Where that holds, the rendered text is known again and the next turn

@@ -199,9 +199,15 @@ void record_decode_attention(CommandRecorder& rec, CacheType type, const Attenti
 
 void record_rope_table(CommandRecorder& rec, const BufferView& table, uint32_t n_pos, const RopeConfig& rope) {
   const Pipeline& p = rec.pipelines().get("rope_table", 2, sizeof(RopeParams), {32});
-  const RopeParams params{n_pos, rope.head_dim, rope.n_rot, rope.freq_base, rope.freq_scale, rope.neox ? 1u : 0u,
-                          rope.factors.buffer ? 1u : 0u, rope.attn_factor};
-  rec.dispatch(p, {table, or_dummy(rope.factors, table)}, params, div_ceil(rope.head_dim / 2, 32), n_pos);
+  RopeParams params{n_pos, rope.head_dim, rope.n_rot, rope.freq_base, rope.freq_scale, rope.neox ? 1u : 0u,
+                    rope.factors.buffer ? 1u : 0u, rope.attn_factor, 0};
+  // A workgroup row per position, in dispatches of at most the device's grid height (65,535 on
+  // many devices, fewer than a 128k context's positions).
+  const uint32_t rows = rec.context().limits().maxComputeWorkGroupCount[1];
+  for (uint32_t first = 0; first < n_pos; first += std::min(rows, n_pos - first)) {
+    params.pos_first = first;
+    rec.dispatch(p, {table, or_dummy(rope.factors, table)}, params, div_ceil(rope.head_dim / 2, 32), std::min(rows, n_pos - first));
+  }
 }
 
 namespace {

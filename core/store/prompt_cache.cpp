@@ -181,6 +181,9 @@ PromptCacheMatch PromptCache::find(std::span<const int32_t> tokens, bool whole_o
 bool PromptCache::load(const PromptCacheMatch& m, uint32_t n, Engine& engine) {
   if (m.path.empty() || n == 0) return false;
 
+  // The entry's pin is the storing run's: this run keeps its own (the loaded prefix sits in its own
+  // slots, so the pin can move).
+  const uint32_t keep = engine.cache().keep();
   try {
     load_session(m.path, engine, model_, nullptr, n);
   } catch (const MissingWindowRows& e) {  // a valid entry, only not for this prefix
@@ -197,6 +200,7 @@ bool PromptCache::load(const PromptCacheMatch& m, uint32_t n, Engine& engine) {
     drop(m.path, e.what());
     return false;
   }
+  if (engine.cache().keep() != keep) engine.cache().set_keep(std::min(keep, engine.cache().max_keep()));
   ::utimensat(AT_FDCWD, m.path.c_str(), nullptr, 0);  // last use, for LRU
   evict_to_cap();  // a run that only reads still holds the directory to --prompt-cache-size
   return true;

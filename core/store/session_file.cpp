@@ -373,7 +373,9 @@ uint64_t save_session(const std::string& path, const Engine& engine, const Model
   info.row_bytes_k = cache.row_bytes_k();
   info.row_bytes_v = cache.row_bytes_v();
   info.capacity = cache.capacity();
-  info.n_keep = std::min(cache.keep(), n);
+  // The pin as set (it may run past the tokens held: the ring pins tokens as they come), unless
+  // only a prefix is saved.
+  info.n_keep = n == cache.used() ? cache.keep() : std::min(cache.keep(), n);
   info.n_evicted = cache.evicted();
   info.tokens.assign(cache.tokens().begin(), cache.tokens().begin() + n);
   info.conversation = conversation;
@@ -425,11 +427,10 @@ SessionInfo load_session(const std::string& path, Engine& engine, const ModelFin
                 " layers × " + std::to_string(info.n_head_kv) + " KV heads × head dim " + std::to_string(info.head_dim) + ", this model has " +
                 std::to_string(c.n_layer) + " × " + std::to_string(c.n_head_kv) + " × " + std::to_string(c.head_dim));
   if (info.type_k != cache.type_k() || info.type_v != cache.type_v()) {
-    const std::string hint = info.type_k == info.type_v ? std::string("--cache-type ") + cache_type_name(info.type_k)
-                                                        : std::string("--cache-type-k ") + cache_type_name(info.type_k) +
-                                                              " --cache-type-v " + cache_type_name(info.type_v);
+    const std::string hint = info.type_k == info.type_v ? std::string("rerun with --cache-type ") + cache_type_name(info.type_k)
+                                                        : std::string("this version runs K and V in one type only");
     throw Error(path + ": saved with KV cache type " + cache_type_name(info.type_k) + "/" + cache_type_name(info.type_v) +
-                ", this cache is " + cache_type_name(cache.type_k()) + "/" + cache_type_name(cache.type_v()) + "; rerun with " + hint);
+                ", this cache is " + cache_type_name(cache.type_k()) + "/" + cache_type_name(cache.type_v()) + "; " + hint);
   }
   if (info.row_bytes_k != cache.row_bytes_k() || info.row_bytes_v != cache.row_bytes_v())
     throw Error(path + ": saved with K/V rows of " + std::to_string(info.row_bytes_k) + "/" + std::to_string(info.row_bytes_v) +
@@ -466,8 +467,9 @@ SessionInfo load_session(const std::string& path, Engine& engine, const ModelFin
     }
     rows = prefix;
   }
-  // A pin longer than this cache allows (its window rings may be larger) is shortened.
-  const uint32_t keep = std::min({info.n_keep, n, cache.max_keep()});
+  // A whole file keeps its pin (which may run past its tokens), a prefix pins within itself; a pin
+  // longer than this cache allows (its window rings may be larger) is shortened.
+  const uint32_t keep = std::min(n < n_used ? std::min(info.n_keep, n) : info.n_keep, cache.max_keep());
   if (!cache.restore(std::span(info.tokens).first(n), keep, n < n_used ? 0 : info.n_evicted, rows))
     throw MissingWindowRows(path + ": the sliding-window layers' rows of the " + std::to_string(engine.config().n_swa) + " tokens before token " +
                 std::to_string(n) + " are not in the file (its window rings had moved past them); load it whole");

@@ -116,6 +116,7 @@ struct RopeParams {
   u32 neox;          // 1: NeoX pairing
   u32 has_factors;   // 1: divide each pair's angle by factors[i]
   float attn_factor; // ggml's mscale: rotated pairs' cos and sin are scaled by it
+  u32 pos_first;     // the dispatch's first position (grid y counts from it: a dispatch holds at most 65,535 rows)
 };
 
 // kv_store: cache[slots[t]] = convert(src[t][0..row_len)) in the cache type; K, then V from src[v_offset].
