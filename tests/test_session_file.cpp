@@ -171,6 +171,24 @@ TEST(SessionFile, MagicAndNewerVersion) {
   EXPECT_NE(error_for(gguf).find("not a vkllm session file"), std::string::npos);
 }
 
+// A huge file that is no session (a model passed as --session by mistake; here a sparse 64 GiB
+// file) is refused by its first bytes, not read into memory first (that was a bad_alloc).
+TEST(SessionFile, AHugeFileIsRefusedByItsFirstBytes) {
+  const std::string path = tmp_path("huge.vkv");
+  {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f << "GGUF";
+  }
+  fs::resize_file(path, uint64_t{64} << 30);
+  try {
+    vkllm::read_session_info(path, true);
+    ADD_FAILURE() << "accepted";
+  } catch (const vkllm::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("offset 0: not a vkllm session file"), std::string::npos) << e.what();
+  }
+  fs::remove(path);
+}
+
 TEST(SessionFile, HugeCountsAreBoundedByTheFileSize) {
   // A HEAD claiming 2^31 tokens in a small file must fail before allocating.
   SessionInfo s = make_info(2);

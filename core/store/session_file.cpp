@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -195,6 +196,20 @@ Parsed parse(const std::string& path, uint64_t file_size, const Fetch& fetch, bo
     if (len > left || left - len < 8)
       throw Error(path + ": truncated: section '" + tag + "' at offset " + std::to_string(at) + " declares " + commas(len) +
                   " bytes of payload and a checksum, only " + commas(left) + " bytes left");
+    if (s == kToks && len != info.tokens.size() * 4)
+      throw Error(path + ": section 'TOKS' at offset " + std::to_string(at + 16) + ": " + commas(len) + " bytes, expected " +
+                  commas(info.tokens.size() * 4) + " for " + commas(info.tokens.size()) + " tokens");
+    if (s == kKvdt) {
+      // Checked before it is read (the rest is small): a length the header does not account for
+      // would otherwise be read whole first. The factors are bounded; their product is checked.
+      uint64_t want = 0;
+      const bool overflow =
+          __builtin_mul_overflow(uint64_t{info.n_layer} * info.tokens.size(), info.row_bytes_k + info.row_bytes_v, &want);
+      if (overflow || len != want)
+        throw Error(path + ": section 'KVDT' at offset " + std::to_string(at + 16) + ": " + commas(len) + " bytes of KV, expected " +
+                    commas(want) + " (" + std::to_string(info.n_layer) + " layers × " + commas(info.tokens.size()) + " tokens × " +
+                    std::to_string(info.row_bytes_k + info.row_bytes_v) + " bytes)");
+    }
     auto payload = fetch(at + 16, len);
     auto sum = fetch(at + 16 + len, 8);
     uint64_t stored;
@@ -235,8 +250,6 @@ Parsed parse(const std::string& path, uint64_t file_size, const Fetch& fetch, bo
         break;
       }
       case kToks:
-        if (len != info.tokens.size() * 4)
-          r.fail(commas(len) + " bytes, expected " + commas(info.tokens.size() * 4) + " for " + commas(info.tokens.size()) + " tokens");
         std::memcpy(info.tokens.data(), payload.data(), len);
         for (size_t i = 0; i < info.tokens.size(); ++i)
           if (info.tokens[i] < 0)
@@ -250,12 +263,6 @@ Parsed parse(const std::string& path, uint64_t file_size, const Fetch& fetch, bo
         info.sampler.assign(payload.begin(), payload.end());
         break;
       case kKvdt: {
-        // Checked multiplication: the factors are bounded, but their product is not obviously.
-        uint64_t want = 0;
-        const bool overflow = __builtin_mul_overflow(uint64_t{info.n_layer} * info.tokens.size(), info.row_bytes_k + info.row_bytes_v, &want);
-        if (overflow || len != want)
-          r.fail(commas(len) + " bytes of KV, expected " + commas(want) + " (" + std::to_string(info.n_layer) + " layers × " +
-                 commas(info.tokens.size()) + " tokens × " + std::to_string(info.row_bytes_k + info.row_bytes_v) + " bytes)");
         out.kv = payload;
         out.kv_offset = at + 16;
         break;
@@ -268,17 +275,32 @@ Parsed parse(const std::string& path, uint64_t file_size, const Fetch& fetch, bo
   return out;
 }
 
-std::vector<uint8_t> read_whole(const std::string& path) {
-  require_regular_file(path, "a session file");
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  if (!f) throw Error(path + ": cannot open the session file");
-  const std::streamoff size = f.tellg();
-  std::vector<uint8_t> bytes(static_cast<size_t>(std::max<std::streamoff>(size, 0)));
-  f.seekg(0);
-  if (!f.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size())))
-    throw Error(path + ": cannot read the session file");
-  return bytes;
-}
+// A session file read in the pieces parse() asks for, each kept alive while parsing: the preamble
+// and the section headers are checked before a payload is read, so a large file that is no
+// session (a model passed by mistake) costs 16 bytes, not its size in memory.
+class FileFetch {
+ public:
+  explicit FileFetch(const std::string& path) : path_(path) {
+    require_regular_file(path, "a session file");
+    f_.open(path, std::ios::binary | std::ios::ate);
+    if (!f_) throw Error(path + ": cannot open the session file: " + std::strerror(errno));
+    size_ = static_cast<uint64_t>(std::max<std::streamoff>(f_.tellg(), 0));
+  }
+  uint64_t size() const { return size_; }
+  std::span<const uint8_t> operator()(uint64_t off, uint64_t n) {
+    pieces_.emplace_back(n);
+    f_.seekg(static_cast<std::streamoff>(off));
+    if (!f_.read(reinterpret_cast<char*>(pieces_.back().data()), static_cast<std::streamsize>(n)))
+      throw Error(path_ + ": cannot read " + commas(n) + " bytes at offset " + std::to_string(off));
+    return pieces_.back();
+  }
+
+ private:
+  const std::string& path_;
+  std::ifstream f_;
+  uint64_t size_ = 0;
+  std::vector<std::vector<uint8_t>> pieces_;
+};
 
 }  // namespace
 
@@ -390,31 +412,14 @@ uint64_t save_session(const std::string& path, const Engine& engine, const Model
 }
 
 SessionInfo read_session_info(const std::string& path, bool with_kv) {
-  if (with_kv) {
-    const std::vector<uint8_t> bytes = read_whole(path);
-    std::span<const uint8_t> all(bytes);
-    return parse(path, bytes.size(), [&](uint64_t off, uint64_t n) { return all.subspan(off, n); }, true).info;
-  }
-  require_regular_file(path, "a session file");
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  if (!f) throw Error(path + ": cannot open the session file");
-  const uint64_t size = static_cast<uint64_t>(std::max<std::streamoff>(f.tellg(), 0));
-  std::vector<std::vector<uint8_t>> pieces;  // keep every fetched piece alive while parsing
-  auto fetch = [&](uint64_t off, uint64_t n) -> std::span<const uint8_t> {
-    pieces.emplace_back(n);
-    f.seekg(static_cast<std::streamoff>(off));
-    if (!f.read(reinterpret_cast<char*>(pieces.back().data()), static_cast<std::streamsize>(n)))
-      throw Error(path + ": cannot read " + std::to_string(n) + " bytes at offset " + std::to_string(off));
-    return pieces.back();
-  };
-  return parse(path, size, fetch, false).info;
+  FileFetch file(path);
+  return parse(path, file.size(), std::ref(file), with_kv).info;
 }
 
 SessionInfo load_session(const std::string& path, Engine& engine, const ModelFingerprint& model, Sampler* sampler,
                          int64_t max_tokens, const SessionCheck& check) {
-  const std::vector<uint8_t> bytes = read_whole(path);
-  std::span<const uint8_t> all(bytes);
-  Parsed p = parse(path, bytes.size(), [&](uint64_t off, uint64_t n) { return all.subspan(off, n); }, true);
+  FileFetch file(path);
+  Parsed p = parse(path, file.size(), std::ref(file), true);
   SessionInfo& info = p.info;
   KvCache& cache = engine.cache();
   const ModelConfig& c = engine.config();
