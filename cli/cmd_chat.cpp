@@ -221,6 +221,7 @@ class ChatSession {
   LineReader reader_;
   bool last_interrupted_ = false;  // the previous event was a Ctrl+C
   int exit_code_ = -1;
+  bool failed_ = false;  // a turn or a --session save failed: a piped chat then exits 1
   std::optional<ModelFingerprint> fingerprint_;  // computed on the first save or load
 };
 
@@ -428,6 +429,7 @@ void ChatSession::autosave() {
     conv_.save(c_.session, fingerprint());
   } catch (const Error& e) {
     std::fprintf(stderr, "vkllm: --session: %s\n", e.what());
+    failed_ = true;
   }
 }
 
@@ -494,11 +496,12 @@ int ChatSession::run() {
   if (tty_in_ && !c_.opts.quiet) std::fprintf(stderr, "vkllm: chat: /help for commands, Ctrl+D to leave\n");
   for (;;) {
     std::optional<std::string> msg = read_message();
-    if (!msg) return exit_code_;
+    // A script piping messages learns from the status that a reply or a save failed.
+    if (!msg) return !tty_in_ && failed_ ? 1 : exit_code_;
     if (msg->find_first_not_of(" \t\n\r") == std::string::npos) continue;  // nothing to say
     if (msg->starts_with("/") && !msg->starts_with("//")) {
       last_interrupted_ = false;
-      if (!command(*msg)) return 0;
+      if (!command(*msg)) return !tty_in_ && failed_ ? 1 : 0;
       continue;
     }
     if (msg->starts_with("//")) msg->erase(0, 1);
@@ -508,6 +511,7 @@ int ChatSession::run() {
     } catch (const Error& e) {
       // A template that refuses the conversation, say: the chat stays usable (/undo, /clear).
       std::fprintf(stderr, "vkllm: error: %s\n", e.what());
+      failed_ = true;
     }
   }
 }

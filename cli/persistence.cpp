@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include "atomic_file.h"
 #include "base/input_file.h"
 #include "format.h"
 
@@ -14,7 +15,15 @@ void add_session_option(CLI::App* cmd, std::string& session) {
 }
 
 void check_session_path(const std::string& session) {
-  if (!session.empty()) require_regular_file(session, "a session file");
+  if (session.empty()) return;
+  require_regular_file(session, "a session file");
+  // The session is saved after the call: a path that cannot be written is refused before the
+  // model loads, not after the text was generated.
+  try {
+    gguf::check_writable(session);
+  } catch (const gguf::Error& e) {
+    throw Error(e.what());
+  }
 }
 
 void add_persistence_options(CLI::App* cmd, PersistenceOptions& o) {

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -38,11 +39,66 @@ void remove_orphans(const std::filesystem::path& dir, const std::string& name) {
   }
 }
 
+// The file a write to `path` lands in: a symbolic link's target (followed as open() would, a
+// chain of them too), so that renaming over it replaces the file the link names, not the link.
+std::filesystem::path resolve_links(const std::string& path) {
+  std::filesystem::path p(path);
+  std::error_code ec;
+  for (int hops = 0; std::filesystem::is_symlink(std::filesystem::symlink_status(p, ec)); ++hops) {
+    if (hops == 40) throw Error(path + ": too many levels of symbolic links");
+    const std::filesystem::path to = std::filesystem::read_symlink(p, ec);
+    if (ec) throw Error(path + ": cannot read the link: " + ec.message());
+    p = to.is_absolute() ? to : p.parent_path() / to;
+  }
+  return p;
+}
+
+// The process's umask, read without changing it (umask(2) would, for every thread at once).
+mode_t current_umask() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  mode_t mask = 022;
+  if (!f) return mask;
+  char line[256];
+  while (std::fgets(line, sizeof line, f))
+    if (std::strncmp(line, "Umask:", 6) == 0) {
+      mask = static_cast<mode_t>(std::strtoul(line + 6, nullptr, 8));
+      break;
+    }
+  std::fclose(f);
+  return mask;
+}
+
+std::filesystem::path dir_of(const std::filesystem::path& target) {
+  return target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+}
+
+// Refuses, as open() for writing would, a file this process may not write, and a directory it
+// cannot create the temporary in.
+void require_writable(const std::string& link_path, const std::filesystem::path& target, bool exists) {
+  const std::filesystem::path dir = dir_of(target);
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) throw Error(link_path + ": the directory " + dir.string() + " does not exist");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) throw Error(link_path + ": cannot create files in " + dir.string() + ": " + std::strerror(errno));
+  if (exists && ::access(target.c_str(), W_OK) != 0) throw Error(link_path + ": cannot write: " + std::strerror(errno));
+}
+
 }  // namespace
 
-void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) {
-  const std::filesystem::path target(path);
-  const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+void check_writable(const std::string& path) {
+  const std::filesystem::path target = resolve_links(path);
+  struct stat st {};
+  require_writable(path, target, ::stat(target.c_str(), &st) == 0);
+}
+
+void write_file_atomic(const std::string& link_path, std::span<const uint8_t> bytes) {
+  const std::filesystem::path target = resolve_links(link_path);
+  const std::string path = target.string();
+  // The new file takes the old one's permissions, or those a new file gets (0666 less the umask).
+  struct stat old {};
+  const bool exists = ::stat(path.c_str(), &old) == 0;
+  require_writable(link_path, target, exists);
+  const mode_t mode = exists ? (old.st_mode & 07777) : (0666 & ~current_umask());
+  const std::filesystem::path dir = dir_of(target);
   remove_orphans(dir, target.filename().string());
   std::string tmp = dir.string();
   tmp.append("/.").append(target.filename().string()).append(".").append(std::to_string(::getpid())).append(".XXXXXX");
@@ -61,7 +117,7 @@ void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) 
     if (n <= 0) fail("write failed");
     done += static_cast<size_t>(n);
   }
-  if (::fchmod(fd, 0644) != 0) fail("chmod failed");
+  if (::fchmod(fd, mode) != 0) fail("chmod failed");
   if (::fsync(fd) != 0) fail("fsync failed");
   if (::close(fd) != 0) {
     ::unlink(tmp.c_str());

@@ -10,6 +10,12 @@ namespace gguf {
 // `path` and fsyncs the directory. Throws gguf::Error naming the path on failure (the old file,
 // if any, is then untouched and the temporary is removed). The temporary is ".NAME.PID.XXXXXX";
 // those of the same path whose writer was killed mid-write (its process gone) are removed here.
+// A symbolic link is followed (its target is replaced); the new file keeps the old one's
+// permission bits, or gets 0666 less the umask; a file this process may not write is refused.
 void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
+
+// Throws gguf::Error, as write_file_atomic would, when `path` cannot be written: its directory
+// missing or not writable, or the file (a link's target) not writable. For checks before work.
+void check_writable(const std::string& path);
 
 }  // namespace gguf

@@ -509,6 +509,26 @@ Piped piped(const TempDir& tmp, const std::string& cmd, const std::string& input
   return {r.status, r.out, read_file(err)};
 }
 
+// A piped chat goes on after a reply that fails, and exits 1 at the end so that a script can
+// tell; a --session path that cannot be written is refused before the model loads.
+TEST(ChatCli, PipedFailuresSetTheStatus) {
+  VKLLM_REQUIRE_SHARED(kModel);
+  const TempDir tmp;
+  const std::string tmpl = tmp.path("boom.jinja");
+  std::ofstream(tmpl) << "{% for m in messages %}{% if m.content == 'boom' %}{{ raise_exception('boom refused') }}{% endif %}"
+                         "{{ m.role }}: {{ m.content }}\n{% endfor %}assistant:";
+  const Piped r = piped(tmp, chat_cmd("-n 4 -q --chat-template " + tmpl), "boom\n/undo\nHello\n");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("boom refused"), std::string::npos) << r.err;
+  EXPECT_FALSE(r.out.empty());  // the reply to Hello
+  const Piped ok = piped(tmp, chat_cmd("-n 4 -q --chat-template " + tmpl), "Hello\n");
+  EXPECT_EQ(ok.status, 0) << ok.err;
+  const Piped nodir = piped(tmp, chat_cmd("-n 4 -q --session " + tmp.path("missing/s.vkv")), "Hello\n");
+  EXPECT_EQ(nodir.status, 1);
+  EXPECT_TRUE(nodir.out.empty());
+  EXPECT_NE(nodir.err.find("does not exist"), std::string::npos) << nodir.err;
+}
+
 // Replies and /stats output without the timing line, which differs between runs.
 std::string without_speed(const std::string& out) {
   std::string kept, line;

@@ -1,8 +1,10 @@
 // GGUF reader and writer: real files, round trips, and a corruption suite (run under ASan+UBSan
 // by scripts/test.sh). Every corrupted input must give gguf::Error, never a crash or a hang.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 
@@ -190,6 +192,35 @@ TEST(Gguf, WriterWritesAtomicallyToDisk) {
     EXPECT_FALSE(e.path().filename().string().starts_with(".vkllm_writer_test.gguf.") && e.path() != live) << e.path();
   std::filesystem::remove(live);
   std::filesystem::remove(path);
+}
+
+// A replaced file keeps its permission bits (a private session stays private); a new one gets
+// 0666 less the umask; a symbolic link is followed, so the file it names is replaced and the
+// link stays; a file this process may not write is refused (root may write any).
+TEST(Gguf, WriterKeepsModesAndFollowsLinks) {
+  namespace fs = std::filesystem;
+  const std::string dir = testing::TempDir(), path = dir + "/vkllm_modes_test.gguf", link = dir + "/vkllm_modes_link.gguf";
+  fs::remove(path);
+  fs::remove(link);
+  const mode_t old_mask = ::umask(077);
+  sample_writer().write(path);
+  ::umask(old_mask);
+  EXPECT_EQ(fs::status(path).permissions(), fs::perms::owner_read | fs::perms::owner_write);
+  fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read);
+  sample_writer().write(path);
+  EXPECT_EQ(fs::status(path).permissions(), fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read);
+  fs::create_symlink("vkllm_modes_test.gguf", link);
+  std::ofstream(path, std::ios::trunc) << "old";
+  sample_writer().write(link);
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(link)));
+  EXPECT_EQ(File::open(path).tensors().size(), 3u);
+  if (::geteuid() != 0) {
+    fs::permissions(path, fs::perms::owner_read);
+    EXPECT_THROW(sample_writer().write(path), Error);
+    fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write);
+  }
+  fs::remove(link);
+  fs::remove(path);
 }
 
 TEST(Gguf, TruncationAtEveryHeaderOffsetIsAnError) {
