@@ -327,6 +327,15 @@ TEST(JinjaErrors, RunawayTemplatesStop) {
                 .find("exceeds 16777216 bytes"),
             std::string::npos);
   EXPECT_NE(error_of("{{ range(1000000000) | length }}").find("longer than"), std::string::npos);
+  // Lists are bounded by items (each item is a value of ~100 bytes), checked before they are built,
+  // and indent widths by a constant: these took gigabytes and tens of seconds before the limits saw them.
+  EXPECT_NE(error_of("{% set ns = namespace(x=[1]) %}{% for i in range(25) %}{% set ns.x = ns.x + ns.x %}{% endfor %}{{ ns.x|length }}")
+                .find("exceeds 262144 items"),
+            std::string::npos);
+  EXPECT_NE(error_of("{{ ([1] * 10000000) | length }}").find("too large"), std::string::npos);
+  EXPECT_NE(error_of("{{ [1] | tojson(indent=1000000000) }}").find("indent 1000000000 is over 1024"), std::string::npos);
+  EXPECT_NE(error_of("{{ 'a\nb' | indent(1000000000) }}").find("width 1000000000 is over 1024"), std::string::npos);
+  EXPECT_NE(error_of("{{ ('a\n' * 100000) | indent('" + std::string(1000, 'x') + "') }}").find("would exceed"), std::string::npos);
   EXPECT_NE(error_of("{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}").find("nests deeper"), std::string::npos);
 }
 

@@ -57,12 +57,18 @@ Value sort_key(const Value& v, bool case_sensitive) {
   return v.is_string() && !case_sensitive ? Value(py_lower(v.str())) : v;
 }
 
+// The widest indent tojson and indent take: every line of a result carries it (a width of 10^9
+// was gigabytes before the output limit could see it).
+constexpr int64_t kMaxIndent = 1024;
+constexpr size_t kMaxIndentedBytes = size_t{16} << 20;  // the padding indent adds in all (RenderLimits' output size)
+
 Value do_tojson(const Value& v, CallArgs& a) {
   const Value* indent_v = arg(a, 1, "indent");
   int indent = -1;
   std::string indent_str;
   if (indent_v && !indent_v->is_none()) {
     if (indent_v->kind() != Kind::Int) throw Error("tojson: indent must be an integer");
+    if (indent_v->as_int() > kMaxIndent) throw Error("tojson: indent " + std::to_string(indent_v->as_int()) + " is over " + std::to_string(kMaxIndent));
     indent = static_cast<int>(std::max<int64_t>(0, indent_v->as_int()));
   }
   std::string item_sep = indent < 0 ? ", " : ",", key_sep = ": ";
@@ -76,10 +82,14 @@ Value do_tojson(const Value& v, CallArgs& a) {
 
 Value do_indent(const Value& v, CallArgs& a) {
   std::string pad = "    ";
-  if (const Value* w = arg(a, 0, "width")) pad = w->is_string() ? w->str() : std::string(static_cast<size_t>(std::max<int64_t>(0, w->as_int())), ' ');
+  if (const Value* w = arg(a, 0, "width")) {
+    if (!w->is_string() && w->as_int() > kMaxIndent) throw Error("indent: width " + std::to_string(w->as_int()) + " is over " + std::to_string(kMaxIndent));
+    pad = w->is_string() ? w->str() : std::string(static_cast<size_t>(std::max<int64_t>(0, w->as_int())), ' ');
+  }
   const bool first = flag(a, 1, "first", false), blank = flag(a, 2, "blank", false);
   std::vector<std::string> lines = py_split(v.to_str() + "\n", std::string("\n"), -1, false);
   lines.pop_back();  // the piece after the added newline
+  if (pad.size() * lines.size() > kMaxIndentedBytes) throw Error("indent: the result would exceed " + std::to_string(kMaxIndentedBytes) + " bytes");
   std::string out;
   for (size_t i = 0; i < lines.size(); ++i) {
     if (i > 0) out += "\n" + ((blank || !lines[i].empty()) ? pad : std::string());

@@ -84,10 +84,12 @@ std::string percent_format(const std::string& fmt, const Value& arg) {
   return out;
 }
 
-Value arithmetic(const std::string& op, const Value& a, const Value& b, size_t max_len) {
+Value arithmetic(const std::string& op, const Value& a, const Value& b, const RenderLimits& lim) {
   if (op == "+") {
     if (a.is_string() && b.is_string()) return Value(a.str() + b.str());
     if (a.is_sequence() && b.kind() == a.kind()) {
+      if (a.items().size() + b.items().size() > lim.max_items)
+        throw Error("template list exceeds " + std::to_string(lim.max_items) + " items");
       ValueList items = a.items();
       items.insert(items.end(), b.items().begin(), b.items().end());
       return a.kind() == Kind::Tuple ? Value::tuple(std::move(items)) : Value::list(std::move(items));
@@ -98,6 +100,7 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b, size_t m
     const Value& n = a.is_number() ? a : b;
     const int64_t count = std::max<int64_t>(0, checked_int(n, "sequence repetition"));
     const int64_t len = std::max<int64_t>(1, seq.length());
+    const size_t max_len = seq.is_string() ? lim.max_output_bytes : lim.max_items;
     if (count > static_cast<int64_t>(max_len) / len) throw Error("repetition result is too large");
     if (seq.is_string()) {
       std::string out;
@@ -177,9 +180,10 @@ class Evaluator {
   // Strings and lists built by operators and filters obey the output limit too, so a template
   // cannot exhaust memory by doubling a variable.
   Value checked(Value v) const {
-    const size_t n = v.is_string() ? v.str().size() : v.is_sequence() ? v.items().size() : 0;
-    if (n > lim_.max_output_bytes)
-      throw Error("template value exceeds " + std::to_string(lim_.max_output_bytes) + " bytes or items");
+    if (v.is_string() && v.str().size() > lim_.max_output_bytes)
+      throw Error("template value exceeds " + std::to_string(lim_.max_output_bytes) + " bytes");
+    if (v.is_sequence() && v.items().size() > lim_.max_items)
+      throw Error("template list exceeds " + std::to_string(lim_.max_items) + " items");
     return v;
   }
 
@@ -542,7 +546,7 @@ class Evaluator {
     if (op == "or") return a.truthy() ? a : eval(*e.args[1]);
     Value b = eval(*e.args[1]);
     if (op == "~") return checked(Value(a.to_str() + b.to_str()));
-    return checked(arithmetic(op, a, b, lim_.max_output_bytes));
+    return checked(arithmetic(op, a, b, lim_));
   }
 };
 

@@ -14,6 +14,7 @@ namespace vkllm::jinja {
 // Guards against runaway templates; exceeding one throws Error.
 struct RenderLimits {
   size_t max_output_bytes = size_t{16} << 20;
+  size_t max_items = size_t{1} << 18;   // items of a list or tuple an operator or filter builds (a Value is ~100 bytes)
   int max_call_depth = 100;          // nested macro calls
   uint64_t max_steps = 2'000'000;    // statements executed plus loop iterations
 };
