@@ -115,6 +115,18 @@ void run(const RunCommand& c) {
   } else {
     p = raw_prompt(tok, text);
   }
+  // A prompt the cache cannot hold with room to generate: without -n nothing would come out (the
+  // run stops when the cache is first full), so that is refused, as llama.cpp refuses a prompt
+  // longer than its context; with -n the ring runs through it, dropping its oldest tokens.
+  if (!resumed && p.tokens.size() >= cache.capacity()) {
+    if (c.n_predict == GenerateOptions::kUntilFull)
+      throw Error("the prompt is " + with_commas(p.tokens.size()) + " tokens and --ctx " + with_commas(cache.capacity()) +
+                  " holds no more: nothing would be generated (a larger --ctx, or -n N to run through the ring, dropping the "
+                  "prompt's oldest tokens)");
+    if (p.tokens.size() > cache.capacity())
+      std::fprintf(stderr, "vkllm: warning: the prompt is %s tokens, more than --ctx %s: the ring keeps the pinned ones and the newest\n",
+                   with_commas(p.tokens.size()).c_str(), with_commas(cache.capacity()).c_str());
+  }
   if (!resumed)
     cache.set_keep(c.opts.keep >= 0 ? std::min<uint32_t>(uint32_t(c.opts.keep), cache.capacity() - 1)
                                     : std::min<uint32_t>(p.pinned, cache.max_keep()));
@@ -238,9 +250,9 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("-f,--file", c->prompt_file, "Read the prompt from a file");
   add_n_predict_option(cmd, c->n_predict, "Tokens to generate");
   cmd->add_option("--stop", c->stop, "Stop when this string is generated (repeatable)");
-  cmd->add_flag("--chat", c->chat, "Wrap the prompt in the model's chat template as a user message");
-  cmd->add_option("--system", c->system, "System prompt (with --chat)");
-  cmd->add_option("--chat-template", c->chat_template, "Chat template: a built-in name or a Jinja file");
+  CLI::Option* chat = cmd->add_flag("--chat", c->chat, "Wrap the prompt in the model's chat template as a user message");
+  cmd->add_option("--system", c->system, "System prompt (with --chat)")->needs(chat);
+  cmd->add_option("--chat-template", c->chat_template, "Chat template: a built-in name or a Jinja file")->needs(chat);
   cmd->add_flag("--ignore-eos", c->ignore_eos, "Keep generating past end-of-generation tokens");
   CLI::Option* json = cmd->add_flag("--json", c->json, "Print one JSON object with the text and statistics instead");
   cmd->add_flag("--logprobs", c->logprobs, "With --json: add each generated token's log-probability under the model (before penalties and temperature)")

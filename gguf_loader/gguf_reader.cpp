@@ -390,8 +390,8 @@ void File::parse_all() {
   for (size_t idx : order) {
     TensorInfo& t = tensors_[idx];
     if (t.offset > data_size || t.n_bytes > data_size - t.offset)
-      throw Error(path_ + ": tensor '" + t.name + "': data at offset " + std::to_string(data_offset_ + t.offset) + " + " +
-                  std::to_string(t.n_bytes) + " bytes runs past the end of the " + std::to_string(bytes_.size()) + "-byte file");
+      throw Error(path_ + ": tensor '" + t.name + "': data at offset " + std::to_string(data_offset_) + " + " + std::to_string(t.offset) +
+                  " (+ " + std::to_string(t.n_bytes) + " bytes) runs past the end of the " + std::to_string(bytes_.size()) + "-byte file");
     if (prev && t.offset < prev_end && t.n_bytes > 0)
       throw Error(path_ + ": tensor '" + t.name + "' (data offset " + std::to_string(t.offset) + ") overlaps tensor '" +
                   prev->name + "' (" + std::to_string(prev->offset) + " + " + std::to_string(prev->n_bytes) + " bytes)");

@@ -289,8 +289,13 @@ TEST(Cli, CorruptModelKeysAreNamed) {
   const float nan = std::nanf("");
   patch_key_value("llama.feed_forward_length", &huge, dir + "/vkllm_ff.gguf");
   patch_key_value("llama.attention.layer_norm_rms_epsilon", &nan, dir + "/vkllm_eps.gguf");
+  const uint32_t one = 1;
+  patch_key_value("llama.context_length", &one, dir + "/vkllm_ctx.gguf");  // was blamed on a --ctx never given
+  patch_key_value("llama.attention.head_count", &huge, dir + "/vkllm_heads.gguf");
   for (const auto& [file, key] : {std::pair{"vkllm_ff.gguf", "llama.feed_forward_length"},
-                                  std::pair{"vkllm_eps.gguf", "llama.attention.layer_norm_rms_epsilon"}}) {
+                                  std::pair{"vkllm_eps.gguf", "llama.attention.layer_norm_rms_epsilon"},
+                                  std::pair{"vkllm_ctx.gguf", "llama.context_length"},
+                                  std::pair{"vkllm_heads.gguf", "llama.attention.head_count"}}) {
     for (const std::string cmd : {"info", "run -p hi -n 1 --temp 0"}) {
       const Result r = vkllm(cmd + " -m " + dir + "/" + file);
       EXPECT_EQ(r.status, 1) << cmd << " " << file << ": " << r.err;
@@ -333,7 +338,8 @@ TEST(Cli, ParseErrorsAreOneLineWithStatus2) {
                                   "chat -n -2" + m, "run -n lots" + m + " -p hi", "run --keep -2" + m + " -p hi", "run --seed -5" + m + " -p hi", "run --logprobs" + m + " -p hi",
                                   "run --seed 18446744073709551616" + m + " -p hi",
                                   "info --seqs 0" + m, std::string("bench --ops --parallel 4"), "bench --ops" + m,
-                                  std::string("bench --ops --ctx-fill 0,64"), "bench --ops-size 512" + m}) {
+                                  std::string("bench --ops --ctx-fill 0,64"), "bench --ops-size 512" + m,
+                                  "run --system sys" + m + " -p hi", "run --chat-template chatml" + m + " -p hi"}) {
     const Result r = vkllm(args);
     EXPECT_EQ(r.status, 2) << args << ": " << r.err;
     EXPECT_TRUE(r.out.empty()) << args << ": " << r.out;
@@ -386,6 +392,18 @@ TEST(Cli, RunStopsWhenTheCacheIsFull) {
   const json e = json::parse(endless.out);
   EXPECT_EQ(e["stop_reason"], "stop string");
   EXPECT_GT(e["kv_evicted"].get<int>(), 0);
+  // A prompt that fills the cache leaves nothing to generate: refused without -n (it printed
+  // nothing with status 0); with -n the ring runs through it, and a warning says so.
+  const std::string longer = "run -q --temp 0 --ctx 16 -m " + model("stories260K.gguf") +
+                             " -p 'Once upon a time there was a little girl named Lily. She loved to play outside in the park'";
+  const Result refused = vkllm(longer);
+  EXPECT_EQ(refused.status, 1) << refused.err;
+  EXPECT_TRUE(refused.out.empty()) << refused.out;
+  EXPECT_NE(refused.err.find("holds no more: nothing would be generated"), std::string::npos) << refused.err;
+  const Result through = vkllm(longer + " -n 4 --json");
+  ASSERT_EQ(through.status, 0) << through.err;
+  EXPECT_EQ(json::parse(through.out)["generated_tokens"], 4);
+  EXPECT_NE(through.err.find("warning: the prompt is"), std::string::npos) << through.err;
 }
 
 // `vkllm run --temp 0 -n 64` reproduces the reference greedy tokens up to the decided prefix.

@@ -102,6 +102,8 @@ ModelConfig read_model_config(const gguf::File& f) {
   if (c.n_ff == 0) bad(a + "feed_forward_length", c.n_ff, "> 0");
   // The head width is key_length when the file gives it (qwen3's may differ from n_embd / n_head).
   const bool has_key_length = f.find(a + "attention.key_length") != nullptr;
+  if (c.n_ctx_train < 2) bad(a + "context_length", c.n_ctx_train, "at least 2");
+  if (c.n_head > 4096) bad(a + "attention.head_count", c.n_head, "at most 4096");
   if (c.n_head == 0 || (!has_key_length && c.n_embd % c.n_head != 0))
     bad(a + "attention.head_count", c.n_head, "a divisor of embedding_length " + std::to_string(c.n_embd));
   if (c.n_head_kv == 0 || c.n_head % c.n_head_kv != 0)
@@ -109,7 +111,8 @@ ModelConfig read_model_config(const gguf::File& f) {
   c.head_dim = f.get_u32_or(a + "attention.key_length", c.n_embd / c.n_head);
   if (f.get_u32_or(a + "attention.value_length", c.head_dim) != c.head_dim)
     bad(a + "attention.value_length", f.get_u32(a + "attention.value_length"), "equal to key_length " + std::to_string(c.head_dim));
-  if (c.head_dim == 0 || c.head_dim % 2 != 0) bad(a + "attention.key_length", c.head_dim, "an even number");
+  // Bounded so that every width below fits 32 bits (a key_length near 2^30 wrapped the KV size to 0).
+  if (c.head_dim == 0 || c.head_dim % 2 != 0 || c.head_dim > 1024) bad(a + "attention.key_length", c.head_dim, "an even number up to 1024");
   c.n_rot = f.get_u32_or(a + "rope.dimension_count", c.head_dim);
   if (c.n_rot > c.head_dim || c.n_rot % 2 != 0) bad(a + "rope.dimension_count", c.n_rot, "even and ≤ head dim " + std::to_string(c.head_dim));
   // The widths that size the activations, against the tensors', so that a corrupt value is named
