@@ -121,6 +121,30 @@ TEST_F(SessionTest, PromptCacheKeepsThisRunsPin) {
   EXPECT_EQ(tokens_of(reused), tokens_of(fresh));
 }
 
+// Through ring wraps and the rotated copy's rebases (a CPU driver keeps one), a continuation's
+// logits equal the uninterrupted run's bit for bit: the session carries the copy's shifts (they
+// differed by up to 4e-4 in log-probability when a restore rebased the copy).
+TEST_F(SessionTest, SplitThroughTheRingIsBitIdentical) {
+  const char* synth = "models/synth-llama-q8_0.gguf";
+  VKLLM_REQUIRE_SHARED(synth);
+  const std::string run = "run -m " + vkllm::test::shared_path(synth) + " --ctx 256 --temp 0 --ignore-eos --json --logprobs";
+  const Result whole = vkllm(run + " -p Hello -n 560");
+  ASSERT_EQ(whole.rc, 0) << whole.err;
+  const auto w = nlohmann::json::parse(whole.out);
+  for (const int split : {300, 508}) {
+    const std::string s = path("ring" + std::to_string(split) + ".vkv");
+    const Result a = vkllm(run + " -p Hello -n " + std::to_string(split) + " --session " + s);
+    ASSERT_EQ(a.rc, 0) << a.err;
+    const Result b = vkllm(run + " -p '' -n " + std::to_string(560 - split) + " --session " + s);
+    ASSERT_EQ(b.rc, 0) << b.err;
+    const auto ja = nlohmann::json::parse(a.out), jb = nlohmann::json::parse(b.out);
+    std::vector<double> lp = ja.at("logprobs").get<std::vector<double>>();
+    const std::vector<double> second = jb.at("logprobs").get<std::vector<double>>();
+    lp.insert(lp.end(), second.begin(), second.end());
+    EXPECT_EQ(lp, w.at("logprobs").get<std::vector<double>>()) << "split at " << split;
+  }
+}
+
 // Appending raw text to a session continues the token history; the stats count the restored
 // tokens as cached.
 TEST_F(SessionTest, AppendedPromptReusesTheSession) {

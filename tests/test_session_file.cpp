@@ -92,7 +92,8 @@ std::vector<std::pair<std::string, uint64_t>> section_starts(const std::vector<u
 }  // namespace
 
 TEST(SessionFile, RoundTrip) {
-  const SessionInfo s = make_info(40);
+  SessionInfo s = make_info(40);
+  s.shifts = {25, 0, 7, 7};
   const std::vector<uint8_t> kv = make_kv(s);
   const std::vector<uint8_t> bytes = vkllm::encode_session(s, kv);
   const std::string path = tmp_path("round.vkv");
@@ -105,6 +106,9 @@ TEST(SessionFile, RoundTrip) {
   EXPECT_EQ(r.sampler, s.sampler);
   EXPECT_EQ(r.type_v, CacheType::Q8_0);
   EXPECT_EQ(r.n_keep, 1u);
+  EXPECT_TRUE(r.has_shifts);
+  EXPECT_EQ(r.shifts.split, 25u);
+  EXPECT_EQ(r.shifts.rest, 7u);
   EXPECT_EQ(r.file_bytes, bytes.size());
   // Header-only read (the prompt cache's index) agrees.
   EXPECT_EQ(vkllm::read_session_info(path, false).tokens, s.tokens);
@@ -163,9 +167,12 @@ TEST(SessionFile, EveryByteFlipIsRefused) {
 TEST(SessionFile, MagicAndNewerVersion) {
   const SessionInfo s = make_info(3);
   std::vector<uint8_t> bytes = vkllm::encode_session(s, make_kv(s));
-  std::vector<uint8_t> v2 = bytes;
-  v2[8] = 2;
-  EXPECT_NE(error_for(v2).find("format version 2 is newer than this vkllm reads (1)"), std::string::npos) << error_for(v2);
+  std::vector<uint8_t> v3 = bytes;
+  v3[8] = 3;
+  EXPECT_NE(error_for(v3).find("format version 3 is newer than this vkllm reads (2)"), std::string::npos) << error_for(v3);
+  std::vector<uint8_t> v0 = bytes;
+  v0[8] = 0;
+  EXPECT_NE(error_for(v0).find("format version 0 is not supported"), std::string::npos) << error_for(v0);
   std::vector<uint8_t> gguf = bytes;
   std::memcpy(gguf.data(), "GGUF", 4);
   EXPECT_NE(error_for(gguf).find("not a vkllm session file"), std::string::npos);
@@ -189,15 +196,40 @@ TEST(SessionFile, AHugeFileIsRefusedByItsFirstBytes) {
   fs::remove(path);
 }
 
+// Version 1 files (before the rotated copy's shifts joined HEAD) still read: HEAD is 16 bytes
+// shorter, and the load rebases the copy.
+TEST(SessionFile, VersionOneStillReads) {
+  const SessionInfo s = make_info(5);
+  std::vector<uint8_t> bytes = vkllm::encode_session(s, make_kv(s));
+  uint64_t head_len;
+  std::memcpy(&head_len, bytes.data() + 16 + 8, 8);
+  const uint64_t payload = 16 + 16;
+  bytes.erase(bytes.begin() + std::ptrdiff_t(payload + head_len - 16), bytes.begin() + std::ptrdiff_t(payload + head_len));
+  head_len -= 16;
+  std::memcpy(bytes.data() + 16 + 8, &head_len, 8);
+  uint32_t tag;
+  std::memcpy(&tag, "HEAD", 4);
+  const uint64_t sum = XXH64(bytes.data() + payload, head_len, tag);
+  std::memcpy(bytes.data() + payload + head_len, &sum, 8);
+  bytes[8] = 1;
+  const std::string path = tmp_path("v1.vkv");
+  write(path, bytes);
+  const SessionInfo r = vkllm::read_session_info(path);
+  EXPECT_FALSE(r.has_shifts);
+  EXPECT_EQ(r.tokens, s.tokens);
+  EXPECT_EQ(r.n_evicted, s.n_evicted);
+}
+
 TEST(SessionFile, HugeCountsAreBoundedByTheFileSize) {
   // A HEAD claiming 2^31 tokens in a small file must fail before allocating.
   SessionInfo s = make_info(2);
   std::vector<uint8_t> bytes = vkllm::encode_session(s, make_kv(s));
-  // n_used sits 8 (n_evicted) + 4 bytes before the HEAD checksum; rewrite it and the checksum.
+  // n_used sits 16 (the rotation shifts) + 8 (n_evicted) + 4 bytes before the HEAD checksum;
+  // rewrite it and the checksum.
   const auto starts = section_starts(bytes);
   uint64_t head_len;
   std::memcpy(&head_len, bytes.data() + 16 + 8, 8);
-  const uint64_t payload = 16 + 16, n_used_at = payload + head_len - 12;
+  const uint64_t payload = 16 + 16, n_used_at = payload + head_len - 28;
   const uint32_t huge = 0x7fffffff;
   std::memcpy(bytes.data() + n_used_at, &huge, 4);
   uint32_t tag;

@@ -64,6 +64,18 @@ std::vector<int32_t> KvCache::rotations_of_last(uint32_t n) const {
   return rot;
 }
 
+KvCache::Shifts KvCache::rotation_shifts() const {
+  Shifts s;
+  s.split = used();
+  if (rot_.empty() || used() == 0) return s;
+  std::vector<int32_t> rot;
+  s.split = rotation_list(rot);
+  s.first = static_cast<uint32_t>(rot[0]);
+  if (s.split < used()) s.rest = static_cast<uint32_t>(rot[s.split] - static_cast<int32_t>(s.split));
+  s.next = static_cast<uint32_t>(n_evicted_ - rot_base_);
+  return s;
+}
+
 void KvCache::rebase_rotations() {
   rot_base_ = n_evicted_;
   for (uint32_t i = 0; i < used(); ++i) rot_[static_cast<size_t>(slot_of(i))] = static_cast<int32_t>(i);
@@ -292,7 +304,8 @@ std::vector<uint8_t> KvCache::read_rows(uint32_t n) const {
   return out;
 }
 
-bool KvCache::restore(std::span<const int32_t> tokens, uint32_t n_keep, uint64_t n_evicted, std::span<const uint8_t> rows) {
+bool KvCache::restore(std::span<const int32_t> tokens, uint32_t n_keep, uint64_t n_evicted, std::span<const uint8_t> rows,
+                      const Shifts* shifts) {
   const uint32_t n = static_cast<uint32_t>(tokens.size());
   VKLLM_CHECK(n <= capacity_ && n_keep <= max_keep(), "restore beyond the cache capacity");
   const uint64_t layer_bytes = uint64_t{n} * (row_bytes_k_ + row_bytes_v_);
@@ -349,7 +362,17 @@ bool KvCache::restore(std::span<const int32_t> tokens, uint32_t n_keep, uint64_t
   for (uint32_t i = 0; i < n; ++i)
     if (ring_slots_ && held[i]) ring_serial_[i % ring_slots_] = i;
   window_absent_ = std::move(absent);
-  if (!rot_.empty()) rebase_rotations();
+  if (!rot_.empty()) {
+    // The saving cache's shifts, where this cache can hold them (shifts below its capacity keep
+    // rotation positions inside the rope table; an eviction count that covers the next shift).
+    const bool fits = shifts && shifts->split <= n && shifts->first < capacity_ && shifts->rest < capacity_ &&
+                      shifts->next < capacity_ && shifts->next <= n_evicted;
+    rebase_rotations();
+    if (fits) {
+      rot_base_ = n_evicted - shifts->next;
+      for (uint32_t i = 0; i < n; ++i) rot_[static_cast<size_t>(slot_of(i))] = static_cast<int32_t>(i + (i < shifts->split ? shifts->first : shifts->rest));
+    }
+  }
   return true;
 }
 

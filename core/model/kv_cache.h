@@ -104,6 +104,15 @@ class KvCache {
   uint32_t rotation_list(std::vector<int32_t>& rot) const;
   // The rotation positions of the last n logical tokens (where kv_store rotates them).
   std::vector<int32_t> rotations_of_last(uint32_t n) const;
+  // The copy's shifts (rotation position − position) as a session carries them, so that a restore
+  // rebuilds the same rows and the same logits bit for bit: the first `split` live tokens rotate
+  // `first` ahead of their positions, the rest `rest` ahead, and the next appended token `next`
+  // ahead (the evictions since the copy's base). All 0 and split = used() without a copy.
+  struct Shifts {
+    uint32_t split = 0;
+    uint32_t first = 0, rest = 0, next = 0;
+  };
+  Shifts rotation_shifts() const;
   // Whether the copy must be rebuilt from the cache (every live row) before the next pass reads it;
   // the engine says when a pass that rebuilt it has run.
   bool rotated_stale() const { return rot_stale_; }
@@ -122,7 +131,10 @@ class KvCache {
   // layer takes the rows of the last tokens its ring holds, skipping rows of zeros (not saved);
   // restore returns false, changing nothing, when the next token's window would miss a row. A
   // cache without rings remembers which tokens' window rows were zeros, so reusable() stays exact.
-  bool restore(std::span<const int32_t> tokens, uint32_t n_keep, uint64_t n_evicted, std::span<const uint8_t> rows);
+  // The rotated copy takes `shifts` (rotation_shifts() of the saving cache) when given and within
+  // this cache's bounds, else it is rebased; it is rebuilt before the next pass either way.
+  bool restore(std::span<const int32_t> tokens, uint32_t n_keep, uint64_t n_evicted, std::span<const uint8_t> rows,
+               const Shifts* shifts = nullptr);
 
  private:
   // Whether logical token i's window row is in its window slot; whether the `count` tokens before n all are.

@@ -171,9 +171,11 @@ Parsed parse(const std::string& path, uint64_t file_size, const Fetch& fetch, bo
   if (version > kSessionVersion)
     throw Error(path + ": offset 8: format version " + std::to_string(version) + " is newer than this vkllm reads (" +
                 std::to_string(kSessionVersion) + "); update vkllm");
-  if (version != kSessionVersion) throw Error(path + ": offset 8: format version " + std::to_string(version) + " is not supported");
+  if (version < kOldestSessionVersion)
+    throw Error(path + ": offset 8: format version " + std::to_string(version) + " is not supported");
   if (n_sections != kSectionCount)
-    throw Error(path + ": offset 12: " + std::to_string(n_sections) + " sections, version 1 has " + std::to_string(kSectionCount));
+    throw Error(path + ": offset 12: " + std::to_string(n_sections) + " sections, version " + std::to_string(version) + " has " +
+                std::to_string(kSectionCount));
 
   uint64_t at = kPreambleBytes;
   const int last = with_kv ? kKvdt : kToks;
@@ -238,6 +240,13 @@ Parsed parse(const std::string& path, uint64_t file_size, const Fetch& fetch, bo
         info.n_keep = r.get<uint32_t>("n_keep");
         const auto n_used = r.get<uint32_t>("n_used");
         info.n_evicted = r.get<uint64_t>("n_evicted");
+        if (version >= 2) {
+          info.shifts.split = r.get<uint32_t>("rot_split");
+          info.shifts.first = r.get<uint32_t>("rot_first");
+          info.shifts.rest = r.get<uint32_t>("rot_rest");
+          info.shifts.next = r.get<uint32_t>("rot_next");
+          info.has_shifts = true;
+        }
         r.expect_end();
         if (info.n_layer == 0 || info.n_layer > 4096 || info.row_bytes_k == 0 || info.row_bytes_v == 0 ||
             info.row_bytes_k > (1u << 24) || info.row_bytes_v > (1u << 24))
@@ -365,6 +374,10 @@ std::vector<uint8_t> encode_session(const SessionInfo& info, std::span<const uin
   head.put<uint32_t>(info.n_keep);
   head.put<uint32_t>(static_cast<uint32_t>(info.tokens.size()));
   head.put<uint64_t>(info.n_evicted);
+  head.put<uint32_t>(info.shifts.split);
+  head.put<uint32_t>(info.shifts.first);
+  head.put<uint32_t>(info.shifts.rest);
+  head.put<uint32_t>(info.shifts.next);
 
   Writer w;
   w.bytes().reserve(kPreambleBytes + kSectionCount * kFrameBytes + head.bytes().size() + info.tokens.size() * 4 +
@@ -399,6 +412,10 @@ uint64_t save_session(const std::string& path, const Engine& engine, const Model
   // only a prefix is saved.
   info.n_keep = n == cache.used() ? cache.keep() : std::min(cache.keep(), n);
   info.n_evicted = cache.evicted();
+  // The rotated copy's shifts: a whole save carries them; a prefix is rebased when loaded.
+  if (n == cache.used()) info.shifts = cache.rotation_shifts();
+  else info.shifts.split = n;
+  info.has_shifts = true;
   info.tokens.assign(cache.tokens().begin(), cache.tokens().begin() + n);
   info.conversation = conversation;
   if (sampler) info.sampler = sampler->save_state();
@@ -475,7 +492,8 @@ SessionInfo load_session(const std::string& path, Engine& engine, const ModelFin
   // A whole file keeps its pin (which may run past its tokens), a prefix pins within itself; a pin
   // longer than this cache allows (its window rings may be larger) is shortened.
   const uint32_t keep = std::min(n < n_used ? std::min(info.n_keep, n) : info.n_keep, cache.max_keep());
-  if (!cache.restore(std::span(info.tokens).first(n), keep, n < n_used ? 0 : info.n_evicted, rows))
+  const KvCache::Shifts* shifts = info.has_shifts && n == n_used ? &info.shifts : nullptr;
+  if (!cache.restore(std::span(info.tokens).first(n), keep, n < n_used ? 0 : info.n_evicted, rows, shifts))
     throw MissingWindowRows(path + ": the sliding-window layers' rows of the " + std::to_string(engine.config().n_swa) + " tokens before token " +
                 std::to_string(n) + " are not in the file (its window rings had moved past them); load it whole");
   if (sampler && !info.sampler.empty()) *sampler = std::move(restored);

@@ -1,10 +1,10 @@
 // Session files: the KV cache, its token history, the sampler state and an opaque conversation
 // on disk, so a conversation (or an expensive prompt prefix) survives between runs.
 //
-// ## Format, version 1 (little-endian; docs/session-format.md has the rationale)
+// ## Format, version 2 (little-endian; docs/session-format.md has the rationale)
 //
 //   offset 0   u8[8]  magic "VKLLMSES"
-//   offset 8   u32    format version (1). A larger number is a newer vkllm's file: refused.
+//   offset 8   u32    format version (2; 1 is read too). A larger number is a newer vkllm's file: refused.
 //   offset 12  u32    section count (5)
 //   then the sections, in this order, each framed as
 //        u32 tag (4 ASCII bytes) · u32 0 · u64 length · u8 payload[length] · u64 XXH64(payload,
@@ -21,6 +21,9 @@
 //          u32 n_used                               tokens in the logical sequence
 //          u64 n_evicted                            tokens the ring had overwritten (0: the
 //                                                   sequence is a true prefix of the text)
+//          u32 rot_split · u32 rot_first · u32 rot_rest · u32 rot_next
+//                                                   (version 2) the rotated copy of K's shifts,
+//                                                   KvCache::Shifts; not in version 1 files
 //   TOKS  i32 tokens[n_used]: the logical sequence (pinned, then window, oldest first)
 //   CONV  the conversation: UTF-8 JSON text chosen by the caller (chat: its messages), or empty
 //   SAMP  Sampler::save_state() (its own magic, version and checksum), or empty
@@ -48,7 +51,8 @@
 
 namespace vkllm {
 
-inline constexpr uint32_t kSessionVersion = 1;
+inline constexpr uint32_t kSessionVersion = 2;
+inline constexpr uint32_t kOldestSessionVersion = 1;  // read too: its HEAD has no rotation shifts
 
 // Identity of a model's bytes: same hash ⇔ same weights, tokenizer and template (practically).
 struct ModelFingerprint {
@@ -78,6 +82,8 @@ struct SessionInfo {
   uint64_t row_bytes_k = 0, row_bytes_v = 0;
   uint32_t capacity = 0, n_keep = 0;
   uint64_t n_evicted = 0;
+  KvCache::Shifts shifts;        // the rotated copy's (version 2; zeros without a copy)
+  bool has_shifts = false;       // false in version 1 files: a restore rebases the copy
   std::vector<int32_t> tokens;   // the logical sequence
   std::string conversation;      // CONV, opaque
   std::vector<uint8_t> sampler;  // SAMP, may be empty
