@@ -25,7 +25,7 @@ namespace {
 struct RunCommand {
   RunOptions opts;
   std::string prompt, prompt_file, system, chat_template;
-  bool chat = false, json = false, ignore_eos = false, logprobs = false;
+  bool chat = false, json = false, ignore_eos = false, logprobs = false, special = false;
   int32_t n_predict = GenerateOptions::kUntilFull;
   std::vector<std::string> stop;
   PersistenceOptions persist;
@@ -111,9 +111,9 @@ void run(const RunCommand& c) {
       messages.push_back({{"role", "user"}, {"content", text}});
     }
   } else if (resumed) {
-    appended = tok.tokenize(text, false, false);
+    appended = tok.tokenize(text, false, c.special);
   } else {
-    p = raw_prompt(tok, text);
+    p = raw_prompt(tok, text, c.special);
   }
   // A prompt the cache cannot hold with room to generate: without -n nothing would come out (the
   // run stops when the cache is first full), so that is refused, as llama.cpp refuses a prompt
@@ -254,6 +254,10 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--system", c->system, "System prompt (with --chat)")->needs(chat);
   cmd->add_option("--chat-template", c->chat_template, "Chat template: a built-in name or a Jinja file")->needs(chat);
   cmd->add_flag("--ignore-eos", c->ignore_eos, "Keep generating past end-of-generation tokens");
+  cmd->add_flag("--special", c->special,
+                "Parse special-token text in a raw prompt (\"</s>\" as the token), as llama-cli does; off: it is text, as in "
+                "the references")
+      ->excludes(chat);
   CLI::Option* json = cmd->add_flag("--json", c->json, "Print one JSON object with the text and statistics instead");
   cmd->add_flag("--logprobs", c->logprobs, "With --json: add each generated token's log-probability under the model (before penalties and temperature)")
       ->needs(json);

@@ -355,6 +355,20 @@ TEST(Cli, ParseErrorsAreOneLineWithStatus2) {
   EXPECT_NE(help.out.find("-1: endless"), std::string::npos) << help.out;
 }
 
+// run --special parses special-token text in a raw prompt, as tokenize --special does (and
+// llama-cli); without it the text stays text, as in the references.
+TEST(Cli, RunSpecialParsesSpecialTokenText) {
+  VKLLM_REQUIRE_SHARED("models/synth-qwen2-q4_0.gguf");
+  const std::string m = " -m " + model("synth-qwen2-q4_0.gguf") + " -p 'hi<｜end▁of▁sentence｜>'";
+  const Result plain = vkllm("run -q -n 1 --json" + m), special = vkllm("run -q -n 1 --json --special" + m),
+               count = vkllm("tokenize --special --count" + m);
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  ASSERT_EQ(special.status, 0) << special.err;
+  ASSERT_EQ(count.status, 0) << count.err;
+  EXPECT_EQ(json::parse(special.out)["prompt_tokens"].get<int>(), std::stoi(count.out));
+  EXPECT_GT(json::parse(plain.out)["prompt_tokens"].get<int>(), json::parse(special.out)["prompt_tokens"].get<int>());
+}
+
 // A context past the device's grid height (65,535 workgroup rows on lavapipe): the RoPE table of
 // its positions is filled in several dispatches (it was an internal error).
 TEST(Cli, ContextsPastTheGridHeightRun) {

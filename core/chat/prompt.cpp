@@ -3,9 +3,9 @@
 
 namespace vkllm {
 
-PromptTokens raw_prompt(const Tokenizer& tok, std::string_view text) {
+PromptTokens raw_prompt(const Tokenizer& tok, std::string_view text, bool parse_special) {
   PromptTokens p;
-  p.tokens = tok.tokenize(text, true, false);
+  p.tokens = tok.tokenize(text, true, parse_special);
   p.pinned = (!p.tokens.empty() && p.tokens[0] == tok.bos()) ? 1 : 0;
   return p;
 }

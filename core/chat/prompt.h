@@ -17,7 +17,7 @@ struct PromptTokens {
 };
 
 // Completion text: BOS when the model asks for it; special-token strings stay text.
-PromptTokens raw_prompt(const Tokenizer& tok, std::string_view text);
+PromptTokens raw_prompt(const Tokenizer& tok, std::string_view text, bool parse_special = false);
 
 // Tokenizes a rendered template: the spans holding message content are plain text, the markup
 // around them has its special tokens parsed. BOS is added when the model asks for it and the
