@@ -1,6 +1,8 @@
 // `vkllm run`: one prompt in, the generated text out on stdout, one stats line on stderr.
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -67,7 +69,32 @@ void print_stats(const GenerationStats& st, const KvCache& kv) {
                human_bytes(kv.bytes_used()).c_str(), cache_type_name(kv.type_k()), human_bytes(kv.bytes_per_token()).c_str());
 }
 
-void run(const RunCommand& c) {
+// Ctrl+C while tokens are generated stops the generation: the session is saved and the stats
+// printed as after any stop, and the status is 130 (`-n -1 --session` has no other way to end
+// and keep what it made). The handler is installed once, for the generation only: a second
+// Ctrl+C (SA_RESETHAND), or one during the prefill, ends the process at once.
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_run_sigint(int) { g_interrupted.store(true); }
+
+class SigintStopsGeneration {
+ public:
+  SigintStopsGeneration() {
+    struct sigaction sa {};
+    sa.sa_handler = on_run_sigint;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_);
+  }
+  ~SigintStopsGeneration() {
+    if (!g_interrupted.load()) sigaction(SIGINT, &old_, nullptr);
+  }
+
+ private:
+  struct sigaction old_ {};
+};
+
+// Returns the exit status: 0, or 130 after Ctrl+C stopped the generation.
+int run(const RunCommand& c) {
   const std::string text = gather_prompt(c);
   // Flags are checked before the model loads.
   const uint64_t prompt_cache_bytes = c.persist.prompt_cache() ? parse_size("--prompt-cache-size", c.persist.prompt_cache_size) : 0;
@@ -181,16 +208,19 @@ void run(const RunCommand& c) {
   go.ignore_eos = c.ignore_eos;
   go.logprobs = c.logprobs;
   std::string out, out_text;
-  gen.generate(go, [&](const std::string& piece) {
-    out_text += piece;
-    if (c.json) {
-      out += piece;
-    } else {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
-    }
-    return true;
-  });
+  {
+    SigintStopsGeneration sigint;
+    gen.generate(go, [&](const std::string& piece) {
+      out_text += piece;
+      if (c.json) {
+        out += piece;
+      } else {
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+      }
+      return !g_interrupted.load();
+    });
+  }
   GenerationStats& st = gen.stats();
   st.ttft_ms += cache_load_ms + restore_ms;  // restoring is part of the time to the first token
   if (pc) {
@@ -237,6 +267,7 @@ void run(const RunCommand& c) {
   }
   if (!c.opts.quiet && !c.json) print_stats(st, cache);
   if (c.opts.profile) print_profile(s.engine->timings());
+  return g_interrupted.load() ? 130 : 0;
 }
 
 }  // namespace
@@ -262,7 +293,9 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("--logprobs", c->logprobs, "With --json: add each generated token's log-probability under the model (before penalties and temperature)")
       ->needs(json);
   add_persistence_options(cmd, c->persist);
-  cmd->callback([c] { run(*c); });
+  cmd->callback([c] {
+    if (const int code = run(*c); code != 0) throw CLI::RuntimeError(code);
+  });
 }
 
 }  // namespace vkllm::cli
