@@ -123,6 +123,10 @@ int run(const RunCommand& c) {
     // The saved sampler (parameters and RNG) continues the session; say so when the flags differ.
     if (const std::string note = sampler_note(c.persist.session, sampler, c.opts.sampling); !c.opts.quiet && !note.empty())
       std::fprintf(stderr, "vkllm: %s\n", note.c_str());
+    // The pin is the session's too (its ring was built around it).
+    if (!c.opts.quiet && c.opts.keep >= 0 && uint32_t(c.opts.keep) != s.engine->cache().keep())
+      std::fprintf(stderr, "vkllm: session %s: the saved pin of %u tokens stays, not --keep %d\n", c.persist.session.c_str(),
+                   s.engine->cache().keep(), c.opts.keep);
   }
 
   PromptTokens p;

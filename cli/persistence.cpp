@@ -99,7 +99,9 @@ std::string divergence_message(const Tokenizer& tok, std::span<const int32_t> pr
 std::string sampler_note(const std::string& session, const Sampler& restored, const SamplerParams& flags) {
   const SamplerParams& sp = restored.params();
   if (sp.temp == flags.temp && sp.top_k == flags.top_k && sp.top_p == flags.top_p && sp.min_p == flags.min_p &&
-      sp.repeat_penalty == flags.repeat_penalty && (flags.seed == Sampler::kRandomSeed || flags.seed == sp.seed))
+      sp.repeat_penalty == flags.repeat_penalty && sp.repeat_last_n == flags.repeat_last_n &&
+      sp.frequency_penalty == flags.frequency_penalty && sp.presence_penalty == flags.presence_penalty &&
+      (flags.seed == Sampler::kRandomSeed || flags.seed == sp.seed))
     return "";
   char line[512];
   std::snprintf(line, sizeof line, "session %s: sampling continues with the saved sampler (temp %.2f, seed %llu), not this call's flags",
