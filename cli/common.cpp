@@ -183,11 +183,30 @@ Session open_session(const RunOptions& o) {
                  human_bytes(plan.total()).c_str(), human_bytes(heap).c_str(), s.ctx->info().name.c_str());
   }
   if (heap && plan.total() > heap) {
+    // The largest --ctx (a multiple of 256) whose whole plan fits the heap and whose cache fits one
+    // binding per layer, and a cache type only where it would make this --ctx fit.
+    const auto fits = [&](uint32_t ctx, CacheType t) {
+      EngineOptions e = eo;
+      e.cache.capacity = ctx;
+      e.cache.type_k = e.cache.type_v = t;
+      const MemoryPlan p = plan_memory(*s.ctx, c, summary.weight_bytes, e);
+      const uint64_t row = cache_row_bytes(t, c.n_embd_kv());
+      return p.weights + (p.kv_cache + p.activations) * o.sequences <= heap && uint64_t{ctx} * row <= s.ctx->max_storage_range();
+    };
     std::string hint;
-    const uint64_t room = heap > plan.weights + plan.activations ? heap - plan.weights - plan.activations : 0;
-    if (room / per_token >= 256)
-      hint = "; try --ctx " + std::to_string(room / per_token / 256 * 256);
-    if (eo.cache.type_k == CacheType::F16) hint += (hint.empty() ? "; try" : " or") + std::string(" --cache-type q8_0");
+    uint32_t lo = 0, hi = eo.cache.capacity / 256;  // in units of 256 tokens: lo fits (or is 0), hi does not
+    while (hi - lo > 1) {
+      const uint32_t mid = lo + (hi - lo) / 2;
+      (fits(mid * 256, eo.cache.type_k) ? lo : hi) = mid;
+    }
+    if (lo > 0 && eo.cache.type_k == eo.cache.type_v) hint = "; try --ctx " + std::to_string(lo * 256);
+    for (const CacheType t : {CacheType::Q8_0, CacheType::Q4_0}) {
+      if (eo.cache.type_k == CacheType::F16 && cache_type_fits(t, c.n_embd_kv()) && fits(eo.cache.capacity, t)) {
+        hint += (hint.empty() ? "; try" : " or") + std::string(" --cache-type ") + cache_type_name(t);
+        break;
+      }
+    }
+    if (hint.empty() && plan.weights <= heap) hint = "; even --ctx 256 does not fit";
     if (hint.empty()) hint = "; the weights alone do not fit: use a smaller or more quantized model";
     throw Error("not enough device memory: weights " + human_bytes(plan.weights) + " + KV cache " + human_bytes(plan.kv_cache) +
                 " + activations " + human_bytes(plan.activations) + " = " + human_bytes(plan.total()) + ", but " +
