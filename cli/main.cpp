@@ -23,6 +23,24 @@ int main(int argc, char** argv) {
   vkllm::cli::add_chat_command(app);
   vkllm::cli::add_cache_command(app);
   vkllm::cli::add_serve_command(app);
+  // An error is one line whatever it quotes (a file's strings may hold newlines or escape codes):
+  // control bytes are printed as \n, \t or \xHH.
+  const auto one_line = [](const char* what) {
+    std::string out;
+    for (const char* p = what; *p; ++p) {
+      const auto ch = static_cast<unsigned char>(*p);
+      if (ch == '\n') out += "\\n";
+      else if (ch == '\t') out += "\\t";
+      else if (ch < 0x20 || ch == 0x7F) {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "\\x%02x", ch);
+        out += hex;
+      } else {
+        out += static_cast<char>(ch);
+      }
+    }
+    return out;
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {
@@ -32,16 +50,16 @@ int main(int argc, char** argv) {
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
     std::string msg = e.what();
     std::replace(msg.begin(), msg.end(), '\n', ' ');
-    std::fprintf(stderr, "vkllm: error: %s (see --help)\n", msg.c_str());
+    std::fprintf(stderr, "vkllm: error: %s (see --help)\n", one_line(msg.c_str()).c_str());
     return 2;
   } catch (const vkllm::Error& e) {
-    std::fprintf(stderr, "vkllm: error: %s\n", e.what());
+    std::fprintf(stderr, "vkllm: error: %s\n", one_line(e.what()).c_str());
     return 1;
   } catch (const gguf::Error& e) {
-    std::fprintf(stderr, "vkllm: error: %s\n", e.what());
+    std::fprintf(stderr, "vkllm: error: %s\n", one_line(e.what()).c_str());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "vkllm: internal error: %s\n", e.what());
+    std::fprintf(stderr, "vkllm: internal error: %s\n", one_line(e.what()).c_str());
     return 2;
   }
   return 0;

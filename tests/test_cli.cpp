@@ -306,6 +306,28 @@ TEST(Cli, CorruptModelKeysAreNamed) {
   }
 }
 
+// An error quoting a string from the file stays one line without the file's control bytes (an
+// architecture name holding a newline and an escape code printed both raw).
+TEST(Cli, ErrorsQuotingTheFileStayOneLine) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  std::ifstream in(model("stories260K.gguf"), std::ios::binary);
+  std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const std::string key = "general.architecture";
+  const size_t at = bytes.find(key) + key.size() + 4;  // past the key and its value type: u64 length, bytes
+  uint64_t len;
+  std::memcpy(&len, bytes.data() + at, 8);
+  const std::string name = "foo\nbar\x1b[31m";
+  const uint64_t new_len = name.size();
+  bytes.replace(at, 8 + len, std::string(reinterpret_cast<const char*>(&new_len), 8) + name);
+  const std::string path = testing::TempDir() + "/vkllm_arch.gguf";
+  std::ofstream(path, std::ios::binary) << bytes;
+  const Result r = vkllm("info -m " + path);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("'foo\\nbar\\x1b[31m'"), std::string::npos) << r.err;
+}
+
 // A directory where a file is read, or a FIFO where a session file is (which would block the open
 // until a writer came), is one line naming it and status 1, not an internal error or a hang.
 TEST(Cli, DirectoriesAndFifosWhereFilesBelong) {
