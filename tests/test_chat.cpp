@@ -611,7 +611,7 @@ TEST(ChatCli, LoadInAPipedChat) {
   ASSERT_EQ(errs.size(), 4u) << bad.err;
   EXPECT_EQ(without_speed(bad.err.substr(bad.err.rfind(errs.back()) + errs.back().size() + 1)), without_speed(control.err));
   const std::string at = "vkllm: /load: " + tmp.dir.string() + "/";
-  EXPECT_EQ(errs[0], at + "missing.vkv: cannot open the session file");
+  EXPECT_EQ(errs[0], at + "missing.vkv: cannot open the session file: No such file or directory");
   EXPECT_TRUE(errs[1].starts_with(at + "cut.vkv: truncated: section 'KVDT'")) << errs[1];
   EXPECT_TRUE(errs[2].starts_with(at + "other.vkv: saved with ")) << errs[2];
   EXPECT_EQ(errs[3], at + "raw.vkv: holds a raw-text session (vkllm run without --chat), not a chat");
