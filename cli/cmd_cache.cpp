@@ -1,6 +1,7 @@
 // `vkllm cache list|clear`: what the prompt cache holds, and emptying it.
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <memory>
 
 #include "commands.h"
@@ -18,7 +19,10 @@ struct CacheCommand {
 std::string dir_of(const CacheCommand& c) {
   PersistenceOptions o;
   o.prompt_cache_dir = c.dir;
-  return prompt_cache_dir(o);
+  const std::string dir = prompt_cache_dir(o);
+  std::error_code ec;
+  if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec)) throw Error(dir + ": not a directory");
+  return dir;
 }
 
 void list(const CacheCommand& c) {

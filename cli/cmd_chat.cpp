@@ -221,7 +221,7 @@ class ChatSession {
   LineReader reader_;
   bool last_interrupted_ = false;  // the previous event was a Ctrl+C
   int exit_code_ = -1;
-  bool failed_ = false;  // a turn or a --session save failed: a piped chat then exits 1
+  bool failed_ = false;  // a turn, a --session save, a /save or a /load failed: a piped chat then exits 1
   std::optional<ModelFingerprint> fingerprint_;  // computed on the first save or load
 };
 
@@ -264,7 +264,8 @@ std::optional<std::string> ChatSession::read_message() {
       }
       if (st != LineReader::Status::Line) break;
       if (line2.ends_with("\"\"\"")) {
-        block += (block.empty() ? "" : "\n") + line2.substr(0, line2.size() - 3);
+        // A closing line of """ alone adds no line (it left a trailing newline in the message).
+        if (line2.size() > 3) block += (block.empty() ? "" : "\n") + line2.substr(0, line2.size() - 3);
         break;
       }
       block += (block.empty() ? "" : "\n") + line2;
@@ -331,6 +332,13 @@ void ChatSession::stream_reply(bool regen, const std::string& text) {
   std::fputc('\n', stdout);
   std::fflush(stdout);
   last_interrupted_ = st.stop_reason == "interrupted";
+  // A message that leaves the cache no room (without -n a reply stops before it would evict its
+  // own turn) got no reply: said, and a piped chat's status says so.
+  if (st.generated == 0 && st.stop_reason == "context full") {
+    std::fprintf(stderr, "vkllm: error: the message fills --ctx %s: no room for a reply (a larger --ctx, or -n N to run through the ring)\n",
+                 with_commas(s_.engine->cache().capacity()).c_str());
+    failed_ = true;
+  }
   if (last_interrupted_ && tty_in_)
     std::fprintf(stderr, "%s\n", no_color() || !stderr_is_tty() ? "[interrupted]" : "\033[2m[interrupted]\033[0m");
   if (!c_.opts.quiet) status_line();
@@ -481,6 +489,7 @@ bool ChatSession::command(const std::string& line) {
         if (name == "/save") save_session(arg);
         else load_session(arg);
       } catch (const Error& e) {
+        failed_ = true;  // nothing was written or loaded: a piped chat exits 1 at the end
         throw Error(name + ": " + e.what());
       }
       if (name == "/load") autosave();
@@ -496,7 +505,7 @@ int ChatSession::run() {
   if (tty_in_ && !c_.opts.quiet) std::fprintf(stderr, "vkllm: chat: /help for commands, Ctrl+D to leave\n");
   for (;;) {
     std::optional<std::string> msg = read_message();
-    // A script piping messages learns from the status that a reply or a save failed.
+    // A script piping messages learns from the status that a reply, a save or a load failed.
     if (!msg) return !tty_in_ && failed_ ? 1 : exit_code_;
     if (msg->find_first_not_of(" \t\n\r") == std::string::npos) continue;  // nothing to say
     if (msg->starts_with("/") && !msg->starts_with("//")) {

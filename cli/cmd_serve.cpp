@@ -114,7 +114,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--parallel", c->parallel, "Sequences generating at once, each with its own KV cache of --ctx tokens")
       ->check(CLI::Range(1u, 64u));
   cmd->add_option("--queue", c->queue, "Requests that may wait for a sequence; more are answered 503")->check(CLI::Range(size_t{0}, size_t{4096}));
-  cmd->add_option("--api-key", c->server.api_key, "Require \"Authorization: Bearer KEY\" on every endpoint but /health");
+  cmd->add_option("--api-key", c->server.api_key, "Require \"Authorization: Bearer KEY\" on every endpoint but /health")
+      ->check([](const std::string& key) { return key.empty() ? std::string("an empty key would turn authentication off") : std::string(); });
   cmd->add_option("--max-body", c->max_body, "Largest request body (e.g. 4MiB); larger ones are answered 413");
   cmd->add_option("--chat-template", c->chat_template, "Chat template: a built-in name or a Jinja file");
   add_prompt_cache_options(cmd, c->persist);

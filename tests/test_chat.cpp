@@ -527,6 +527,25 @@ TEST(ChatCli, PipedFailuresSetTheStatus) {
   EXPECT_EQ(nodir.status, 1);
   EXPECT_TRUE(nodir.out.empty());
   EXPECT_NE(nodir.err.find("does not exist"), std::string::npos) << nodir.err;
+  // A message that fills --ctx leaves no room for a reply (without -n a reply stops before it
+  // would evict its own turn): an error, where it printed an empty reply with status 0.
+  std::string longer;
+  for (int i = 0; i < 20; ++i) longer += "the big dog ran to the park and ";
+  const Piped full = piped(tmp, chat_cmd("-q --ctx 64"), longer + "\n");
+  EXPECT_EQ(full.status, 1) << full.err;
+  EXPECT_NE(full.err.find("fills --ctx 64: no room for a reply"), std::string::npos) << full.err;
+}
+
+// A """ block closed by a line of """ alone is the lines between, without a trailing newline.
+TEST(ChatCli, BlockClosedOnItsOwnLine) {
+  VKLLM_REQUIRE_SHARED(kModel);
+  const TempDir tmp;
+  const std::string s = tmp.path("block.vkv");
+  const Piped r = piped(tmp, chat_cmd("-n 2 -q --session " + s), "\"\"\"\nmulti\nline\n\"\"\"\n");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string file = read_file(s);
+  EXPECT_NE(file.find(R"("content":"multi\nline")"), std::string::npos);
+  EXPECT_EQ(file.find(R"("content":"multi\nline\n")"), std::string::npos);
 }
 
 // Replies and /stats output without the timing line, which differs between runs.
@@ -605,7 +624,7 @@ TEST(ChatCli, LoadInAPipedChat) {
   std::string input = "Hello\n";
   for (const char* f : {"missing.vkv", "cut.vkv", "other.vkv", "raw.vkv"}) input += "/load " + tmp.path(f) + "\n";
   const Piped bad = piped(tmp, chat_cmd(args), input + "Tell me more\n/stats\n");
-  EXPECT_EQ(bad.status, 0);
+  EXPECT_EQ(bad.status, 1);  // the failed loads: the chat went on as it was, the status says so
   EXPECT_EQ(bad.out, control.out);
   const std::vector<std::string> errs = vkllm_lines(bad.err);
   ASSERT_EQ(errs.size(), 4u) << bad.err;

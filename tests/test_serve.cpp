@@ -334,6 +334,30 @@ TEST(Serve, RefusesBadRequestsAndKeepsServing) {
   ASSERT_TRUE(big_form);
   EXPECT_EQ(big_form->status, 413) << big_form->body;
   EXPECT_TRUE(good()) << "after the form-typed bodies";
+  // A chunked body (no Content-Length, which httplib checks alone) is held to --max-body too: it
+  // was read whole, 50 MB as well as 5 KiB.
+  const auto chunked = [&](const std::string& body) {
+    return c.Post("/v1/completions", auth,
+                  [body](size_t, httplib::DataSink& sink) {
+                    for (size_t at = 0; at < body.size(); at += 1000) sink.write(body.data() + at, std::min<size_t>(1000, body.size() - at));
+                    sink.done();
+                    return true;
+                  },
+                  "application/json");
+  };
+  const auto small_chunked = chunked(small_request + std::string(3000, ' '));
+  ASSERT_TRUE(small_chunked);
+  EXPECT_EQ(small_chunked->status, 200) << small_chunked->body;
+  const auto big_chunked = chunked(small_request + std::string(5000, ' '));
+  ASSERT_TRUE(big_chunked);
+  EXPECT_EQ(big_chunked->status, 413) << big_chunked->body;
+  EXPECT_TRUE(good()) << "after the chunked bodies";
+  // A second server on this one's port is refused (httplib's SO_REUSEPORT let it share the port).
+  const std::string second = "timeout 120 " + std::string(VKLLM_BINARY) + " serve -q -m " + stories() + " --port " +
+                             std::to_string(s.port()) + " >/dev/null 2>" + testing::TempDir() + "/vkllm_serve_second.err";
+  const int st = std::system(second.c_str());
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 1) << read_file(testing::TempDir() + "/vkllm_serve_second.err");
+  EXPECT_NE(read_file(testing::TempDir() + "/vkllm_serve_second.err").find("cannot listen"), std::string::npos);
   // max_tokens up to the context is accepted, but generation stops where the context is full
   // rather than running through the ring.
   const auto full = c.Post("/v1/completions", auth, R"({"prompt":"Once upon a time","max_tokens":128})", "application/json");

@@ -152,7 +152,7 @@ void Scheduler::finish_prefill(Sequence& s) {
   if (PromptCache* pc = opts_.prompt_cache) {
     if (s.gen->stats().cached_tokens + 1 < n_prompt) pc->store(*s.engine, n_prompt);
     if (opts_.log)
-      for (const std::string& w : pc->take_warnings()) opts_.log("warning: prompt cache: " + w);
+      for (const std::string& w : pc->take_warnings()) opts_.log("warning: " + w);  // each names the prompt cache
   }
   // A request never runs through the ring: max_tokens stops where the context is full.
   GenerateOptions go = s.job->generate;

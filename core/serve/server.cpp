@@ -45,6 +45,12 @@ HttpServer::HttpServer(const ServerOptions& o, Scheduler& scheduler, Metrics& me
   const size_t threads = o.threads;
   svr_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   svr_->set_payload_max_length(o.max_body);
+  // httplib's default also sets SO_REUSEPORT, with which a second server bound the port another
+  // one held and the kernel split the connections between them: "address in use" instead.
+  svr_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const void*>(&yes), sizeof yes);
+  });
   routes();
 }
 
@@ -216,17 +222,19 @@ void HttpServer::routes() {
   };
   // The body is read through a content reader, whatever its Content-Type: httplib's own reading
   // refuses a form-urlencoded body (curl -d's default type) over 8 KiB with a 413, whatever
-  // --max-body says. The reader still stops at --max-body (413).
-  const auto post = [generate](Endpoint e) {
-    return [generate, e](const httplib::Request&, httplib::Response& res, const httplib::ContentReader& read) {
+  // --max-body says. The reader stops at --max-body (413): httplib checks a Content-Length against
+  // it, the count here a chunked body, which httplib reads whole otherwise.
+  const auto post = [generate, max_body = opts_.max_body](Endpoint e) {
+    return [generate, e, max_body](const httplib::Request&, httplib::Response& res, const httplib::ContentReader& read) {
       std::string body;
-      const bool whole = read([&body](const char* data, size_t n) {
-        body.append(data, n);
-        return true;
+      bool too_large = false;
+      const bool whole = read([&](const char* data, size_t n) {
+        too_large = n > max_body - body.size();
+        if (!too_large) body.append(data, n);
+        return !too_large;
       });
-      if (!whole)
-        throw ApiError(res.status == 413 ? 413 : 400,
-                       res.status == 413 ? k_body_too_large : "the request body could not be read");
+      if (too_large || (!whole && res.status == 413)) throw ApiError(413, k_body_too_large);
+      if (!whole) throw ApiError(400, "the request body could not be read");
       generate(e, body, res);
     };
   };
