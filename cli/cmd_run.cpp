@@ -76,21 +76,26 @@ void print_stats(const GenerationStats& st, const KvCache& kv) {
 std::atomic<bool> g_interrupted{false};
 extern "C" void on_run_sigint(int) { g_interrupted.store(true); }
 
+// A SIGINT the process was started ignoring (a background job of a script) stays ignored.
 class SigintStopsGeneration {
  public:
   SigintStopsGeneration() {
+    sigaction(SIGINT, nullptr, &old_);
+    if (old_.sa_handler == SIG_IGN) return;
     struct sigaction sa {};
     sa.sa_handler = on_run_sigint;
-    sa.sa_flags = SA_RESETHAND;
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;  // restarted: a write to a full pipe is not cut short
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_);
+    sigaction(SIGINT, &sa, nullptr);
+    installed_ = true;
   }
   ~SigintStopsGeneration() {
-    if (!g_interrupted.load()) sigaction(SIGINT, &old_, nullptr);
+    if (installed_ && !g_interrupted.load()) sigaction(SIGINT, &old_, nullptr);
   }
 
  private:
   struct sigaction old_ {};
+  bool installed_ = false;
 };
 
 // Returns the exit status: 0, or 130 after Ctrl+C stopped the generation.
@@ -214,7 +219,7 @@ int run(const RunCommand& c) {
   std::string out, out_text;
   {
     SigintStopsGeneration sigint;
-    gen.generate(go, [&](const std::string& piece) {
+    const TextSink sink = [&](const std::string& piece) {
       out_text += piece;
       if (c.json) {
         out += piece;
@@ -223,7 +228,13 @@ int run(const RunCommand& c) {
         std::fflush(stdout);
       }
       return !g_interrupted.load();
-    });
+    };
+    // The flag is read at every token, not only when one prints (tokens of no text, or text held
+    // back for a --stop prefix, would not reach the sink).
+    gen.start(go);
+    while (!g_interrupted.load() && gen.step(sink)) {
+    }
+    if (g_interrupted.load()) gen.interrupt();
   }
   GenerationStats& st = gen.stats();
   st.ttft_ms += cache_load_ms + restore_ms;  // restoring is part of the time to the first token

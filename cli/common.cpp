@@ -191,10 +191,13 @@ Session open_session(const RunOptions& o) {
       e.cache.type_k = e.cache.type_v = t;
       const MemoryPlan p = plan_memory(*s.ctx, c, summary.weight_bytes, e);
       const uint64_t row = cache_row_bytes(t, c.n_embd_kv());
-      return p.weights + (p.kv_cache + p.activations) * o.sequences <= heap && uint64_t{ctx} * row <= s.ctx->max_storage_range();
+      // (and the RoPE table, a vec2 per position and pair, one binding too)
+      return p.weights + (p.kv_cache + p.activations) * o.sequences <= heap && uint64_t{ctx} * row <= s.ctx->max_storage_range() &&
+             uint64_t{ctx} * c.head_dim * 4 <= s.ctx->max_storage_range();
     };
     std::string hint;
-    uint32_t lo = 0, hi = eo.cache.capacity / 256;  // in units of 256 tokens: lo fits (or is 0), hi does not
+    // In units of 256 tokens: lo fits (or is 0); hi, at or past the asked --ctx, does not.
+    uint32_t lo = 0, hi = (eo.cache.capacity + 255) / 256;
     while (hi - lo > 1) {
       const uint32_t mid = lo + (hi - lo) / 2;
       (fits(mid * 256, eo.cache.type_k) ? lo : hi) = mid;

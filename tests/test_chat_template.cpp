@@ -336,6 +336,10 @@ TEST(JinjaErrors, RunawayTemplatesStop) {
   EXPECT_NE(error_of("{{ [1] | tojson(indent=1000000000) }}").find("indent 1000000000 is over 1024"), std::string::npos);
   EXPECT_NE(error_of("{{ 'a\nb' | indent(1000000000) }}").find("width 1000000000 is over 1024"), std::string::npos);
   EXPECT_NE(error_of("{{ ('a\n' * 100000) | indent('" + std::string(1000, 'x') + "') }}").find("would exceed"), std::string::npos);
+  // A list shares its items: few per level can stand for hundreds of gigabytes of text, checked
+  // as the text grows (it was built whole: bad_alloc).
+  EXPECT_NE(error_of("{{ [[1] * 262144] * 262144 }}").find("bytes as text"), std::string::npos);
+  EXPECT_NE(error_of("{{ ([[1] * 262144] * 262144) | tojson }}").find("bytes as text"), std::string::npos);
   EXPECT_NE(error_of("{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}").find("nests deeper"), std::string::npos);
 }
 

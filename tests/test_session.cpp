@@ -151,8 +151,9 @@ TEST_F(SessionTest, CtrlCStopsAnEndlessRunAndSaves) {
   VKLLM_REQUIRE_SHARED(kModel);
   const std::string s = path("endless.vkv"), out = path("endless.out"), err = path("endless.err");
   // SIGINT once the first tokens are out (not during the load or the prefill, where it ends the
-  // process at once), then the run's status.
-  const std::string script = std::string(VKLLM_BINARY) + " " + model() + " -p 'Once upon a time' -n -1 --session " + s +
+  // process at once), then the run's status. With job control (set -m): a script's background job
+  // would otherwise start with SIGINT ignored, which vkllm leaves ignored.
+  const std::string script = "set -m; " + std::string(VKLLM_BINARY) + " " + model() + " -p 'Once upon a time' -n -1 --session " + s +
                              " </dev/null >" + out + " 2>" + err + " & pid=$!; for i in $(seq 600); do [ -s " + out +
                              " ] && break; sleep 0.1; done; kill -INT $pid; wait $pid; exit $?";
   const std::string file = path("endless.sh");

@@ -133,6 +133,10 @@ Conversation::Saved Conversation::parse_state(const std::string& path, const Ses
   const uint32_t capacity = engine_.cache().capacity();
   if (pinned >= capacity)
     r.fail("the chat pins " + std::to_string(pinned) + " tokens; --ctx " + std::to_string(capacity) + " leaves no room after them");
+  // (With sliding-window rings fewer may be pinned: checked here, before the load commits.)
+  if (pinned > engine_.cache().max_keep())
+    r.fail("the chat pins " + std::to_string(pinned) + " tokens; with this model's sliding-window rings --ctx " + std::to_string(capacity) +
+           " pins at most " + std::to_string(engine_.cache().max_keep()) + "; use a larger --ctx");
   s.pinned = static_cast<uint32_t>(pinned);
   s.text = r.text("text");
   s.pinned_text = r.text("pinned_text");

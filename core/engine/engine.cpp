@@ -127,6 +127,11 @@ Engine::Engine(const VulkanContext& ctx, Pipelines& pipelines, const Model& mode
   up_ = ffn_.view(ffn.at[1], ff_bytes);
   out_rows_ = dev(uint64_t{logits_rows_} * c.n_embd * F, "out rows");
   const uint64_t table_bytes = uint64_t{rope_positions_for(opts_.cache)} * c.head_dim / 2 * 2 * F;
+  // The table is one binding (the K rows' own limit is checked by the cache).
+  if (table_bytes > ctx.max_storage_range())
+    throw Error("--ctx " + std::to_string(cache_.capacity()) + " needs a RoPE table of " + std::to_string(table_bytes) + " bytes, more than one binding of " +
+                ctx.info().name + " can hold (" + std::to_string(ctx.max_storage_range()) + "); use --ctx " +
+                std::to_string(ctx.max_storage_range() / (uint64_t{c.head_dim} * F) / 256 * 256) + " or less");
   rope_table_ = dev(table_bytes, "rope table");
   if (has_swa_rope(c)) rope_table_swa_ = dev(table_bytes, "rope table (window layers)");
   scratch_ = dev(attention_scratch(ctx, c, cache_.capacity()) * F, "attention scratch");

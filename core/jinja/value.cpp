@@ -158,6 +158,16 @@ int64_t Value::length() const {
   }
 }
 
+// The text of a list or dict (str(), repr(), tojson) is checked as it grows: a list shares its
+// items, so a value of few items per level ([[1]*2^18]*2^18) can stand for hundreds of gigabytes
+// of text, which the output limit would only see once built. The same 16 MiB as RenderLimits.
+namespace {
+void check_text_size(size_t n) {
+  constexpr size_t kMaxText = size_t{16} << 20;
+  if (n > kMaxText) throw Error("template value exceeds " + std::to_string(kMaxText) + " bytes as text");
+}
+}  // namespace
+
 std::string float_repr(double d) {
   if (std::isnan(d)) return "nan";
   if (std::isinf(d)) return d < 0 ? "-inf" : "inf";
@@ -243,14 +253,19 @@ std::string Value::repr() const {
     case Kind::Tuple: {
       const bool tup = kind_ == Kind::Tuple;
       std::string out = tup ? "(" : "[";
-      for (size_t i = 0; i < list_->size(); ++i) out += (i ? ", " : "") + (*list_)[i].repr();
+      for (size_t i = 0; i < list_->size(); ++i) {
+        out += (i ? ", " : "") + (*list_)[i].repr();
+        check_text_size(out.size());
+      }
       if (tup && list_->size() == 1) out += ",";
       return out + (tup ? ")" : "]");
     }
     case Kind::Dict: {
       std::string out = "{";
-      for (size_t i = 0; i < dict_->size(); ++i)
+      for (size_t i = 0; i < dict_->size(); ++i) {
         out += (i ? ", " : "") + (*dict_)[i].first.repr() + ": " + (*dict_)[i].second.repr();
+        check_text_size(out.size());
+      }
       return out + "}";
     }
     case Kind::Namespace: return "<Namespace>";
@@ -385,6 +400,7 @@ struct JsonWriter {
           if (i) out += item_sep;
           newline(depth + 1);
           write(items[i], depth + 1);
+          check_text_size(out.size());
         }
         newline(depth);
         out += ']';
@@ -412,6 +428,7 @@ struct JsonWriter {
           else throw Error("tojson: keys must be str, int, float, bool or None, not " + k.type_name());
           out += key_sep;
           write(entries[i].second, depth + 1);
+          check_text_size(out.size());
         }
         newline(depth);
         out += '}';

@@ -21,6 +21,7 @@ constexpr std::chrono::milliseconds k_keep_alive{1000};
 constexpr char k_keep_alive_line[] = ": keep-alive\n\n";
 constexpr char k_keep_alive_space[] = " ";
 constexpr char k_body_too_large[] = "the request body is larger than the server accepts (--max-body)";
+constexpr int k_listen_backlog = 128;
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
@@ -46,10 +47,12 @@ HttpServer::HttpServer(const ServerOptions& o, Scheduler& scheduler, Metrics& me
   svr_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   svr_->set_payload_max_length(o.max_body);
   // httplib's default also sets SO_REUSEPORT, with which a second server bound the port another
-  // one held and the kernel split the connections between them: "address in use" instead.
-  svr_->set_socket_options([](socket_t sock) {
+  // one held and the kernel split the connections between them: "address in use" instead. The
+  // socket is kept to widen its backlog after httplib's listen() (below).
+  svr_->set_socket_options([this](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const void*>(&yes), sizeof yes);
+    listen_sock_ = sock;
   });
   routes();
 }
@@ -60,6 +63,9 @@ int HttpServer::bind() {
   const int port = opts_.port == 0 ? svr_->bind_to_any_port(opts_.host) : (svr_->bind_to_port(opts_.host, opts_.port) ? opts_.port : -1);
   if (port <= 0)
     throw Error("cannot listen on " + opts_.host + ":" + std::to_string(opts_.port) + ": the address is in use, not local, or not allowed");
+  // libcpp-httplib listens with a backlog of 5 (compiled in): a burst of connections then waited
+  // about a second for the kernel's retries. listen() again on the bound socket sets a wider one.
+  if (listen_sock_ >= 0) ::listen(listen_sock_, k_listen_backlog);
   return port;
 }
 

@@ -43,6 +43,7 @@ class HttpServer {
   Metrics& metrics_;
   ApiContext api_;
   std::unique_ptr<httplib::Server> svr_;
+  int listen_sock_ = -1;  // the listening socket, as httplib's socket-options hook saw it
 };
 
 }  // namespace vkllm::serve
