@@ -222,6 +222,8 @@ class ChatSession {
   bool last_interrupted_ = false;  // the previous event was a Ctrl+C
   int exit_code_ = -1;
   bool failed_ = false;  // a turn, a --session save, a /save or a /load failed: a piped chat then exits 1
+  // A script piping messages learns from the status that a reply, a save or a load failed.
+  int exit_status(int code) const { return !tty_in_ && failed_ ? 1 : code; }
   std::optional<ModelFingerprint> fingerprint_;  // computed on the first save or load
 };
 
@@ -505,12 +507,11 @@ int ChatSession::run() {
   if (tty_in_ && !c_.opts.quiet) std::fprintf(stderr, "vkllm: chat: /help for commands, Ctrl+D to leave\n");
   for (;;) {
     std::optional<std::string> msg = read_message();
-    // A script piping messages learns from the status that a reply, a save or a load failed.
-    if (!msg) return !tty_in_ && failed_ ? 1 : exit_code_;
+    if (!msg) return exit_status(exit_code_);
     if (msg->find_first_not_of(" \t\n\r") == std::string::npos) continue;  // nothing to say
     if (msg->starts_with("/") && !msg->starts_with("//")) {
       last_interrupted_ = false;
-      if (!command(*msg)) return !tty_in_ && failed_ ? 1 : 0;
+      if (!command(*msg)) return exit_status(0);
       continue;
     }
     if (msg->starts_with("//")) msg->erase(0, 1);

@@ -166,9 +166,14 @@ Session open_session(const RunOptions& o) {
   s.ctx = std::make_unique<VulkanContext>(co);
 
   // Memory plan: refuse before allocating anything when it cannot fit the device-local heap.
-  MemoryPlan plan = plan_memory(*s.ctx, c, summary.weight_bytes, eo);
-  plan.kv_cache *= o.sequences;
-  plan.activations *= o.sequences;
+  // Every sequence has its own cache and activations; the weights are shared.
+  const auto plan_for = [&](const EngineOptions& e) {
+    MemoryPlan p = plan_memory(*s.ctx, c, summary.weight_bytes, e);
+    p.kv_cache *= o.sequences;
+    p.activations *= o.sequences;
+    return p;
+  };
+  const MemoryPlan plan = plan_for(eo);
   uint64_t heap = 0;
   for (const auto& [bytes, local] : s.ctx->info().heaps)
     if (local) heap = std::max(heap, bytes);
@@ -183,17 +188,14 @@ Session open_session(const RunOptions& o) {
                  human_bytes(plan.total()).c_str(), human_bytes(heap).c_str(), s.ctx->info().name.c_str());
   }
   if (heap && plan.total() > heap) {
-    // The largest --ctx (a multiple of 256) whose whole plan fits the heap and whose cache fits one
-    // binding per layer, and a cache type only where it would make this --ctx fit.
+    // The largest --ctx (a multiple of 256) whose whole plan fits the heap and whose largest buffer
+    // fits one binding, and a cache type only where it would make this --ctx fit.
     const auto fits = [&](uint32_t ctx, CacheType t) {
       EngineOptions e = eo;
       e.cache.capacity = ctx;
       e.cache.type_k = e.cache.type_v = t;
-      const MemoryPlan p = plan_memory(*s.ctx, c, summary.weight_bytes, e);
-      const uint64_t row = cache_row_bytes(t, c.n_embd_kv());
-      // (and the RoPE table, a vec2 per position and pair, one binding too)
-      return p.weights + (p.kv_cache + p.activations) * o.sequences <= heap && uint64_t{ctx} * row <= s.ctx->max_storage_range() &&
-             uint64_t{ctx} * c.head_dim * 4 <= s.ctx->max_storage_range();
+      const MemoryPlan p = plan_for(e);
+      return p.total() <= heap && p.largest_binding <= s.ctx->max_storage_range();
     };
     std::string hint;
     // In units of 256 tokens: lo fits (or is 0); hi, at or past the asked --ctx, does not.
@@ -202,7 +204,7 @@ Session open_session(const RunOptions& o) {
       const uint32_t mid = lo + (hi - lo) / 2;
       (fits(mid * 256, eo.cache.type_k) ? lo : hi) = mid;
     }
-    if (lo > 0 && eo.cache.type_k == eo.cache.type_v) hint = "; try --ctx " + std::to_string(lo * 256);
+    if (lo > 0) hint = "; try --ctx " + std::to_string(lo * 256);
     for (const CacheType t : {CacheType::Q8_0, CacheType::Q4_0}) {
       if (eo.cache.type_k == CacheType::F16 && cache_type_fits(t, c.n_embd_kv()) && fits(eo.cache.capacity, t)) {
         hint += (hint.empty() ? "; try" : " or") + std::string(" --cache-type ") + cache_type_name(t);

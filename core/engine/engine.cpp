@@ -74,6 +74,11 @@ uint64_t attention_scratch(const VulkanContext& ctx, const ModelConfig& c, uint3
 
 }  // namespace
 
+// The RoPE table: a (cos, sin) pair of floats per position and rotated pair.
+uint64_t rope_table_bytes(const ModelConfig& c, const KvCacheOptions& cache) {
+  return uint64_t{rope_positions_for(cache)} * c.head_dim / 2 * 2 * F;
+}
+
 uint32_t default_ubatch(const VulkanContext& ctx) { return ctx.info().type == "cpu" ? 64 : 512; }
 
 MemoryPlan plan_memory(const VulkanContext& ctx, const ModelConfig& c, uint64_t weight_bytes, const EngineOptions& options) {
@@ -91,10 +96,13 @@ MemoryPlan plan_memory(const VulkanContext& ctx, const ModelConfig& c, uint64_t 
   const uint64_t ub = o.n_ubatch, qd = uint64_t{c.n_head} * c.head_dim;
   const uint64_t rows = logits_rows_for(ctx, c, static_cast<uint32_t>(ub));
   m.activations = qkv_regions(ctx, c, ub).bytes + ffn_regions(ctx, c, ub).bytes +
-                  F * (ub * c.n_embd + ub * std::max<uint64_t>(c.n_embd, qd) + ub * qd + rows * c.n_embd + uint64_t{rope_positions_for(o.cache)} * c.head_dim * (has_swa_rope(c) ? 2 : 1) +
+                  F * (ub * c.n_embd + ub * std::max<uint64_t>(c.n_embd, qd) + ub * qd + rows * c.n_embd +
                        attention_scratch(ctx, c, o.cache.capacity) + rows * c.n_vocab) +
+                  rope_table_bytes(c, o.cache) * (has_swa_rope(c) ? 2 : 1) +
                   3 * ub * 4 + 2 * uint64_t{o.cache.capacity} * 4 + (ring ? ub * 4 + 2 * uint64_t{ring} * 4 : 0) +
                   (o.cache.rotated_k ? ub * 4 + uint64_t{o.cache.capacity} * 4 : 0);
+  const uint64_t row = std::max(cache_row_bytes(o.cache.type_k, c.n_embd_kv()), cache_row_bytes(o.cache.type_v, c.n_embd_kv()));
+  m.largest_binding = std::max(uint64_t{o.cache.capacity} * row, rope_table_bytes(c, o.cache));
   return m;
 }
 
@@ -126,7 +134,7 @@ Engine::Engine(const VulkanContext& ctx, Pipelines& pipelines, const Model& mode
   gate_ = ffn_.view(ffn.at[0], ff_bytes);
   up_ = ffn_.view(ffn.at[1], ff_bytes);
   out_rows_ = dev(uint64_t{logits_rows_} * c.n_embd * F, "out rows");
-  const uint64_t table_bytes = uint64_t{rope_positions_for(opts_.cache)} * c.head_dim / 2 * 2 * F;
+  const uint64_t table_bytes = rope_table_bytes(c, opts_.cache);
   // The table is one binding (the K rows' own limit is checked by the cache).
   if (table_bytes > ctx.max_storage_range())
     throw Error("--ctx " + std::to_string(cache_.capacity()) + " needs a RoPE table of " + std::to_string(table_bytes) + " bytes, more than one binding of " +

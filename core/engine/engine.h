@@ -38,6 +38,9 @@ struct MemoryPlan {
   uint64_t weights = 0;
   uint64_t kv_cache = 0;
   uint64_t activations = 0;
+  // The largest buffer a kernel binds whole (a layer's K or V rows, the RoPE table): it must fit
+  // one binding's range, whatever the heap holds.
+  uint64_t largest_binding = 0;
   uint64_t total() const { return weights + kv_cache + activations; }
 };
 MemoryPlan plan_memory(const VulkanContext& ctx, const ModelConfig& c, uint64_t weight_bytes, const EngineOptions& o);
