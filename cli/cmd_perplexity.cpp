@@ -22,8 +22,12 @@ void run(PerplexityCommand& c) {
   if (c.opts.ctx == 0) c.opts.ctx = 512;
   // Chunked mode evaluates whole chunks from an empty cache: ubatch covers a chunk when it can.
   if (!c.stream) c.opts.ubatch = std::max(c.opts.ubatch, c.opts.ctx);
-  Session s = open_session(c.opts);
-  const std::vector<int32_t> tokens = s.tokenizer->tokenize(text, true, false);
+  std::vector<int32_t> tokens;
+  // The text is tokenized and its length checked before the weights load.
+  Session s = open_session(c.opts, [&](const gguf::File&, const Tokenizer& tok, uint32_t) {
+    tokens = tok.tokenize(text, true, false);
+    check_perplexity_text(tokens.size(), c.opts.ctx, c.stream);
+  });
   PerplexityResult r;
   {
     ProgressBar bar(c.stream ? "scoring" : "chunks", c.stream ? "tok" : "chunks");

@@ -98,13 +98,35 @@ class SigintStopsGeneration {
   bool installed_ = false;
 };
 
+// A prompt the cache cannot hold with room to generate: without -n nothing would come out (the run
+// stops when the cache is first full), so that is refused, as llama.cpp refuses a prompt longer
+// than its context; with -n the ring runs through it, dropping its oldest tokens (a warning).
+void check_prompt_fits(size_t n_prompt, uint32_t capacity, int32_t n_predict) {
+  if (n_prompt < capacity) return;
+  if (n_predict == GenerateOptions::kUntilFull)
+    throw Error("the prompt is " + with_commas(n_prompt) + " tokens and --ctx " + with_commas(capacity) +
+                " holds no more: nothing would be generated (a larger --ctx, or -n N to run through the ring, dropping the "
+                "prompt's oldest tokens)");
+  if (n_prompt > capacity)
+    std::fprintf(stderr, "vkllm: warning: the prompt is %s tokens, more than --ctx %s: the ring keeps the pinned ones and the newest\n",
+                 with_commas(n_prompt).c_str(), with_commas(capacity).c_str());
+}
+
 // Returns the exit status: 0, or 130 after Ctrl+C stopped the generation.
 int run(const RunCommand& c) {
   const std::string text = gather_prompt(c);
   // Flags are checked before the model loads.
   const uint64_t prompt_cache_bytes = c.persist.prompt_cache() ? parse_size("--prompt-cache-size", c.persist.prompt_cache_size) : 0;
   check_session_path(c.persist.session);
-  Session s = open_session(c.opts);
+  // A new run's prompt is tokenized, and refused where the cache cannot hold it, before the
+  // weights load; a saved session's is built once the session is read.
+  const bool resuming = !c.persist.session.empty() && std::filesystem::exists(c.persist.session);
+  PromptTokens p;
+  Session s = open_session(c.opts, [&](const gguf::File& file, const Tokenizer& tok, uint32_t capacity) {
+    if (resuming) return;
+    p = c.chat ? chat_prompt(file, tok, c.chat_template, c.system, text) : raw_prompt(tok, text, c.special);
+    check_prompt_fits(p.tokens.size(), capacity, c.n_predict);
+  });
   const Tokenizer& tok = *s.tokenizer;
   KvCache& cache = s.engine->cache();
   const bool persist = !c.persist.session.empty() || c.persist.prompt_cache();
@@ -116,7 +138,7 @@ int run(const RunCommand& c) {
   bool resumed = false;
   double restore_ms = 0;
   nlohmann::json messages = nlohmann::json::array();
-  if (!c.persist.session.empty() && std::filesystem::exists(c.persist.session)) {
+  if (resuming) {
     const auto t0 = std::chrono::steady_clock::now();
     const SessionInfo info = load_session(c.persist.session, *s.engine, fp, &sampler);
     messages = session_messages(c.persist.session, info.conversation, c.chat);
@@ -134,7 +156,6 @@ int run(const RunCommand& c) {
                    s.engine->cache().keep(), c.opts.keep);
   }
 
-  PromptTokens p;
   std::vector<int32_t> appended;  // raw text continuing a restored session
   if (c.chat) {
     if (resumed) {
@@ -142,26 +163,11 @@ int run(const RunCommand& c) {
       p.tokens = tokenize_rendered(tok, ChatTemplate::resolve(&s.file, c.chat_template).render(messages, render_options(tok, true)),
                                    messages);
     } else {
-      p = chat_prompt(s.file, tok, c.chat_template, c.system, text);
       if (!c.system.empty()) messages.push_back({{"role", "system"}, {"content", c.system}});
       messages.push_back({{"role", "user"}, {"content", text}});
     }
   } else if (resumed) {
     appended = tok.tokenize(text, false, c.special);
-  } else {
-    p = raw_prompt(tok, text, c.special);
-  }
-  // A prompt the cache cannot hold with room to generate: without -n nothing would come out (the
-  // run stops when the cache is first full), so that is refused, as llama.cpp refuses a prompt
-  // longer than its context; with -n the ring runs through it, dropping its oldest tokens.
-  if (!resumed && p.tokens.size() >= cache.capacity()) {
-    if (c.n_predict == GenerateOptions::kUntilFull)
-      throw Error("the prompt is " + with_commas(p.tokens.size()) + " tokens and --ctx " + with_commas(cache.capacity()) +
-                  " holds no more: nothing would be generated (a larger --ctx, or -n N to run through the ring, dropping the "
-                  "prompt's oldest tokens)");
-    if (p.tokens.size() > cache.capacity())
-      std::fprintf(stderr, "vkllm: warning: the prompt is %s tokens, more than --ctx %s: the ring keeps the pinned ones and the newest\n",
-                   with_commas(p.tokens.size()).c_str(), with_commas(cache.capacity()).c_str());
   }
   if (!resumed)
     cache.set_keep(c.opts.keep >= 0 ? std::min<uint32_t>(uint32_t(c.opts.keep), cache.capacity() - 1)

@@ -135,7 +135,7 @@ void print_warnings(const Tokenizer& tok) {
   for (const std::string& w : tok.warnings()) std::fprintf(stderr, "vkllm: warning: %s\n", w.c_str());
 }
 
-Session open_session(const RunOptions& o) {
+Session open_session(const RunOptions& o, const InputCheck& check_input) {
   Session s{gguf::File::open(o.model), nullptr, nullptr, nullptr, nullptr, nullptr, {}};
   const ModelSummary summary = summarize_model(s.file);
   const ModelConfig& c = summary.config;
@@ -160,6 +160,7 @@ Session open_session(const RunOptions& o) {
   eo.attention = o.attention;
 
   s.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(s.file));
+  if (check_input) check_input(s.file, *s.tokenizer, eo.cache.capacity);
   print_warnings(*s.tokenizer);
   ContextOptions co;
   co.device_index = o.device;

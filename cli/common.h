@@ -3,6 +3,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -55,7 +56,11 @@ struct Session {
 };
 // Opens the model, checks the memory plan against the device, uploads the weights (progress bar
 // on a terminal), builds the engine. Prints one summary line and the plan unless quiet.
-Session open_session(const RunOptions& o);
+// `check_input`, when given, runs once the tokenizer is read, with the cache's capacity, before
+// anything else is printed or allocated: a command refuses input the model cannot take (an error)
+// without loading the weights.
+using InputCheck = std::function<void(const gguf::File&, const Tokenizer&, uint32_t capacity)>;
+Session open_session(const RunOptions& o, const InputCheck& check_input = {});
 
 // A progress bar on stderr, shown only on a terminal and only once the work has taken over a
 // second. `update` may be called often.

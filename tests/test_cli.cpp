@@ -738,6 +738,28 @@ TEST(Cli, PerplexityMatchesReferences) {
   }
 }
 
+// Input the model cannot take is refused before the weights load: no model or memory line, one
+// error naming the count.
+TEST(Cli, ShortTextsAndLongPromptsAreRefusedBeforeLoading) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const std::string text = testing::TempDir() + "/short.txt";
+  std::ofstream(text) << "Once upon a time";
+  const Result chunked = vkllm("perplexity -m " + model("stories260K.gguf") + " --ctx 64 -f " + text);
+  EXPECT_EQ(chunked.status, 1);
+  EXPECT_NE(chunked.err.find("tokens, fewer than one chunk of --ctx 64"), std::string::npos) << chunked.err;
+  EXPECT_EQ(chunked.err.find("memory:"), std::string::npos) << chunked.err;
+  std::ofstream(text, std::ios::trunc) << "";
+  const Result streamed = vkllm("perplexity --stream -m " + model("stories260K.gguf") + " --ctx 64 -f " + text);
+  EXPECT_EQ(streamed.status, 1);
+  EXPECT_NE(streamed.err.find("fewer than 2"), std::string::npos) << streamed.err;
+  EXPECT_EQ(streamed.err.find("memory:"), std::string::npos) << streamed.err;
+  const Result prompt = vkllm("run --ctx 16 -m " + model("stories260K.gguf") +
+                              " -p 'Once upon a time there was a little girl named Lily. She loved to play outside in the park'");
+  EXPECT_EQ(prompt.status, 1);
+  EXPECT_NE(prompt.err.find("holds no more"), std::string::npos) << prompt.err;
+  EXPECT_EQ(prompt.err.find("memory:"), std::string::npos) << prompt.err;
+}
+
 // Acceptance: the ring wraps ~35 times with no blow-up: streamed perplexity at --ctx 64 --keep 4
 // is no worse than 1.1 × the chunked perplexity at --ctx 64.
 TEST(Cli, StreamedPerplexityThroughTheRing) {

@@ -5,13 +5,21 @@
 
 namespace vkllm {
 
+void check_perplexity_text(uint64_t n_tokens, uint32_t ctx, bool stream) {
+  if (stream) {
+    if (n_tokens < 2) throw Error("the text has " + std::to_string(n_tokens) + " tokens, fewer than 2");
+    return;
+  }
+  if (ctx < 4) throw Error("--ctx " + std::to_string(ctx) + " is too small for perplexity (at least 4)");
+  if (n_tokens < ctx)
+    throw Error("the text has " + std::to_string(n_tokens) + " tokens, fewer than one chunk of --ctx " + std::to_string(ctx));
+}
+
 PerplexityResult perplexity_chunked(Engine& engine, std::span<const int32_t> tokens, uint32_t ctx, int32_t bos,
                                     const ProgressFn& progress) {
-  if (ctx < 4) throw Error("--ctx " + std::to_string(ctx) + " is too small for perplexity (at least 4)");
+  check_perplexity_text(tokens.size(), ctx, false);
   if (engine.cache().capacity() < ctx) throw Error("the cache holds fewer tokens than --ctx");
   const uint32_t n_chunks = static_cast<uint32_t>(tokens.size() / ctx);
-  if (n_chunks == 0)
-    throw Error("the text has " + std::to_string(tokens.size()) + " tokens, fewer than one chunk of --ctx " + std::to_string(ctx));
   const uint32_t n_vocab = engine.config().n_vocab;
   PerplexityResult r;
   r.chunks = n_chunks;
@@ -32,7 +40,7 @@ PerplexityResult perplexity_chunked(Engine& engine, std::span<const int32_t> tok
 }
 
 PerplexityResult perplexity_stream(Engine& engine, std::span<const int32_t> tokens, uint32_t keep, const ProgressFn& progress) {
-  if (tokens.size() < 2) throw Error("the text has fewer than 2 tokens");
+  check_perplexity_text(tokens.size(), 0, true);
   KvCache& cache = engine.cache();
   cache.clear();
   cache.set_keep(std::min(keep, cache.max_keep()));

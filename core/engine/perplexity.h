@@ -15,6 +15,11 @@ struct PerplexityResult {
   double nll_sum = 0;    // Σ −log p(token)
 };
 
+// Throws (one line, naming the count) where a text of n_tokens cannot be scored: fewer than one
+// chunk of ctx tokens (chunked, ctx ≥ 4), or fewer than 2 tokens (streamed). The modes call it;
+// a caller may call it first, before it loads the weights.
+void check_perplexity_text(uint64_t n_tokens, uint32_t ctx, bool stream);
+
 // llama-perplexity: `tokens` (BOS first) cut into chunks of ctx tokens (the remainder dropped),
 // each starting with BOS from an empty cache; the tokens of the second half of each chunk are
 // scored (positions ctx/2 … ctx−2 predicting the next). The engine's cache must hold ctx tokens.
