@@ -20,6 +20,8 @@
 namespace vkllm::cli {
 namespace {
 
+constexpr size_t k_spare_connections = 256;
+
 struct ServeCommand {
   RunOptions opts;
   serve::ServerOptions server;
@@ -69,8 +71,9 @@ void serve_forever(const ServeCommand& c) {
   api.defaults = o.sampling;
   api.context = s.engine->cache().capacity();
   so.model_name = std::filesystem::path(o.model).filename().string();
-  // A worker thread per request that may be waiting (running, queued) and a few for the rest.
-  so.threads = c.parallel + c.queue + 4;
+  // A connection thread for each request that may be waiting (running, queued), and room for many
+  // more connections, which get their 503 (queue full), /health or /metrics at once.
+  so.threads = c.parallel + c.queue + k_spare_connections;
   serve::HttpServer http(so, sched, metrics, api);
   const int port = http.bind();
   std::fprintf(stderr, "vkllm: serving %s on http://%s:%d/v1 (%u sequence%s of %s tokens, queue %zu)\n", so.model_name.c_str(),

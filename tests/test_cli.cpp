@@ -738,6 +738,18 @@ TEST(Cli, PerplexityMatchesReferences) {
   }
 }
 
+// Two stop strings that complete on the same token: the text ends where the first to occur begins,
+// whatever their order ("named" was found first and cut, leaving the "l " of "l na").
+TEST(Cli, TwoStopStringsCutAtTheFirstToOccur) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const std::string base = "run -q --temp 0 -n 20 -m " + model("stories260K.gguf") + " -p 'Once upon a time'";
+  const Result one = vkllm(base + " --stop named --stop 'l na'"), other = vkllm(base + " --stop 'l na' --stop named");
+  ASSERT_EQ(one.status, 0) << one.err;
+  ASSERT_EQ(other.status, 0) << other.err;
+  EXPECT_EQ(one.out, ", there was a little gir");
+  EXPECT_EQ(other.out, one.out);
+}
+
 // Input the model cannot take is refused before the weights load: no model or memory line, one
 // error naming the count.
 TEST(Cli, ShortTextsAndLongPromptsAreRefusedBeforeLoading) {

@@ -570,6 +570,16 @@ TEST(Serve, ReportsReusedPrefix) {
   const json second = post(c, "/v1/completions", {{"prompt", manual + "Question two:"}, {"max_tokens", 4}}, &status);
   ASSERT_EQ(status, 200) << second.dump();
   EXPECT_GE(second["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), n_prompt - 4) << second.dump();
+  // The second question took the empty sequence, with the manual copied from the first one's cache
+  // (it did not take the first sequence over): the first question, asked again, finds its whole
+  // prompt still cached.
+  const json again = post(c, "/v1/completions", {{"prompt", manual + "Question one:"}, {"max_tokens", 4}}, &status);
+  ASSERT_EQ(status, 200) << again.dump();
+  EXPECT_EQ(again["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), n_prompt - 1) << again.dump();
+  EXPECT_EQ(again["choices"][0]["text"], first["choices"][0]["text"]);
+  const auto metrics = c.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("vkllm_prefix_copies_total 1\n"), std::string::npos) << metrics->body;
   // curl -d's form-urlencoded type over 8 KiB (httplib's own reading refuses such a body with a 413
   // whatever --max-body is; JSON may end in white space).
   const auto form = c.Post("/v1/completions", json({{"prompt", manual + "Question three:"}, {"max_tokens", 2}}).dump() + std::string(9000, ' '),

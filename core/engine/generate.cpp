@@ -178,14 +178,13 @@ bool Generator::advance(std::span<const float> logits, const TextSink& on_text) 
   // the logits to continue from are ready (a saved session resumes here).
   logits_.assign(logits.begin(), logits.end());
   r.pending += r.decoder.push(r.token);
-  bool stopped = false;
-  for (const std::string& s : r.opts.stop) {
-    const size_t at = r.pending.find(s);
-    if (at != std::string::npos) {
-      r.pending.resize(at);
-      stopped = true;
-      stats_.stop_reason = "stop string";
-    }
+  // The text ends where the first stop string to occur begins (two may complete on one token).
+  size_t cut = std::string::npos;
+  for (const std::string& s : r.opts.stop) cut = std::min(cut, r.pending.find(s));
+  bool stopped = cut != std::string::npos;
+  if (stopped) {
+    r.pending.resize(cut);
+    stats_.stop_reason = "stop string";
   }
   const size_t hold = stopped ? 0 : held_back(r.pending, r.opts.stop);
   if (r.pending.size() > hold) {

@@ -67,6 +67,12 @@ void Metrics::cancelled() {
   ++cancelled_;
 }
 
+void Metrics::prefix_copied(uint32_t tokens) {
+  std::lock_guard lock(mu_);
+  ++prefix_copies_;
+  prefix_copied_tokens_ += tokens;
+}
+
 void Metrics::set_gauges(uint64_t kv_slots_used, uint64_t kv_slots_total, uint64_t queue_length, uint64_t running) {
   std::lock_guard lock(mu_);
   kv_used_ = kv_slots_used;
@@ -84,7 +90,7 @@ std::string Metrics::render() const {
   const auto single = [&out](const std::string& name, const char* type, const char* help, uint64_t value) {
     out += header(name, type, help) + name + " " + std::to_string(value) + "\n";
   };
-  single("vkllm_prompt_tokens_total", "counter", "Prompt tokens of finished generations.", prompt_tokens_);
+  single("vkllm_prompt_tokens_total", "counter", "Prompt tokens of generations that finished their prefill.", prompt_tokens_);
   single("vkllm_cached_tokens_total", "counter", "Prompt tokens reused from a sequence's cache or the prompt cache.", cached_tokens_);
   single("vkllm_generated_tokens_total", "counter", "Tokens generated.", generated_tokens_);
   single("vkllm_decode_steps_total", "counter", "Decode steps (forward passes that advance running sequences by one token each).",
@@ -92,6 +98,8 @@ std::string Metrics::render() const {
   single("vkllm_decode_step_sequences_total", "counter",
          "Sequences advanced, summed over decode steps (divided by the steps: the mean batch).", decode_step_sequences_);
   single("vkllm_requests_cancelled_total", "counter", "Requests dropped because their client went away.", cancelled_);
+  single("vkllm_prefix_copies_total", "counter", "Prompt prefixes copied into a sequence from another sequence's cache.", prefix_copies_);
+  single("vkllm_prefix_copied_tokens_total", "counter", "Tokens of the prefixes copied between sequences.", prefix_copied_tokens_);
   out += header("vkllm_ttft_seconds", "histogram", "Time from a request's arrival to its first token.");
   out += ttft_.render("vkllm_ttft_seconds");
   out += header("vkllm_decode_tokens_per_second", "histogram", "Decode rate of each generation after its first token.");

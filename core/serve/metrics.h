@@ -36,6 +36,8 @@ class Metrics {
   void decode_step(uint32_t sequences);
   // A request dropped because its client went away (while queued, prefilled or generating).
   void cancelled();
+  // A prefix of `tokens` copied into a sequence from another one's cache.
+  void prefix_copied(uint32_t tokens);
   void set_gauges(uint64_t kv_slots_used, uint64_t kv_slots_total, uint64_t queue_length, uint64_t running);
   std::string render() const;
 
@@ -43,7 +45,7 @@ class Metrics {
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   uint64_t prompt_tokens_ = 0, cached_tokens_ = 0, generated_tokens_ = 0;
-  uint64_t decode_steps_ = 0, decode_step_sequences_ = 0, cancelled_ = 0;
+  uint64_t decode_steps_ = 0, decode_step_sequences_ = 0, cancelled_ = 0, prefix_copies_ = 0, prefix_copied_tokens_ = 0;
   Histogram ttft_, decode_rate_;
   uint64_t kv_used_ = 0, kv_total_ = 0, queue_ = 0, running_ = 0;
 };

@@ -75,17 +75,25 @@ void Scheduler::loop() {
       while (!queue_.empty() && running_ < seqs_.size()) {
         std::shared_ptr<Job> job = std::move(queue_.front());
         queue_.pop_front();
-        // The idle sequence whose cache shares the longest prefix with the prompt, counted only
-        // when it reuses at least half of what that cache holds (a shared BOS or system prompt
-        // alone does not evict another conversation); ties go to the one idle longest.
+        // The free sequence to take: first one that loses nothing (empty, or whose whole cache
+        // begins the prompt), the longest such match first; then the longest match that reuses at
+        // least half of what that cache holds (a shared BOS or system prompt alone does not evict
+        // another conversation); then the one idle longest. admit() copies in a longer prefix
+        // that another sequence holds, so a sequence holding this prompt's prefix and more (an
+        // earlier question about the same manual) keeps its conversation where a free one is empty.
         Sequence* best = nullptr;
+        bool best_lossless = false;
         uint32_t best_match = 0;
         for (Sequence& s : seqs_) {
           if (s.job) continue;
           const PrefixMatch m = match_prefix(s.engine->cache(), job->prompt);
-          const uint32_t matched = m.usable && 2 * uint64_t{m.matched} >= s.engine->cache().used() ? m.matched : 0;
-          if (!best || matched > best_match || (matched == best_match && s.last_used < best->last_used)) {
+          const uint32_t used = s.engine->cache().used();
+          const bool lossless = used == 0 || (m.usable && m.matched == used);
+          const uint32_t matched = m.usable && (lossless || 2 * uint64_t{m.matched} >= used) ? m.matched : 0;
+          if (!best || lossless > best_lossless || (lossless == best_lossless && matched > best_match) ||
+              (lossless == best_lossless && matched == best_match && s.last_used < best->last_used)) {
             best = &s;
+            best_lossless = lossless;
             best_match = matched;
           }
         }
@@ -112,6 +120,7 @@ void Scheduler::admit(Sequence& s, const std::shared_ptr<Job>& job) {
   try {
     s.sampler = std::make_unique<Sampler>(job->sampling);
     s.gen = std::make_unique<Generator>(*s.engine, tok_, *s.sampler);
+    copy_longer_prefix(s, job->prompt);
     if (PromptCache* pc = opts_.prompt_cache) {
       // A longer prefix on disk than in this sequence's cache replaces it; one token always runs.
       const PromptCacheMatch m = pc->find(job->prompt, s.engine->cache().window_ring() != 0);
@@ -126,6 +135,30 @@ void Scheduler::admit(Sequence& s, const std::shared_ptr<Job>& job) {
     s.engine->cache().clear();  // a failed load may have left tokens without their K/V
     complete(s, e.what());
   }
+}
+
+void Scheduler::copy_longer_prefix(Sequence& s, std::span<const int32_t> prompt) {
+  KvCache& to = s.engine->cache();
+  const PrefixMatch own = match_prefix(to, prompt);
+  // The longest prefix of the prompt another sequence holds (one token of the prompt always runs).
+  const KvCache* from = nullptr;
+  uint32_t n = own.usable ? own.matched : 0;
+  for (const Sequence& o : seqs_) {
+    if (&o == &s) continue;
+    const KvCache& c = o.engine->cache();
+    const uint32_t m = std::min<uint32_t>(match_prefix(c, prompt).matched, uint32_t(prompt.size()) - 1);
+    // Only a true prefix whose window rings still hold what a restore needs (as the prompt cache stores).
+    if (m > n && c.evicted() == 0 && c.reusable(m) == m && c.reusable(m - 1) == m - 1) {
+      from = &c;
+      n = m;
+    }
+  }
+  if (!from) return;
+  // The rows go through the host in the session layout; the pin stays this sequence's.
+  const uint32_t keep = to.keep();
+  if (!to.restore(std::span(from->tokens()).first(n), std::min(keep, n), 0, from->read_rows(n))) return;
+  to.set_keep(std::min(keep, to.max_keep()));
+  metrics_.prefix_copied(n);
 }
 
 void Scheduler::prefill_round() {
@@ -224,7 +257,8 @@ void Scheduler::complete(Sequence& s, const std::string& error) {
   const std::shared_ptr<Job> job = std::move(s.job);
   if (job->cancelled()) metrics_.cancelled();
   const GenerationStats st = s.gen ? s.gen->stats() : GenerationStats{};
-  if (error.empty() && s.gen)
+  // A request dropped during its prefill counts nothing (its prompt did not all run).
+  if (error.empty() && s.gen && !(job->cancelled() && s.prefilling))
     metrics_.generation(st.prompt_tokens, st.cached_tokens, st.generated, s.ttft_s,
                         st.generated > 1 ? (st.generated - 1) * 1000.0 / std::max(st.decode_ms, 1e-3) : 0.0);
   s.gen.reset();

@@ -108,6 +108,9 @@ class Scheduler {
   // Starts a job on an idle sequence: prefix reuse (from its cache or the prompt cache); the rest
   // of the prompt runs in prefill_round().
   void admit(Sequence& s, const std::shared_ptr<Job>& job);
+  // Where another sequence (running or not) holds a longer prefix of the prompt than s's own
+  // cache, its K/V rows of that prefix replace s's cache (a device → host → device copy).
+  void copy_longer_prefix(Sequence& s, std::span<const int32_t> prompt);
   // One prefill chunk (the engine's ubatch) of the earliest admitted sequence still prefilling;
   // the last one sets up its generation.
   void prefill_round();

@@ -4,7 +4,11 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <ctime>
+#include <deque>
+#include <mutex>
+#include <thread>
 
 #include "base/error.h"
 
@@ -22,6 +26,7 @@ constexpr char k_keep_alive_line[] = ": keep-alive\n\n";
 constexpr char k_keep_alive_space[] = " ";
 constexpr char k_body_too_large[] = "the request body is larger than the server accepts (--max-body)";
 constexpr int k_listen_backlog = 128;
+constexpr size_t k_keep_alive_requests = 100;
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
@@ -39,12 +44,67 @@ std::string route_label(const std::string& path) {
 
 std::atomic<uint64_t> next_id{1};
 
+// cpp-httplib's task queue with a thread per connection, started when a connection finds none
+// idle, up to `max` (then connections wait for one): httplib's fixed pool left the connections
+// past it unaccepted behind the busy ones, so they skipped the scheduler's queue limit (no 503)
+// and /health waited for a whole generation. Threads stay for later connections.
+class ConnectionThreads : public httplib::TaskQueue {
+ public:
+  explicit ConnectionThreads(size_t max) : max_(max) {}
+  ~ConnectionThreads() override { shutdown(); }
+
+  void enqueue(std::function<void()> fn) override {
+    std::lock_guard lock(mu_);
+    jobs_.push_back(std::move(fn));
+    // Every idle thread may already be promised to an earlier connection.
+    if (jobs_.size() > idle_ && threads_.size() < max_) threads_.emplace_back([this] { work(); });
+    else cv_.notify_one();
+  }
+
+  void shutdown() override {
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) return;
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
+ private:
+  void work() {
+    for (;;) {
+      std::function<void()> fn;
+      {
+        std::unique_lock lock(mu_);
+        ++idle_;
+        cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+        --idle_;
+        if (jobs_.empty()) return;  // stopping, and every accepted connection served
+        fn = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      fn();
+    }
+  }
+
+  const size_t max_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  std::vector<std::thread> threads_;
+  size_t idle_ = 0;
+  bool stopping_ = false;
+};
+
 }  // namespace
 
 HttpServer::HttpServer(const ServerOptions& o, Scheduler& scheduler, Metrics& metrics, const ApiContext& api)
     : opts_(o), sched_(scheduler), metrics_(metrics), api_(api), svr_(std::make_unique<httplib::Server>()) {
   const size_t threads = o.threads;
-  svr_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  svr_->new_task_queue = [threads] { return new ConnectionThreads(threads); };
+  // A client's connection carries up to 100 requests (httplib's default is 5).
+  svr_->set_keep_alive_max_count(k_keep_alive_requests);
   svr_->set_payload_max_length(o.max_body);
   // httplib's default also sets SO_REUSEPORT, with which a second server bound the port another
   // one held and the kernel split the connections between them: "address in use" instead. The

@@ -21,7 +21,7 @@ struct ServerOptions {
   std::string api_key;              // "": no authentication
   size_t max_body = 1 << 20;        // bytes of a request body
   std::string model_name;           // what /v1/models lists and responses echo
-  size_t threads = 8;               // HTTP worker threads (each waits on one request)
+  size_t threads = 8;               // most HTTP connection threads at once (each serves one connection)
 };
 
 class HttpServer {
