@@ -3,7 +3,10 @@
 // Greedy answers are compared with `vkllm run --temp 0` on the same prompt.
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -112,6 +115,26 @@ class Server {
   int port_ = 0;
   bool exited_ = false;
 };
+
+// Sends `request` as it is (httplib's client mends what it sends) and returns what comes back
+// until the server closes the connection or 30 s pass.
+std::string raw_http(int port, const std::string& request) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string got;
+  const timeval timeout{30, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0 &&
+      send(fd, request.data(), request.size(), MSG_NOSIGNAL) == ssize_t(request.size())) {
+    char buf[4096];
+    for (ssize_t n; (n = recv(fd, buf, sizeof buf, 0)) > 0;) got.append(buf, size_t(n));
+  }
+  close(fd);
+  return got;
+}
 
 json post(httplib::Client& c, const std::string& path, const json& body, int* status = nullptr) {
   const auto res = c.Post(path, body.dump(), "application/json");
@@ -308,6 +331,13 @@ TEST(Serve, RefusesBadRequestsAndKeepsServing) {
       {"wrong API key", "/v1/completions", R"({"prompt":"x"})", 401, {{"Authorization", "Bearer nope"}}},
       {"body too large", "/v1/completions", json({{"prompt", long_prompt + long_prompt + long_prompt}}).dump(), 413, auth},
       {"unknown endpoint", "/v1/embeddings", R"({"input":"x"})", 404, auth},
+      {"a negative seed other than -1", "/v1/completions", R"({"prompt":"x","seed":-2})", 400, auth},
+      {"logprobs asked for", "/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"logprobs":true})", 400, auth},
+      {"tools given", "/v1/chat/completions",
+       R"({"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}]})", 400, auth},
+      {"a JSON response format", "/v1/chat/completions",
+       R"({"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_object"}})", 400, auth},
+      {"echo", "/v1/completions", R"({"prompt":"x","echo":true})", 400, auth},
   };
   for (const Case& k : cases) {
     const auto r = c.Post(k.path, k.headers, k.body, "application/json");
@@ -317,6 +347,30 @@ TEST(Serve, RefusesBadRequestsAndKeepsServing) {
     EXPECT_TRUE(!j.is_discarded() && j.contains("error") && j["error"]["message"].is_string()) << k.name << ": " << r->body;
     EXPECT_TRUE(good()) << "after " << k.name;
   }
+  // Two Content-Lengths that differ: 400, the connection closed.
+  const std::string smuggled = raw_http(s.port(), "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekrit\r\n"
+                                                  "Content-Length: 14\r\nContent-Length: 99\r\n\r\n{\"prompt\":\"x\"}");
+  EXPECT_EQ(smuggled.rfind("HTTP/1.1 400", 0), 0u) << smuggled;
+  EXPECT_NE(smuggled.find("Content-Length headers that differ"), std::string::npos) << smuggled;
+  EXPECT_TRUE(good()) << "after two Content-Lengths";
+  // OpenAI's error layout: the class of error in type, the case's name in code (or null).
+  const auto too_long = c.Post("/v1/completions", auth, json({{"prompt", std::string(400, 'z') + " the end"}}).dump(), "application/json");
+  ASSERT_TRUE(too_long);
+  const json too_long_error = json::parse(too_long->body)["error"];
+  EXPECT_EQ(too_long_error["type"], "invalid_request_error") << too_long->body;
+  EXPECT_EQ(too_long_error["code"], "context_length_exceeded") << too_long->body;
+  EXPECT_EQ(too_long_error["param"], "prompt") << too_long->body;
+  // What clients send by default passes: the unsupported fields' "off" values, a seed of -1
+  // (random) or up to 2^64 - 1, the Bearer scheme in any case.
+  for (const std::string extra : {R"("logprobs":false,"tools":[],"tool_choice":"auto","response_format":{"type":"text"})",
+                                  R"("logit_bias":{},"echo":false,"best_of":1,"suffix":"","seed":-1)", R"("seed":18446744073709551615)"}) {
+    const auto r = c.Post("/v1/completions", auth, R"({"prompt":"Once upon a time","max_tokens":1,)" + extra + "}", "application/json");
+    ASSERT_TRUE(r) << extra;
+    EXPECT_EQ(r->status, 200) << extra << ": " << r->body;
+  }
+  const auto lower = c.Post("/v1/completions", {{"Authorization", "bearer sekrit"}}, R"({"prompt":"Once","max_tokens":1})", "application/json");
+  ASSERT_TRUE(lower);
+  EXPECT_EQ(lower->status, 200) << lower->body;
   // An assistant message may have null content (OpenAI's API allows it there).
   const auto null_assistant = c.Post("/v1/chat/completions", auth,
                                      R"({"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":null},)"

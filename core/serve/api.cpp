@@ -118,10 +118,39 @@ std::vector<std::string> stop_strings(const json& body) {
   return out;
 }
 
+// Fields of OpenAI's API this server does not implement: refused where they ask for something,
+// so a client never takes an answer without what it asked for (a logprobs of null, text where it
+// wanted JSON or a tool call); their "off" values (false, 0, empty, "text", "none", "auto") pass,
+// as clients send them by default.
+void refuse_unsupported(const json& body) {
+  const auto refuse = [](const char* name, const std::string& what) {
+    throw ApiError(400, std::string("'") + name + "': " + what + " is not supported by this server", name, "invalid_request_error",
+                   "unsupported_parameter");
+  };
+  const auto on = [](const json* v) {
+    return v && !(v->is_boolean() && !v->get<bool>()) && !(v->is_number() && v->get<double>() == 0) &&
+           !((v->is_array() || v->is_object()) && v->empty()) && !(v->is_string() && v->get_ref<const std::string&>().empty());
+  };
+  if (const json* v = field(body, "logprobs"); on(v)) refuse("logprobs", "returning log-probabilities");
+  if (const json* v = field(body, "top_logprobs"); on(v)) refuse("top_logprobs", "returning log-probabilities");
+  if (const json* v = field(body, "tools"); on(v)) refuse("tools", "tool calling");
+  if (const json* v = field(body, "functions"); on(v)) refuse("functions", "function calling");
+  if (const json* v = field(body, "tool_choice"); v && !(v->is_string() && (*v == "none" || *v == "auto"))) refuse("tool_choice", "tool calling");
+  if (const json* v = field(body, "function_call"); v && !(v->is_string() && (*v == "none" || *v == "auto")))
+    refuse("function_call", "function calling");
+  if (const json* v = field(body, "response_format"); v && !(v->is_object() && v->value("type", "") == "text"))
+    refuse("response_format", "a response format other than {\"type\": \"text\"}");
+  if (const json* v = field(body, "logit_bias"); on(v)) refuse("logit_bias", "a logit bias");
+  if (const json* v = field(body, "echo"); on(v)) refuse("echo", "echoing the prompt");
+  if (const json* v = field(body, "best_of"); v && !(v->is_number_integer() && v->get<int64_t>() == 1)) refuse("best_of", "best_of other than 1");
+  if (const json* v = field(body, "suffix"); on(v)) refuse("suffix", "a suffix (fill in the middle)");
+}
+
 }  // namespace
 
-json error_body(const std::string& message, const std::string& type, const std::string& param, int status) {
-  return {{"error", {{"message", message}, {"type", type}, {"param", param.empty() ? json(nullptr) : json(param)}, {"code", status}}}};
+json error_body(const std::string& message, const std::string& type, const std::string& param, const std::string& code) {
+  const auto or_null = [](const std::string& v) { return v.empty() ? json(nullptr) : json(v); };
+  return {{"error", {{"message", message}, {"type", type}, {"param", or_null(param)}, {"code", or_null(code)}}}};
 }
 
 ApiRequest parse_request(Endpoint e, const std::string& body_text, const ApiContext& ctx) {
@@ -133,6 +162,7 @@ ApiRequest parse_request(Endpoint e, const std::string& body_text, const ApiCont
   if (const json* n = field(body, "n"); n && (!n->is_number_integer() || n->get<int64_t>() != 1))
     throw ApiError(400, "'n': only one choice per request is supported", "n");
   if (const json* m = field(body, "model"); m && !m->is_string()) throw ApiError(400, "'model' must be a string", "model");
+  refuse_unsupported(body);
 
   SamplerParams& s = r.sampling;
   s = ctx.defaults;
@@ -143,7 +173,13 @@ ApiRequest parse_request(Endpoint e, const std::string& body_text, const ApiCont
   s.frequency_penalty = float(number(body, "frequency_penalty", -2.0, 2.0, s.frequency_penalty));
   s.presence_penalty = float(number(body, "presence_penalty", -2.0, 2.0, s.presence_penalty));
   s.repeat_penalty = float(number(body, "repeat_penalty", 1e-3, 100.0, s.repeat_penalty));
-  s.seed = uint64_t(integer(body, "seed", 0, 0xFFFFFFFE, int64_t(s.seed)));
+  // seed: 0 … 2^64 − 1, or −1 for a random one (as llama.cpp and `--seed`); 4294967295 is
+  // llama.cpp's "random" too (Sampler::kRandomSeed).
+  if (const json* v = field(body, "seed")) {
+    if (v->is_number_unsigned()) s.seed = v->get<uint64_t>();
+    else if (v->is_number_integer() && v->get<int64_t>() == -1) s.seed = Sampler::kRandomSeed;
+    else throw ApiError(400, "'seed' must be an integer from 0 to 2^64 - 1, or -1 (random), got " + v->dump(), "seed");
+  }
 
   // max_tokens (max_completion_tokens in newer clients): 1 … the context; unset runs until the
   // end of generation or the context is full.
@@ -161,7 +197,7 @@ ApiRequest parse_request(Endpoint e, const std::string& body_text, const ApiCont
   if (r.prompt.size() >= ctx.context)
     throw ApiError(400, "the prompt is " + std::to_string(r.prompt.size()) + " tokens; a sequence holds " + std::to_string(ctx.context) +
                             " (--ctx), which leaves no room for a reply", e == Endpoint::Chat ? "messages" : "prompt",
-                   "context_length_exceeded");
+                   "invalid_request_error", "context_length_exceeded");
   return r;
 }
 

@@ -18,13 +18,14 @@ namespace vkllm::serve {
 
 // A request the server refuses: the HTTP status and an OpenAI error object's fields.
 struct ApiError : std::runtime_error {
-  ApiError(int status, const std::string& message, std::string param = "", std::string type = "invalid_request_error")
-      : std::runtime_error(message), status(status), param(std::move(param)), type(std::move(type)) {}
+  ApiError(int status, const std::string& message, std::string param = "", std::string type = "invalid_request_error", std::string code = "")
+      : std::runtime_error(message), status(status), param(std::move(param)), type(std::move(type)), code(std::move(code)) {}
   int status;
-  std::string param, type;
+  std::string param, type, code;
 };
-// {"error": {"message", "type", "param", "code"}}
-nlohmann::json error_body(const std::string& message, const std::string& type, const std::string& param, int status);
+// {"error": {"message", "type", "param", "code"}}, as OpenAI's: `type` the class of error, `param`
+// the field or null, `code` a name for the case (context_length_exceeded, server_busy) or null.
+nlohmann::json error_body(const std::string& message, const std::string& type, const std::string& param, const std::string& code = "");
 
 enum class Endpoint { Chat, Completion };
 

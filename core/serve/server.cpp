@@ -6,8 +6,10 @@
 #include <atomic>
 #include <condition_variable>
 #include <ctime>
+#include <strings.h>
 #include <deque>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include "base/error.h"
@@ -30,9 +32,10 @@ constexpr size_t k_keep_alive_requests = 100;
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-void send_error(httplib::Response& res, int status, const std::string& message, const std::string& type, const std::string& param = "") {
+void send_error(httplib::Response& res, int status, const std::string& message, const std::string& type, const std::string& param = "",
+                const std::string& code = "") {
   res.status = status;
-  res.set_content(dump(error_body(message, type, param, status)), "application/json");
+  res.set_content(dump(error_body(message, type, param, code)), "application/json");
 }
 
 // The label /metrics counts a request under: its route, or "other" (bounded cardinality).
@@ -43,6 +46,16 @@ std::string route_label(const std::string& path) {
 }
 
 std::atomic<uint64_t> next_id{1};
+// Response ids: a random tag of this process, then a count, so ids do not repeat across restarts.
+const std::string& id_tag() {
+  static const std::string tag = [] {
+    std::random_device rd;
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%08x%08x", rd(), rd());
+    return std::string(buf);
+  }();
+  return tag;
+}
 
 // cpp-httplib's task queue with a thread per connection, started when a connection finds none
 // idle, up to `max` (then connections wait for one): httplib's fixed pool left the connections
@@ -144,8 +157,18 @@ void HttpServer::routes() {
       res.set_header("Connection", "close");  // the body was not read
       return httplib::Server::HandlerResponse::Handled;
     }
+    // Two Content-Lengths that differ (a smuggling pattern; httplib reads the first).
+    for (size_t i = 1; i < req.get_header_value_count("Content-Length"); ++i)
+      if (req.get_header_value("Content-Length", i) != req.get_header_value("Content-Length")) {
+        send_error(res, 400, "the request has Content-Length headers that differ", "invalid_request_error");
+        res.set_header("Connection", "close");
+        return httplib::Server::HandlerResponse::Handled;
+      }
     if (opts_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + opts_.api_key) return httplib::Server::HandlerResponse::Unhandled;
+    // The scheme's name is case-insensitive (RFC 9110), the key is not.
+    const std::string auth = req.get_header_value("Authorization");
+    if (auth.size() > 7 && strncasecmp(auth.c_str(), "Bearer ", 7) == 0 && auth.substr(7) == opts_.api_key)
+      return httplib::Server::HandlerResponse::Unhandled;
     send_error(res, 401, "missing or wrong API key (send \"Authorization: Bearer KEY\")", "authentication_error");
     res.set_header("Connection", "close");  // the body was not read: the connection cannot carry another request
     return httplib::Server::HandlerResponse::Handled;
@@ -164,7 +187,7 @@ void HttpServer::routes() {
     try {
       std::rethrow_exception(ep);
     } catch (const ApiError& e) {
-      send_error(res, e.status, e.what(), e.type, e.param);
+      send_error(res, e.status, e.what(), e.type, e.param, e.code);
     } catch (const std::exception& e) {
       send_error(res, 500, e.what(), "server_error");
     } catch (...) {
@@ -195,8 +218,8 @@ void HttpServer::routes() {
     auto job = std::make_shared<Job>(r.prompt, r.sampling, r.generate);
     if (!sched_.submit(job))
       throw ApiError(503, sched_.draining() ? "the server is shutting down" : "every sequence is busy and the queue is full; try again later",
-                     "", "server_busy");
-    const std::string id = (e == Endpoint::Chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
+                     "", "server_error", "server_busy");
+    const std::string id = (e == Endpoint::Chat ? "chatcmpl-" : "cmpl-") + id_tag() + "-" + std::to_string(next_id++);
     const int64_t created = int64_t(std::time(nullptr));
     const std::string model = opts_.model_name;
     const auto usage = [](const Job& j) {
@@ -239,7 +262,7 @@ void HttpServer::routes() {
               }
               last_write = std::chrono::steady_clock::now();
             }
-            const std::string out = job->error().empty() ? body(*text) : dump(error_body(job->error(), "server_error", "", 500));
+            const std::string out = job->error().empty() ? body(*text) : dump(error_body(job->error(), "server_error", ""));
             sink.write(out.data(), out.size());
             sink.done();
             return true;
@@ -272,7 +295,7 @@ void HttpServer::routes() {
             if (w == Job::Wait::Text) first = false;
           }
           if (!job->error().empty()) {
-            event(dump(error_body(job->error(), "server_error", "", 500)));
+            event(dump(error_body(job->error(), "server_error", "")));
           } else {
             if (first) event(dump(chunk_body(e, id, created, model, "", true, std::nullopt)));
             event(dump(chunk_body(e, id, created, model, "", false, finish_reason(job->stats().stop_reason))));
