@@ -59,6 +59,7 @@ void add_perplexity_command(CLI::App& app) {
   auto c = std::make_shared<PerplexityCommand>();
   CLI::App* cmd = app.add_subcommand("perplexity", "Perplexity of a text, as llama-perplexity computes it");
   add_model_options(cmd, c->opts);
+  cmd->get_option("--ctx")->description("Tokens per chunk, and the KV cache capacity (default: 512, as llama-perplexity)");
   cmd->add_option("-f,--file", c->file, "Text file to score")->required();
   cmd->add_flag("--stream", c->stream, "Feed the whole text token by token through the ring (--ctx, --keep), scoring every token");
   cmd->add_flag("--json", c->json, "Print {\"perplexity\", \"tokens_scored\", \"chunks\"} as JSON");

@@ -6,8 +6,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <iostream>
-#include <iterator>
 #include <optional>
 #include <nlohmann/json.hpp>
 
@@ -50,13 +48,11 @@ nlohmann::json session_messages(const std::string& path, const std::string& blob
   return has_messages ? conv["messages"] : nlohmann::json::array();
 }
 
-std::string read_all(std::istream& in) { return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()}; }
-
 // stdin (when it is not a terminal) first, then -f FILE, then -p TEXT: the static part of a
 // prompt (a manual piped in) comes before the question, so the cache can reuse it.
 std::string gather_prompt(const RunCommand& c) {
   std::string text;
-  if (!isatty(STDIN_FILENO)) text += read_all(std::cin);
+  if (!isatty(STDIN_FILENO)) text += read_fd_input(STDIN_FILENO, "stdin", "the prompt");
   if (!c.prompt_file.empty()) text += read_text_input(c.prompt_file, "the prompt file");
   text += c.prompt;
   return text;
@@ -231,7 +227,9 @@ int run(const RunCommand& c) {
         out += piece;
       } else {
         std::fwrite(piece.data(), 1, piece.size(), stdout);
-        std::fflush(stdout);
+        // Text that cannot be written (a full disk, a closed stdout) stops the generation; main()
+        // reports it and exits 1.
+        if (std::fflush(stdout) != 0 || std::ferror(stdout)) return false;
       }
       return !g_interrupted.load();
     };
@@ -301,7 +299,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("-p,--prompt", c->prompt, "Prompt text (after stdin and -f)");
   cmd->add_option("-f,--file", c->prompt_file, "Read the prompt from a file");
   add_n_predict_option(cmd, c->n_predict, "Tokens to generate");
-  cmd->add_option("--stop", c->stop, "Stop when this string is generated (repeatable)");
+  cmd->add_option("--stop", c->stop, "Stop when this string is generated (repeatable: one string each)")->allow_extra_args(false);
   CLI::Option* chat = cmd->add_flag("--chat", c->chat, "Wrap the prompt in the model's chat template as a user message");
   cmd->add_option("--system", c->system, "System prompt (with --chat)")->needs(chat);
   cmd->add_option("--chat-template", c->chat_template, "Chat template: a built-in name or a Jinja file")->needs(chat);

@@ -1,8 +1,7 @@
 // `vkllm tokenize`: a prompt's token ids, pieces or count, as llama.cpp would tokenize it.
 #include <chrono>
 #include <cstdio>
-#include <iostream>
-#include <iterator>
+#include <unistd.h>
 
 #include "base/input_file.h"
 #include "commands.h"
@@ -28,7 +27,7 @@ struct TokenizeOptions {
 std::string read_input(const TokenizeOptions& o, const CLI::App& cmd) {
   if (cmd.count("--prompt")) return o.prompt;
   if (!o.file.empty()) return read_text_input(o.file, "the input file");
-  return {std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
+  return read_fd_input(STDIN_FILENO, "stdin", "the input");
 }
 
 // A piece on one line: control bytes, backslash and bytes of unfinished UTF-8 are escaped.

@@ -1,13 +1,28 @@
 // vkllm: entry point. Parses the subcommand and turns any input error into one line on stderr:
 // exit status 2 for a bad command line, 1 for bad input (a file, a device), 2 for a bug.
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <exception>
 
 #include "commands.h"
 #include "base/error.h"
 #include "gguf.h"
+
+namespace {
+
+// Output that did not reach stdout (a full disk, a closed descriptor) fails the command: a script
+// must not take a lost answer for success. Returns the exit status.
+int checked_stdout(int status) {
+  errno = 0;
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return status;
+  std::fprintf(stderr, "vkllm: error: cannot write to stdout: %s\n", std::strerror(errno ? errno : EIO));
+  return status == 0 ? 1 : status;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"vkllm: run GGUF language models on Vulkan compute shaders"};
@@ -41,10 +56,18 @@ int main(int argc, char** argv) {
     }
     return out;
   };
+  // A first word that is no subcommand is named (CLI11 said only "A subcommand is required").
+  if (argc > 1 && argv[1][0] != '-') {
+    const auto subs = app.get_subcommands([&](const CLI::App* sub) { return sub->check_name(argv[1]); });
+    if (subs.empty()) {
+      std::fprintf(stderr, "vkllm: error: unknown command '%s' (see --help)\n", one_line(argv[1]).c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {
-    return e.get_exit_code();  // a subcommand's own exit status (chat: 130 after Ctrl+C)
+    return checked_stdout(e.get_exit_code());  // a subcommand's own exit status (chat: 130 after Ctrl+C)
   } catch (const CLI::ParseError& e) {
     // --help and --version are "errors" with exit code 0: CLI11 prints them.
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
@@ -62,5 +85,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "vkllm: internal error: %s\n", one_line(e.what()).c_str());
     return 2;
   }
-  return 0;
+  return checked_stdout(0);
 }

@@ -738,6 +738,27 @@ TEST(Cli, PerplexityMatchesReferences) {
   }
 }
 
+// Input that cannot be read and output that cannot be written fail the command, one line each:
+// an unreadable -f was taken as an empty prompt, and a full disk under stdout exited 0.
+TEST(Cli, ReadAndWriteErrorsFail) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const std::string m = " -m " + model("stories260K.gguf");
+  const Result unreadable = vkllm("tokenize" + m + " -f /proc/self/mem");
+  EXPECT_EQ(unreadable.status, 1) << unreadable.out;
+  EXPECT_NE(unreadable.err.find("/proc/self/mem: cannot read the input file: "), std::string::npos) << unreadable.err;
+  EXPECT_TRUE(unreadable.out.empty()) << unreadable.out;
+  const Result missing = vkllm("run" + m + " -f /nonexistent/prompt.txt");
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_NE(missing.err.find("cannot open the prompt file: No such file or directory"), std::string::npos) << missing.err;
+  for (const std::string& args : {"tokenize" + m + " -p hello", "info" + m, "run -q --temp 0 -n 4" + m + " -p Once",
+                                 // endless: the failed write stops it
+                                 "run -q --temp 0 -n -1" + m + " -p Once"}) {
+    const Result full = vkllm(args + " >/dev/full");
+    EXPECT_EQ(full.status, 1) << args << ": " << full.err;
+    EXPECT_NE(full.err.find("vkllm: error: cannot write to stdout: "), std::string::npos) << args << ": " << full.err;
+  }
+}
+
 // Two stop strings that complete on the same token: the text ends where the first to occur begins,
 // whatever their order ("named" was found first and cut, leaving the "l " of "l na").
 TEST(Cli, TwoStopStringsCutAtTheFirstToOccur) {

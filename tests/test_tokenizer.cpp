@@ -353,6 +353,10 @@ TEST(Tokenizer, SpecialIdsAndFlags) {
   EXPECT_FALSE(q.add_bos());
   EXPECT_EQ(q.tokenize("Hello", true, false).size(), 1u);
   for (const std::string& w : q.warnings()) std::printf("  qwen2 load warning: %s\n", w.c_str());
+  // "</s>" is an ordinary token in this vocabulary; llama.cpp (the anchor) makes it control and
+  // end-of-generation by its name (PaddleOCR's), so special parsing takes it whole.
+  EXPECT_EQ(q.tokenize("<s> hi </s>", false, true), (std::vector<int32_t>{44047, 29, 15588, 220, 128247}));
+  EXPECT_TRUE(q.is_eog(128247));
 
   const Tokenizer& neox = tokenizer_for(shared_path("vocab/ggml-vocab-gpt-neox.gguf"));
   EXPECT_FALSE(neox.warnings().empty());  // no tokenizer.ggml.pre

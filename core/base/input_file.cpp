@@ -1,9 +1,11 @@
 #include "base/input_file.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
-#include <fstream>
-#include <sstream>
+#include <cerrno>
+#include <cstring>
 
 #include "base/error.h"
 
@@ -26,12 +28,27 @@ std::string other_kind(const std::string& path) {
 
 std::string read_text_input(const std::string& path, const std::string& what) {
   if (other_kind(path) == "a directory") throw Error(path + ": is a directory, not " + what);
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(path + ": cannot open " + what);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) throw Error(path + ": cannot read " + what);
-  return ss.str();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(path + ": cannot open " + what + ": " + std::strerror(errno));
+  try {
+    std::string text = read_fd_input(fd, path, what);
+    ::close(fd);
+    return text;
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+}
+
+std::string read_fd_input(int fd, const std::string& name, const std::string& what) {
+  std::string text;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0) text.append(buf, size_t(n));
+    else if (n == 0) return text;
+    else if (errno != EINTR) throw Error(name + ": cannot read " + what + ": " + std::strerror(errno));
+  }
 }
 
 void require_regular_file(const std::string& path, const std::string& what) {

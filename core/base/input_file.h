@@ -10,6 +10,10 @@ namespace vkllm {
 // A directory is refused. `what` names the input in the error ("the prompt file").
 std::string read_text_input(const std::string& path, const std::string& what);
 
+// The rest of an open descriptor (stdin: fd 0, named "stdin"); a read error is one line with its
+// reason, never a short text taken for the whole.
+std::string read_fd_input(int fd, const std::string& name, const std::string& what);
+
 // Throws when something other than a regular file is at path (following links): a file vkllm also
 // writes (a session) must not be a directory, where reading fails, or a FIFO, where opening it
 // waits for a writer. Nothing there passes (opening it then says so).

@@ -142,7 +142,9 @@ void load_special_tokens(Tokenizer::Impl& v, const gguf::File& f) {
     if (id >= 0) v.eog[size_t(id)] = 1;
   }
   for (std::string_view name : {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>",
-                                "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>"}) {
+                                "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
+                                // (PaddleOCR's; llama.cpp retypes it in every vocabulary that has it, as here)
+                                "</s>"}) {
     int32_t id = -1;
     detect_special(v, id, {name}, retyped);
     if (id >= 0) v.eog[size_t(id)] = 1;
