@@ -344,7 +344,7 @@ void add_bench_command(CLI::App& app) {
                           ->allow_extra_args(false));
   model_run.push_back(cmd->add_option("--attention", c->attention, "Attention kernel: auto, tiled (GPUs), simd or lanes (CPU drivers)")
                           ->check(CLI::IsMember({"auto", "tiled", "simd", "lanes"})));
-  model_run.push_back(cmd->add_option("-c,--ctx", c->opts.ctx, "KV cache capacity (default: enough for the test)"));
+  model_run.push_back(cmd->add_option("-c,--ctx", c->opts.ctx, "KV cache capacity (default: enough for the test)")->check(CLI::Range(0u, k_max_ctx)));
   model_run.push_back(cmd->add_option("--cache-type", c->opts.cache_type, "KV cache type: f16, q8_0, q4_0")
                           ->check(CLI::IsMember({"f16", "q8_0", "q4_0"})));
   model_run.push_back(

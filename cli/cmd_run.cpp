@@ -198,6 +198,8 @@ int run(const RunCommand& c) {
     ProgressBar bar("prefill", "tok");
     auto progress = [&](uint64_t done, uint64_t total) { bar.update(done, total); };
     if (resumed && !c.chat && appended.empty()) {
+      if (cache.used() == 0)
+        throw Error(c.persist.session + ": the session holds no tokens and the prompt is empty: nothing to continue from");
       gen.extend(appended);  // stats: the restored tokens count as cached
       gen.resume();
     } else if (resumed && !c.chat) {

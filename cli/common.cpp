@@ -27,7 +27,7 @@ std::string fmt_ms(double ms) {
 void add_model_options(CLI::App* cmd, RunOptions& o) {
   cmd->add_option("-m,--model", o.model, "GGUF model file")->required();
   cmd->add_option("--device", o.device, "Vulkan device index (see `vkllm devices`)");
-  cmd->add_option("-c,--ctx", o.ctx, "KV cache capacity in tokens (default: min(trained context, 4096))");
+  cmd->add_option("-c,--ctx", o.ctx, "KV cache capacity in tokens (default: min(trained context, 4096))")->check(CLI::Range(0u, k_max_ctx));
   const auto types = CLI::IsMember({"f16", "q8_0", "q4_0"});
   cmd->add_option("--cache-type", o.cache_type, "KV cache type for K and V: f16, q8_0, q4_0")->check(types);
   cmd->add_option("--cache-type-k", o.cache_type_k, "KV cache type for K")->check(types);
@@ -200,7 +200,7 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
     };
     std::string hint;
     // In units of 256 tokens: lo fits (or is 0); hi, at or past the asked --ctx, does not.
-    uint32_t lo = 0, hi = (eo.cache.capacity + 255) / 256;
+    uint32_t lo = 0, hi = uint32_t((uint64_t{eo.cache.capacity} + 255) / 256);
     while (hi - lo > 1) {
       const uint32_t mid = lo + (hi - lo) / 2;
       (fits(mid * 256, eo.cache.type_k) ? lo : hi) = mid;

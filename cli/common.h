@@ -44,6 +44,10 @@ void add_sampling_options(CLI::App* cmd, SamplerParams& s);
 // unset (GenerateOptions::kUntilFull: stop when the cache is full). `what` names the unit.
 void add_n_predict_option(CLI::App* cmd, int32_t& n_predict, const std::string& what);
 
+// The largest --ctx: 16,777,216 tokens, past every model's context, and low enough that no count
+// of slots (or of their score blocks) wraps 32 bits.
+constexpr uint32_t k_max_ctx = 1u << 24;
+
 // Everything a run needs, loaded in order; members are declared so that they destroy in reverse.
 struct Session {
   gguf::File file;

@@ -3,6 +3,7 @@
 // leave the file alone, file size tracks tokens used, and two concurrent runs share one
 // prompt-cache directory.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -314,6 +315,32 @@ TEST_F(SessionTest, ConcurrentRunsShareThePromptCache) {
   EXPECT_NE(short_ctx.err.find("more than --ctx 16"), std::string::npos) << short_ctx.err;
   EXPECT_EQ(short_ctx.err.find("removing"), std::string::npos) << short_ctx.err;
   ASSERT_EQ(entries().size(), 1u);
+
+  // Only regular files are entries: a FIFO and a directory with an entry's name are left alone (a
+  // lookup removed them, or warned on every run). The temporary of a writer killed mid-write goes
+  // once its process is gone; a live writer's stays.
+  const std::string kept_name = entries()[0].filename().string();
+  const auto named = [&](char last) { return dir + "/" + kept_name.substr(0, kept_name.size() - 20) + "000000000000000" + last + ".vkv"; };
+  ASSERT_EQ(::mkfifo(named('0').c_str(), 0644), 0);
+  fs::create_directory(named('1'));
+  std::ofstream(named('1') + "/inside") << "x";
+  const pid_t gone = ::fork();
+  if (gone == 0) ::_exit(0);
+  ::waitpid(gone, nullptr, 0);
+  const std::string dead = dir + "/." + kept_name + "." + std::to_string(gone) + ".AbCdEf";
+  const std::string live = dir + "/." + kept_name + "." + std::to_string(::getpid()) + ".AbCdEf";
+  std::ofstream(dead) << "half";
+  std::ofstream(live) << "half";
+  const Result odd = vkllm(small_cap + "Who was kind?'");
+  EXPECT_EQ(odd.rc, 0) << odd.err;
+  EXPECT_EQ(odd.err.find("removing"), std::string::npos) << odd.err;
+  EXPECT_TRUE(fs::is_fifo(named('0')));
+  EXPECT_TRUE(fs::is_directory(named('1')));
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(live));
+  fs::remove(named('0'));
+  fs::remove_all(named('1'));
+  fs::remove(live);
 
   // A corrupt entry is skipped with a warning and removed.
   for (const auto& e : fs::directory_iterator(dir))

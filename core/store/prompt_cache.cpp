@@ -2,12 +2,14 @@
 #include "store/prompt_cache.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -44,6 +46,25 @@ bool is_entry_temporary(std::string_view name) {
   return vkv != std::string_view::npos && is_entry_name(name.substr(1, vkv + 3));
 }
 
+// Whether a directory entry is a regular file itself (not a link, FIFO, device or directory): only
+// those are ever read, listed, evicted or cleared as entries.
+bool is_plain_file(const fs::directory_entry& de) {
+  std::error_code ec;
+  return de.symlink_status(ec).type() == fs::file_type::regular;
+}
+
+// Whether the writer of a temporary (".<entry>.vkv.<PID>.XXXXXX") is gone: no process has its PID.
+bool writer_gone(std::string_view name) {
+  const size_t at = name.find(".vkv.");
+  if (at == std::string_view::npos) return false;
+  name.remove_prefix(at + 5);
+  const size_t dot = name.find('.');
+  if (dot == 0 || dot == std::string_view::npos || dot > 9 || name.substr(0, dot).find_first_not_of("0123456789") != std::string_view::npos)
+    return false;
+  const pid_t pid = pid_t(std::stol(std::string(name.substr(0, dot))));
+  return pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
+}
+
 // Last use (the modification time) in nanoseconds since the epoch: eviction must order an entry
 // this run's lookup touched and one it stores within the same second.
 int64_t mtime_ns_of(const std::string& path) {
@@ -56,7 +77,9 @@ class DirLock {
  public:
   explicit DirLock(const std::string& dir) {
     fd_ = ::open((dir + "/.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) error_ = errno;
     if (fd_ >= 0 && ::flock(fd_, LOCK_EX) != 0) {
+      error_ = errno;
       ::close(fd_);
       fd_ = -1;
     }
@@ -67,9 +90,12 @@ class DirLock {
   DirLock(const DirLock&) = delete;
   DirLock& operator=(const DirLock&) = delete;
   bool held() const { return fd_ >= 0; }
+  // Why it is not held: the directory cannot be written (a read-only cache is read without one).
+  bool read_only() const { return error_ == EROFS || error_ == EACCES || error_ == EPERM; }
 
  private:
   int fd_ = -1;
+  int error_ = 0;
 };
 
 }  // namespace
@@ -85,7 +111,7 @@ std::vector<PromptCacheEntry> list_prompt_cache(const std::string& dir) {
   std::error_code ec;
   for (const fs::directory_entry& de : fs::directory_iterator(dir, ec)) {
     const std::string name = de.path().filename().string();
-    if (!is_entry_name(name)) continue;
+    if (!is_entry_name(name) || !is_plain_file(de)) continue;
     PromptCacheEntry e;
     e.path = de.path().string();
     e.bytes = de.file_size(ec);
@@ -113,7 +139,7 @@ uint64_t clear_prompt_cache(const std::string& dir) {
     const std::string name = it->path().filename().string();
     // Entries (regular files) and the temporaries of killed writers; nothing else.
     std::error_code ec2;
-    if ((!is_entry_name(name) && !is_entry_temporary(name)) || !it->is_regular_file(ec2)) continue;
+    if ((!is_entry_name(name) && !is_entry_temporary(name)) || !is_plain_file(*it)) continue;
     const uint64_t size = it->file_size(ec2);
     if (fs::remove(it->path(), ec2)) {
       freed += size;
@@ -134,7 +160,8 @@ std::string PromptCache::entry_prefix() const {
 }
 
 void PromptCache::drop(const std::string& path, const std::string& why) {
-  warnings_.push_back("prompt cache: skipping and removing " + path + ": " + why);
+  // (An error from reading the file already starts with its path.)
+  warnings_.push_back("prompt cache: skipping and removing " + (why.rfind(path + ": ", 0) == 0 ? why : path + ": " + why));
   std::error_code ec;
   fs::remove(path, ec);
 }
@@ -146,6 +173,7 @@ PromptCacheMatch PromptCache::find(std::span<const int32_t> tokens, bool whole_o
   for (const fs::directory_entry& de : fs::directory_iterator(dir_, ec)) {
     const std::string name = de.path().filename().string();
     if (!is_entry_name(name) || name.rfind(prefix, 0) != 0) continue;  // another model or cache type
+    if (!is_plain_file(de)) continue;
     const std::string path = de.path().string();
     SessionInfo info;
     try {
@@ -202,7 +230,7 @@ bool PromptCache::load(const PromptCacheMatch& m, uint32_t n, Engine& engine) {
   }
   if (engine.cache().keep() != keep) engine.cache().set_keep(std::min(keep, engine.cache().max_keep()));
   ::utimensat(AT_FDCWD, m.path.c_str(), nullptr, 0);  // last use, for LRU
-  evict_to_cap();  // a run that only reads still holds the directory to --prompt-cache-size
+  evict_to_cap(false);  // a run that only reads still holds the directory to --prompt-cache-size
   return true;
 }
 
@@ -229,14 +257,15 @@ uint64_t PromptCache::store(const Engine& engine, uint32_t n) {
       return 0;
     }
   }
-  evict_to_cap();
+  evict_to_cap(true);
   return bytes;
 }
 
-void PromptCache::evict_to_cap() {
+void PromptCache::evict_to_cap(bool stored) {
   DirLock lock(dir_);
   if (!lock.held()) {
-    warnings_.push_back("prompt cache: cannot lock " + dir_ + "/.lock; eviction skipped");
+    // A read-only directory is only read: nothing to evict, nothing to say, unless this run stored.
+    if (stored || !lock.read_only()) warnings_.push_back("prompt cache: cannot lock " + dir_ + "/.lock; eviction skipped");
     return;
   }
   struct Item {
@@ -249,7 +278,13 @@ void PromptCache::evict_to_cap() {
   std::error_code ec;
   for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code ec2;
-    if (!is_entry_name(it->path().filename().string()) || !it->is_regular_file(ec2)) continue;
+    const std::string name = it->path().filename().string();
+    // The temporaries of writers killed mid-write: removed once their process is gone.
+    if (is_entry_temporary(name) && is_plain_file(*it) && writer_gone(name)) {
+      fs::remove(it->path(), ec2);
+      continue;
+    }
+    if (!is_entry_name(name) || !is_plain_file(*it)) continue;
     const uint64_t b = it->file_size(ec2);
     if (ec2) continue;
     items.push_back({it->path().string(), b, mtime_ns_of(it->path().string())});

@@ -78,7 +78,8 @@ class PromptCache {
 
  private:
   std::string entry_prefix() const;
-  void evict_to_cap();
+  // `stored`: this run stored an entry (a read-only directory's missing lock is then worth a warning).
+  void evict_to_cap(bool stored);
   void drop(const std::string& path, const std::string& why);
 
   std::string dir_;
