@@ -306,6 +306,19 @@ TEST(Cli, CorruptModelKeysAreNamed) {
   }
 }
 
+// A block_count lowered by corruption left the other layers' tensors unread and ran a shorter
+// model, status 0; as llama.cpp, a file whose tensors the model does not all use is refused.
+TEST(Cli, TensorsTheModelDoesNotUseAreRefused) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const std::string path = testing::TempDir() + "/vkllm_blocks.gguf";
+  const uint32_t three = 3;
+  patch_key_value("llama.block_count", &three, path);
+  const Result r = vkllm("run -q -p hi -n 1 --temp 0 -m " + path);
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  EXPECT_NE(r.err.find("tensors are not part of a llama model of 3 layers (block_count), the first 'blk.3."), std::string::npos) << r.err;
+}
+
 // An error quoting a string from the file stays one line without the file's control bytes (an
 // architecture name holding a newline and an escape code printed both raw).
 TEST(Cli, ErrorsQuotingTheFileStayOneLine) {

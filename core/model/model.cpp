@@ -1,6 +1,9 @@
 // The tensor table of llama/qwen2/qwen3/phi3/gemma2/gemma3 GGUF files, its validation, and the weight upload.
 #include "model/model.h"
 
+#include <algorithm>
+#include <unordered_set>
+
 #include "kernels/ops.h"
 
 namespace vkllm {
@@ -112,6 +115,16 @@ Model::Model(const VulkanContext& ctx, const gguf::File& file, const ProgressFn&
     check_tensor(file, *t, b);
     infos.push_back(t);
     total += t->n_bytes;
+  }
+  // Every tensor of the file is one of the model's, as llama.cpp requires: a block_count lowered by
+  // corruption ran a shorter model with the rest of the file unread.
+  if (infos.size() != file.tensors().size()) {
+    std::unordered_set<std::string_view> used;
+    for (const Binding& b : table) used.insert(b.name);
+    const auto unused = std::find_if(file.tensors().begin(), file.tensors().end(), [&](const gguf::TensorInfo& t) { return !used.count(t.name); });
+    throw Error(file.path() + ": " + std::to_string(file.tensors().size() - infos.size()) + " of its " +
+                std::to_string(file.tensors().size()) + " tensors are not part of a " + c.arch_name + " model of " +
+                std::to_string(c.n_layer) + " layers (block_count), the first '" + (unused != file.tensors().end() ? unused->name : "?") + "'");
   }
   uint64_t done = 0;
   const auto on_bytes = [&](uint64_t n) {
