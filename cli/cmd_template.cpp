@@ -56,7 +56,15 @@ void add_template_command(CLI::App& app) {
   cmd->add_flag("--no-generation-prompt", o->no_generation_prompt, "Do not open an assistant turn at the end");
   cmd->add_option("--bos", o->bos, "BOS token text (default: the model's)");
   cmd->add_option("--eos", o->eos, "EOS token text (default: the model's)");
-  cmd->add_option("--date", o->date, "Date strftime_now formats, YYYY-MM-DD (default: today)");
+  cmd->add_option("--date", o->date, "Date strftime_now formats, YYYY-MM-DD (default: today)")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            int y = 0, m = 0, d = 0;
+            char end = 0;
+            const bool ok = std::sscanf(v.c_str(), "%4d-%2d-%2d%c", &y, &m, &d, &end) == 3 && m >= 1 && m <= 12 && d >= 1 && d <= 31;
+            return ok ? std::string() : "'" + v + "' is not a date YYYY-MM-DD";
+          },
+          "YYYY-MM-DD"));
   cmd->callback([o] {
     std::optional<gguf::File> model;
     if (!o->model.empty()) model.emplace(gguf::File::open(o->model));

@@ -136,6 +136,12 @@ void print_warnings(const Tokenizer& tok) {
 }
 
 Session open_session(const RunOptions& o, const InputCheck& check_input) {
+  // Sampling flags out of range are a bad command line (status 2), found before the model loads.
+  try {
+    Sampler check(o.sampling);
+  } catch (const Error& e) {
+    throw CLI::ValidationError(e.what());
+  }
   Session s{gguf::File::open(o.model), nullptr, nullptr, nullptr, nullptr, nullptr, {}};
   const ModelSummary summary = summarize_model(s.file);
   const ModelConfig& c = summary.config;

@@ -104,7 +104,7 @@ std::string sampler_note(const std::string& session, const Sampler& restored, co
       (flags.seed == Sampler::kRandomSeed || flags.seed == sp.seed))
     return "";
   char line[512];
-  std::snprintf(line, sizeof line, "session %s: sampling continues with the saved sampler (temp %.2f, seed %llu), not this call's flags",
+  std::snprintf(line, sizeof line, "session %s: sampling continues with the session's saved sampler (temp %.2f, seed %llu); sampling flags do not change a resumed session",
                 session.c_str(), sp.temp, static_cast<unsigned long long>(restored.seed()));
   return line;
 }

@@ -374,7 +374,12 @@ TEST(Cli, ParseErrorsAreOneLineWithStatus2) {
                                   "run --seed 18446744073709551616" + m + " -p hi",
                                   "info --seqs 0" + m, std::string("bench --ops --parallel 4"), "bench --ops" + m,
                                   std::string("bench --ops --ctx-fill 0,64"), "bench --ops-size 512" + m,
-                                  "run --system sys" + m + " -p hi", "run --chat-template chatml" + m + " -p hi"}) {
+                                  "run --system sys" + m + " -p hi", "run --chat-template chatml" + m + " -p hi",
+                                  // sampling values out of range (status 1, after the model loaded), a --ctx past
+                                  // 2^24 (wrapped the memory hint), a second word after --stop (was a second string)
+                                  "run --temp nan" + m + " -p hi", "run --repeat-last-n -2" + m + " -p hi",
+                                  "run --ctx 4294967295" + m + " -p hi", "run --stop x y" + m + " -p hi",
+                                  std::string("template --chat-template chatml --date 2024-13-45 --messages /dev/null")}) {
     const Result r = vkllm(args);
     EXPECT_EQ(r.status, 2) << args << ": " << r.err;
     EXPECT_TRUE(r.out.empty()) << args << ": " << r.out;
@@ -384,6 +389,8 @@ TEST(Cli, ParseErrorsAreOneLineWithStatus2) {
   EXPECT_NE(vkllm("run --temp abc" + m + " -p hi").err.find("--temp"), std::string::npos);
   const Result minus5 = vkllm("run -n -5" + m + " -p hi");
   EXPECT_NE(minus5.err.find("-5 is not a token count"), std::string::npos) << minus5.err;
+  EXPECT_NE(vkllm("no-such-command").err.find("unknown command 'no-such-command'"), std::string::npos);
+  EXPECT_NE(vkllm("run --repeat-last-n -2" + m + " -p hi").err.find("repeat_last_n = -2 is out of range"), std::string::npos);
   // --help is not an error.
   const Result help = vkllm("run --help");
   EXPECT_EQ(help.status, 0);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <sstream>
@@ -23,8 +24,9 @@ static_assert(std::endian::native == std::endian::little, "the state blob is wri
 
 void check_param(bool ok, const char* name, double value, const char* allowed) {
   if (!ok) {
-    throw Error("sampler: " + std::string(name) + " = " + std::to_string(value) + " is out of range (" +
-                allowed + ")");
+    char shown[32];
+    std::snprintf(shown, sizeof shown, "%g", value);  // -2, 0.5, nan (not -2.000000)
+    throw Error("sampler: " + std::string(name) + " = " + shown + " is out of range (" + allowed + ")");
   }
 }
 
