@@ -429,6 +429,38 @@ TEST(Serve, RefusesBadRequestsAndKeepsServing) {
   EXPECT_EQ(s.terminate(), 0) << s.log();
 }
 
+// Connections that hold a thread without a request (idle keep-alive, a stalled upload) do not
+// stall the others: cpp-httplib's fixed pool (--parallel + --queue + 4 threads) left every later
+// connection unaccepted until their 5 s read timeouts, /health included.
+TEST(Serve, SilentConnectionsDoNotStallOthers) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  Server s("--parallel 1 --queue 1");
+  ASSERT_GT(s.port(), 0) << s.log();
+  std::vector<int> silent;
+  for (int i = 0; i < 12; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(uint16_t(s.port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0);
+    silent.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the server accepts them
+  const auto t0 = std::chrono::steady_clock::now();
+  httplib::Client c = s.client();
+  const auto health = c.Get("/health");
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_LT(waited, 2.0) << "/health waited behind silent connections";
+  int status = 0;
+  const json answer = post(c, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 4}}, &status);
+  EXPECT_EQ(status, 200) << answer.dump();
+  for (int fd : silent) close(fd);
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
 // A full queue answers 503; a client that disconnects mid-stream frees its sequence; SIGTERM
 // lets a running stream finish, then the server exits 0.
 TEST(Serve, QueueLimitDisconnectAndDrain) {
