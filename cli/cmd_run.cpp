@@ -1,4 +1,5 @@
 // `vkllm run`: one prompt in, the generated text out on stdout, one stats line on stderr.
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -52,7 +53,8 @@ nlohmann::json session_messages(const std::string& path, const std::string& blob
 // prompt (a manual piped in) comes before the question, so the cache can reuse it.
 std::string gather_prompt(const RunCommand& c) {
   std::string text;
-  if (!isatty(STDIN_FILENO)) text += read_fd_input(STDIN_FILENO, "stdin", "the prompt");
+  // (A closed stdin, `<&-`, is no input.)
+  if (!isatty(STDIN_FILENO) && ::fcntl(STDIN_FILENO, F_GETFD) != -1) text += read_fd_input(STDIN_FILENO, "stdin", "the prompt");
   if (!c.prompt_file.empty()) text += read_text_input(c.prompt_file, "the prompt file");
   text += c.prompt;
   return text;
@@ -231,7 +233,10 @@ int run(const RunCommand& c) {
         std::fwrite(piece.data(), 1, piece.size(), stdout);
         // Text that cannot be written (a full disk, a closed stdout) stops the generation; main()
         // reports it and exits 1.
-        if (std::fflush(stdout) != 0 || std::ferror(stdout)) return false;
+        if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+          note_stdout_error(errno);
+          return false;
+        }
       }
       return !g_interrupted.load();
     };

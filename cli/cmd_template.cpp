@@ -1,4 +1,5 @@
 // `vkllm template`: render a conversation with a chat template and print the prompt exactly.
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -59,9 +60,13 @@ void add_template_command(CLI::App& app) {
   cmd->add_option("--date", o->date, "Date strftime_now formats, YYYY-MM-DD (default: today)")
       ->check(CLI::Validator(
           [](std::string& v) {
-            int y = 0, m = 0, d = 0;
-            char end = 0;
-            const bool ok = std::sscanf(v.c_str(), "%4d-%2d-%2d%c", &y, &m, &d, &end) == 3 && m >= 1 && m <= 12 && d >= 1 && d <= 31;
+            // Exactly YYYY-MM-DD, a day the month has.
+            const bool shape = v.size() == 10 && v[4] == '-' && v[7] == '-' &&
+                               std::all_of(v.begin(), v.end(), [](char ch) { return ch == '-' || (ch >= '0' && ch <= '9'); });
+            const int y = shape ? std::stoi(v.substr(0, 4)) : 0, m = shape ? std::stoi(v.substr(5, 2)) : 0, d = shape ? std::stoi(v.substr(8, 2)) : 0;
+            const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+            const int days[] = {31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+            const bool ok = shape && m >= 1 && m <= 12 && d >= 1 && d <= days[m - 1];
             return ok ? std::string() : "'" + v + "' is not a date YYYY-MM-DD";
           },
           "YYYY-MM-DD"));

@@ -135,6 +135,15 @@ void print_warnings(const Tokenizer& tok) {
   for (const std::string& w : tok.warnings()) std::fprintf(stderr, "vkllm: warning: %s\n", w.c_str());
 }
 
+namespace {
+int g_stdout_error = 0;
+}  // namespace
+
+void note_stdout_error(int error) {
+  if (g_stdout_error == 0) g_stdout_error = error;
+}
+int noted_stdout_error() { return g_stdout_error; }
+
 Session open_session(const RunOptions& o, const InputCheck& check_input) {
   // Sampling flags out of range are a bad command line (status 2), found before the model loads.
   try {

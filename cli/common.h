@@ -44,6 +44,11 @@ void add_sampling_options(CLI::App* cmd, SamplerParams& s);
 // unset (GenerateOptions::kUntilFull: stop when the cache is full). `what` names the unit.
 void add_n_predict_option(CLI::App* cmd, int32_t& n_predict, const std::string& what);
 
+// The reason a write to stdout failed, kept where it first fails (main() reports it; errno is
+// gone by then). 0: none noted.
+void note_stdout_error(int error);
+int noted_stdout_error();
+
 // The largest --ctx: 16,777,216 tokens, past every model's context, and low enough that no count
 // of slots (or of their score blocks) wraps 32 bits.
 constexpr uint32_t k_max_ctx = 1u << 24;

@@ -8,6 +8,7 @@
 #include <exception>
 
 #include "commands.h"
+#include "common.h"
 #include "base/error.h"
 #include "gguf.h"
 
@@ -18,7 +19,8 @@ namespace {
 int checked_stdout(int status) {
   errno = 0;
   if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return status;
-  std::fprintf(stderr, "vkllm: error: cannot write to stdout: %s\n", std::strerror(errno ? errno : EIO));
+  const int error = errno ? errno : vkllm::cli::noted_stdout_error();
+  std::fprintf(stderr, "vkllm: error: cannot write to stdout: %s\n", std::strerror(error ? error : EIO));
   return status == 0 ? 1 : status;
 }
 

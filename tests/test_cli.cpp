@@ -375,7 +375,7 @@ TEST(Cli, ParseErrorsAreOneLineWithStatus2) {
                                   "info --seqs 0" + m, std::string("bench --ops --parallel 4"), "bench --ops" + m,
                                   std::string("bench --ops --ctx-fill 0,64"), "bench --ops-size 512" + m,
                                   "run --system sys" + m + " -p hi", "run --chat-template chatml" + m + " -p hi",
-                                  // sampling values out of range (status 1, after the model loaded), a --ctx past
+                                  // sampling values out of range (were status 1, after the model loaded), a --ctx past
                                   // 2^24 (wrapped the memory hint), a second word after --stop (was a second string)
                                   "run --temp nan" + m + " -p hi", "run --repeat-last-n -2" + m + " -p hi",
                                   "run --ctx 4294967295" + m + " -p hi", "run --stop x y" + m + " -p hi",
@@ -775,7 +775,7 @@ TEST(Cli, ReadAndWriteErrorsFail) {
                                  "run -q --temp 0 -n -1" + m + " -p Once"}) {
     const Result full = vkllm(args + " >/dev/full");
     EXPECT_EQ(full.status, 1) << args << ": " << full.err;
-    EXPECT_NE(full.err.find("vkllm: error: cannot write to stdout: "), std::string::npos) << args << ": " << full.err;
+    EXPECT_NE(full.err.find("vkllm: error: cannot write to stdout: No space left on device"), std::string::npos) << args << ": " << full.err;
   }
 }
 

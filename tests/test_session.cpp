@@ -329,8 +329,12 @@ TEST_F(SessionTest, ConcurrentRunsShareThePromptCache) {
   ::waitpid(gone, nullptr, 0);
   const std::string dead = dir + "/." + kept_name + "." + std::to_string(gone) + ".AbCdEf";
   const std::string live = dir + "/." + kept_name + "." + std::to_string(::getpid()) + ".AbCdEf";
+  // (One an hour old goes; a fresh one may be a live writer's in another PID namespace.)
+  const std::string fresh_dead = dir + "/." + kept_name + "." + std::to_string(gone) + ".GhIjKl";
   std::ofstream(dead) << "half";
   std::ofstream(live) << "half";
+  std::ofstream(fresh_dead) << "half";
+  for (const std::string& t : {dead, live}) fs::last_write_time(t, fs::last_write_time(t) - std::chrono::hours(2));
   const Result odd = vkllm(small_cap + "Who was kind?'");
   EXPECT_EQ(odd.rc, 0) << odd.err;
   EXPECT_EQ(odd.err.find("removing"), std::string::npos) << odd.err;
@@ -338,6 +342,8 @@ TEST_F(SessionTest, ConcurrentRunsShareThePromptCache) {
   EXPECT_TRUE(fs::is_directory(named('1')));
   EXPECT_FALSE(fs::exists(dead));
   EXPECT_TRUE(fs::exists(live));
+  EXPECT_TRUE(fs::exists(fresh_dead));
+  fs::remove(fresh_dead);
   fs::remove(named('0'));
   fs::remove_all(named('1'));
   fs::remove(live);

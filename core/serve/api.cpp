@@ -1,6 +1,7 @@
 // Request checking and response objects of the OpenAI API.
 #include "serve/api.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "chat/prompt.h"
@@ -122,7 +123,7 @@ std::vector<std::string> stop_strings(const json& body) {
 // so a client never takes an answer without what it asked for (a logprobs of null, text where it
 // wanted JSON or a tool call); their "off" values (false, 0, empty, "text", "none", "auto") pass,
 // as clients send them by default.
-void refuse_unsupported(const json& body) {
+void refuse_unsupported(const json& body, Endpoint e) {
   const auto refuse = [](const char* name, const std::string& what) {
     throw ApiError(400, std::string("'") + name + "': " + what + " is not supported by this server", name, "invalid_request_error",
                    "unsupported_parameter");
@@ -131,18 +132,28 @@ void refuse_unsupported(const json& body) {
     return v && !(v->is_boolean() && !v->get<bool>()) && !(v->is_number() && v->get<double>() == 0) &&
            !((v->is_array() || v->is_object()) && v->empty()) && !(v->is_string() && v->get_ref<const std::string&>().empty());
   };
-  if (const json* v = field(body, "logprobs"); on(v)) refuse("logprobs", "returning log-probabilities");
+  // The legacy completions' logprobs is a count, and 0 asks for the sampled tokens' own; the
+  // chat's is a flag.
+  if (const json* v = field(body, "logprobs"); e == Endpoint::Completion ? v != nullptr && !(v->is_boolean() && !v->get<bool>()) : on(v))
+    refuse("logprobs", "returning log-probabilities");
   if (const json* v = field(body, "top_logprobs"); on(v)) refuse("top_logprobs", "returning log-probabilities");
-  if (const json* v = field(body, "tools"); on(v)) refuse("tools", "tool calling");
-  if (const json* v = field(body, "functions"); on(v)) refuse("functions", "function calling");
-  if (const json* v = field(body, "tool_choice"); v && !(v->is_string() && (*v == "none" || *v == "auto"))) refuse("tool_choice", "tool calling");
-  if (const json* v = field(body, "function_call"); v && !(v->is_string() && (*v == "none" || *v == "auto")))
-    refuse("function_call", "function calling");
+  // Tools are asked for unless the choice says none.
+  const json* choice = field(body, "tool_choice");
+  const bool no_tools = choice && choice->is_string() && *choice == "none";
+  if (const json* v = field(body, "tools"); on(v) && !no_tools) refuse("tools", "tool calling");
+  if (choice && !(choice->is_string() && (*choice == "none" || *choice == "auto"))) refuse("tool_choice", "tool calling");
+  const json* call = field(body, "function_call");
+  const bool no_functions = call && call->is_string() && *call == "none";
+  if (const json* v = field(body, "functions"); on(v) && !no_functions) refuse("functions", "function calling");
+  if (call && !(call->is_string() && (*call == "none" || *call == "auto"))) refuse("function_call", "function calling");
   if (const json* v = field(body, "response_format"); v && !(v->is_object() && v->value("type", "") == "text"))
     refuse("response_format", "a response format other than {\"type\": \"text\"}");
-  if (const json* v = field(body, "logit_bias"); on(v)) refuse("logit_bias", "a logit bias");
+  // A bias of 0 on every token changes nothing.
+  if (const json* v = field(body, "logit_bias");
+      on(v) && !(v->is_object() && std::all_of(v->begin(), v->end(), [](const json& b) { return b.is_number() && b.get<double>() == 0; })))
+    refuse("logit_bias", "a logit bias");
   if (const json* v = field(body, "echo"); on(v)) refuse("echo", "echoing the prompt");
-  if (const json* v = field(body, "best_of"); v && !(v->is_number_integer() && v->get<int64_t>() == 1)) refuse("best_of", "best_of other than 1");
+  if (const json* v = field(body, "best_of"); v && !(v->is_number() && v->get<double>() == 1)) refuse("best_of", "best_of other than 1");
   if (const json* v = field(body, "suffix"); on(v)) refuse("suffix", "a suffix (fill in the middle)");
 }
 
@@ -162,7 +173,7 @@ ApiRequest parse_request(Endpoint e, const std::string& body_text, const ApiCont
   if (const json* n = field(body, "n"); n && (!n->is_number_integer() || n->get<int64_t>() != 1))
     throw ApiError(400, "'n': only one choice per request is supported", "n");
   if (const json* m = field(body, "model"); m && !m->is_string()) throw ApiError(400, "'model' must be a string", "model");
-  refuse_unsupported(body);
+  refuse_unsupported(body, e);
 
   SamplerParams& s = r.sampling;
   s = ctx.defaults;

@@ -4,6 +4,15 @@
 #include <algorithm>
 
 namespace vkllm::serve {
+namespace {
+
+// Tokens a free sequence's cache may hold past the prompt's prefix and still count as losing
+// nothing when it is taken (the end of a chat's last reply, which the template re-renders).
+constexpr uint32_t k_prefix_slack = 32;
+// The fewest tokens worth copying from another sequence instead of prefilling.
+constexpr uint32_t k_min_prefix_copy = 32;
+
+}  // namespace
 
 Job::Wait Job::wait_text_for(std::string& out, std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
@@ -75,12 +84,14 @@ void Scheduler::loop() {
       while (!queue_.empty() && running_ < seqs_.size()) {
         std::shared_ptr<Job> job = std::move(queue_.front());
         queue_.pop_front();
-        // The free sequence to take: first one that loses nothing (empty, or whose whole cache
-        // begins the prompt), the longest such match first; then the longest match that reuses at
-        // least half of what that cache holds (a shared BOS or system prompt alone does not evict
-        // another conversation); then the one idle longest. admit() copies in a longer prefix
-        // that another sequence holds, so a sequence holding this prompt's prefix and more (an
-        // earlier question about the same manual) keeps its conversation where a free one is empty.
+        // The free sequence to take: first one that loses (almost) nothing — empty, or whose cache
+        // begins the prompt but for at most k_prefix_slack tokens (a chat's last reply re-rendered
+        // by the template ends differently) — the longest such match first; then the longest match
+        // that reuses at least half of what that cache holds (a shared BOS or system prompt alone
+        // does not evict another conversation); then the one idle longest. admit() copies in a
+        // longer prefix that another sequence holds, so a sequence holding this prompt's prefix and
+        // more (an earlier question about the same manual) keeps its conversation where a free one
+        // is empty.
         Sequence* best = nullptr;
         bool best_lossless = false;
         uint32_t best_match = 0;
@@ -88,7 +99,7 @@ void Scheduler::loop() {
           if (s.job) continue;
           const PrefixMatch m = match_prefix(s.engine->cache(), job->prompt);
           const uint32_t used = s.engine->cache().used();
-          const bool lossless = used == 0 || (m.usable && m.matched == used);
+          const bool lossless = used == 0 || (m.usable && used - m.matched <= k_prefix_slack);
           const uint32_t matched = m.usable && (lossless || 2 * uint64_t{m.matched} >= used) ? m.matched : 0;
           if (!best || lossless > best_lossless || (lossless == best_lossless && matched > best_match) ||
               (lossless == best_lossless && matched == best_match && s.last_used < best->last_used)) {
@@ -120,7 +131,12 @@ void Scheduler::admit(Sequence& s, const std::shared_ptr<Job>& job) {
   try {
     s.sampler = std::make_unique<Sampler>(job->sampling);
     s.gen = std::make_unique<Generator>(*s.engine, tok_, *s.sampler);
-    copy_longer_prefix(s, job->prompt);
+    try {
+      copy_longer_prefix(s, job->prompt);
+    } catch (const std::exception& e) {  // an optimisation: the prompt is prefilled instead
+      s.engine->cache().clear();  // a failed restore may have left tokens without their K/V
+      if (opts_.log) opts_.log(std::string("prefix copy failed, prefilling instead: ") + e.what());
+    }
     if (PromptCache* pc = opts_.prompt_cache) {
       // A longer prefix on disk than in this sequence's cache replaces it; one token always runs.
       const PromptCacheMatch m = pc->find(job->prompt, s.engine->cache().window_ring() != 0);
@@ -142,7 +158,8 @@ void Scheduler::copy_longer_prefix(Sequence& s, std::span<const int32_t> prompt)
   const PrefixMatch own = match_prefix(to, prompt);
   // The longest prefix of the prompt another sequence holds (one token of the prompt always runs).
   const KvCache* from = nullptr;
-  uint32_t n = own.usable ? own.matched : 0;
+  const uint32_t mine = own.usable ? own.matched : 0;
+  uint32_t n = mine;
   for (const Sequence& o : seqs_) {
     if (&o == &s) continue;
     const KvCache& c = o.engine->cache();
@@ -153,7 +170,8 @@ void Scheduler::copy_longer_prefix(Sequence& s, std::span<const int32_t> prompt)
       n = m;
     }
   }
-  if (!from) return;
+  // A few tokens are prefilled sooner than copied (the copy reads every layer's rows).
+  if (!from || n < mine + k_min_prefix_copy) return;
   // The rows go through the host in the session layout; the pin stays this sequence's.
   const uint32_t keep = to.keep();
   if (!to.restore(std::span(from->tokens()).first(n), std::min(keep, n), 0, from->read_rows(n))) return;

@@ -7,6 +7,8 @@
 #include <condition_variable>
 #include <ctime>
 #include <strings.h>
+
+#include <system_error>
 #include <deque>
 #include <mutex>
 #include <random>
@@ -38,6 +40,20 @@ void send_error(httplib::Response& res, int status, const std::string& message, 
   res.set_content(dump(error_body(message, type, param, code)), "application/json");
 }
 
+// An error after which the connection must end: its request's framing is unknown (a Content-Length
+// that is not a count, two that differ), so what follows the headers must not be read as the next
+// request. cpp-httplib 0.11 keeps a connection open whatever the response's Connection header says;
+// a content provider that reports failure once it has written the body makes it close the socket.
+void send_error_and_close(httplib::Response& res, int status, const std::string& message) {
+  res.status = status;
+  res.set_header("Connection", "close");
+  const std::string body = dump(error_body(message, "invalid_request_error", ""));
+  res.set_content_provider(body.size(), "application/json", [body](size_t offset, size_t length, httplib::DataSink& sink) {
+    sink.write(body.data() + offset, length);
+    return false;
+  });
+}
+
 // The label /metrics counts a request under: its route, or "other" (bounded cardinality).
 std::string route_label(const std::string& path) {
   for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"})
@@ -67,11 +83,26 @@ class ConnectionThreads : public httplib::TaskQueue {
   ~ConnectionThreads() override { shutdown(); }
 
   void enqueue(std::function<void()> fn) override {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     jobs_.push_back(std::move(fn));
     // Every idle thread may already be promised to an earlier connection.
-    if (jobs_.size() > idle_ && threads_.size() < max_) threads_.emplace_back([this] { work(); });
-    else cv_.notify_one();
+    if (jobs_.size() > idle_ && threads_.size() < max_) {
+      try {
+        threads_.emplace_back([this] { work(); });
+        return;
+      } catch (const std::system_error&) {
+        // No thread to be had (a process or memory limit): the connection waits for a running
+        // one, or, with none at all, is served here on the listening thread.
+        if (threads_.empty()) {
+          std::function<void()> job = std::move(jobs_.back());
+          jobs_.pop_back();
+          lock.unlock();
+          job();
+          return;
+        }
+      }
+    }
+    cv_.notify_one();
   }
 
   void shutdown() override {
@@ -132,6 +163,18 @@ HttpServer::HttpServer(const ServerOptions& o, Scheduler& scheduler, Metrics& me
 
 HttpServer::~HttpServer() = default;
 
+// --api-key: every route but /health wants "Authorization: Bearer KEY" (the scheme's name in any
+// case, RFC 9110; the key exactly).
+bool HttpServer::authorized(const httplib::Request& req) const {
+  if (opts_.api_key.empty() || req.path == "/health") return true;
+  const std::string auth = req.get_header_value("Authorization");
+  return auth.size() > 7 && strncasecmp(auth.c_str(), "Bearer ", 7) == 0 && auth.substr(7) == opts_.api_key;
+}
+
+void HttpServer::refuse_unauthorized(httplib::Response& res) {
+  send_error(res, 401, "missing or wrong API key (send \"Authorization: Bearer KEY\")", "authentication_error");
+}
+
 int HttpServer::bind() {
   const int port = opts_.port == 0 ? svr_->bind_to_any_port(opts_.host) : (svr_->bind_to_port(opts_.host, opts_.port) ? opts_.port : -1);
   if (port <= 0)
@@ -148,38 +191,37 @@ bool HttpServer::running() const { return svr_->is_running(); }
 
 void HttpServer::routes() {
   httplib::Server& s = *svr_;
-  // --api-key: every route but /health wants "Authorization: Bearer KEY".
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     // A Content-Length that is not a byte count (httplib reads "-5" as huge and answers 413).
     if (const std::string n = req.get_header_value("Content-Length");
         req.has_header("Content-Length") && (n.empty() || n.find_first_not_of("0123456789") != std::string::npos)) {
-      send_error(res, 400, "Content-Length '" + n + "' is not a byte count", "invalid_request_error");
-      res.set_header("Connection", "close");  // the body was not read
+      send_error_and_close(res, 400, "Content-Length '" + n + "' is not a byte count");
       return httplib::Server::HandlerResponse::Handled;
     }
     // Two Content-Lengths that differ (a smuggling pattern; httplib reads the first).
     for (size_t i = 1; i < req.get_header_value_count("Content-Length"); ++i)
       if (req.get_header_value("Content-Length", i) != req.get_header_value("Content-Length")) {
-        send_error(res, 400, "the request has Content-Length headers that differ", "invalid_request_error");
-        res.set_header("Connection", "close");
+        send_error_and_close(res, 400, "the request has Content-Length headers that differ");
         return httplib::Server::HandlerResponse::Handled;
       }
-    if (opts_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-    // The scheme's name is case-insensitive (RFC 9110), the key is not.
-    const std::string auth = req.get_header_value("Authorization");
-    if (auth.size() > 7 && strncasecmp(auth.c_str(), "Bearer ", 7) == 0 && auth.substr(7) == opts_.api_key)
-      return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, 401, "missing or wrong API key (send \"Authorization: Bearer KEY\")", "authentication_error");
-    res.set_header("Connection", "close");  // the body was not read: the connection cannot carry another request
+    // A POST's key is checked once its body is read (post(), below), so the connection stays in step.
+    if (req.method == "POST" || authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
+    refuse_unauthorized(res);
     return httplib::Server::HandlerResponse::Handled;
   });
   // Statuses httplib answers itself (404, 413, 400 on a malformed request line) get an error object.
+  // A 400 of httplib's (a request it could not parse) or a 413 (the body left unread) ends the
+  // connection: what follows is not a request.
   s.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    const std::string what = res.status == 404   ? "no such endpoint: " + req.method + " " + req.path
-                             : res.status == 413 ? k_body_too_large
+    // Ours already (a body, or send_error_and_close's provider: httplib's public content_length_).
+    if (!res.body.empty() || res.content_length_ > 0) return httplib::Server::HandlerResponse::Unhandled;
+    if (res.status == 400 || res.status == 413) {
+      send_error_and_close(res, res.status, res.status == 413 ? k_body_too_large : "bad request");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    const std::string what = res.status == 404 ? "no such endpoint: " + req.method + " " + req.path
                              : res.status == 405 ? "method not allowed"
-                                                 : "bad request";
+                                                 : "request refused";
     send_error(res, res.status, what, res.status == 404 ? "not_found_error" : "invalid_request_error");
     return httplib::Server::HandlerResponse::Handled;
   }));
@@ -313,8 +355,8 @@ void HttpServer::routes() {
   // refuses a form-urlencoded body (curl -d's default type) over 8 KiB with a 413, whatever
   // --max-body says. The reader stops at --max-body (413): httplib checks a Content-Length against
   // it, the count here a chunked body, which httplib reads whole otherwise.
-  const auto post = [generate, max_body = opts_.max_body](Endpoint e) {
-    return [generate, e, max_body](const httplib::Request&, httplib::Response& res, const httplib::ContentReader& read) {
+  const auto post = [this, generate, max_body = opts_.max_body](Endpoint e) {
+    return [this, generate, e, max_body](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read) {
       std::string body;
       bool too_large = false;
       const bool whole = read([&](const char* data, size_t n) {
@@ -324,6 +366,7 @@ void HttpServer::routes() {
       });
       if (too_large || (!whole && res.status == 413)) throw ApiError(413, k_body_too_large);
       if (!whole) throw ApiError(400, "the request body could not be read");
+      if (!authorized(req)) return refuse_unauthorized(res);
       generate(e, body, res);
     };
   };

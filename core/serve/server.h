@@ -11,6 +11,8 @@
 
 namespace httplib {
 class Server;
+struct Request;
+struct Response;
 }
 
 namespace vkllm::serve {
@@ -37,6 +39,9 @@ class HttpServer {
 
  private:
   void routes();
+  // Whether a request may use its route (--api-key); the 401 for one that may not.
+  bool authorized(const httplib::Request& req) const;
+  static void refuse_unauthorized(httplib::Response& res);
 
   ServerOptions opts_;
   Scheduler& sched_;

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -52,6 +53,8 @@ bool is_plain_file(const fs::directory_entry& de) {
   std::error_code ec;
   return de.symlink_status(ec).type() == fs::file_type::regular;
 }
+
+constexpr int64_t k_stale_temporary_ns = int64_t{3600} * 1000000000;
 
 // Whether the writer of a temporary (".<entry>.vkv.<PID>.XXXXXX") is gone: no process has its PID.
 bool writer_gone(std::string_view name) {
@@ -275,12 +278,15 @@ void PromptCache::evict_to_cap(bool stored) {
   };
   std::vector<Item> items;
   uint64_t total = 0;
+  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::error_code ec;
   for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code ec2;
     const std::string name = it->path().filename().string();
-    // The temporaries of writers killed mid-write: removed once their process is gone.
-    if (is_entry_temporary(name) && is_plain_file(*it) && writer_gone(name)) {
+    // The temporaries of writers killed mid-write: removed once their process is gone and they are
+    // an hour old (a writer in another PID namespace sharing the directory is not seen by kill()).
+    if (is_entry_temporary(name) && is_plain_file(*it) && writer_gone(name) &&
+        mtime_ns_of(it->path().string()) < now_ns - k_stale_temporary_ns) {
       fs::remove(it->path(), ec2);
       continue;
     }
