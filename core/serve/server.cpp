@@ -2,16 +2,15 @@
 #include "serve/server.h"
 
 #include <httplib.h>
+#include <strings.h>
 
 #include <atomic>
 #include <condition_variable>
 #include <ctime>
-#include <strings.h>
-
-#include <system_error>
 #include <deque>
 #include <mutex>
 #include <random>
+#include <system_error>
 #include <thread>
 
 #include "base/error.h"
