@@ -147,7 +147,7 @@ int noted_stdout_error() { return g_stdout_error; }
 Session open_session(const RunOptions& o, const InputCheck& check_input) {
   // Sampling flags out of range are a bad command line (status 2), found before the model loads.
   try {
-    Sampler check(o.sampling);
+    Sampler::validate(o.sampling);
   } catch (const Error& e) {
     throw CLI::ValidationError(e.what());
   }

@@ -19,23 +19,13 @@ namespace gguf {
 
 namespace {
 
-// Removes the temporary files of `name` in `dir` that a writer killed mid-write left behind
-// (".NAME.PID.XXXXXX" whose process is gone); those of live writers stay.
+// Removes the temporary files of `name` in `dir` that a writer killed mid-write left behind; those
+// of live writers stay.
 void remove_orphans(const std::filesystem::path& dir, const std::string& name) {
-  const std::string prefix = "." + name + ".";
   std::error_code ec;
   for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::filesystem::directory_entry& entry = *it;
-    const std::string f = entry.path().filename().string();
-    if (!f.starts_with(prefix) || f.size() < prefix.size() + 8) continue;
-    const std::string rest = f.substr(prefix.size());  // PID.XXXXXX
-    const size_t dot = rest.find('.');
-    if (dot == 0 || dot == std::string::npos || rest.size() - dot - 1 != 6 ||
-        rest.find_first_not_of("0123456789") != dot)
-      continue;
-    const long pid = std::strtol(rest.c_str(), nullptr, 10);
     std::error_code ignored;
-    if (pid > 0 && pid <= INT32_MAX && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH) std::filesystem::remove(entry.path(), ignored);
+    if (is_orphaned_temporary(it->path().filename().string(), name)) std::filesystem::remove(it->path(), ignored);
   }
 }
 
@@ -83,6 +73,17 @@ void require_writable(const std::string& link_path, const std::filesystem::path&
 }
 
 }  // namespace
+
+bool is_orphaned_temporary(const std::string& filename, const std::string& name) {
+  // From the end: ".XXXXXX" (six characters), then ".PID" (digits), then ".NAME".
+  const size_t x = filename.rfind('.');
+  if (x == std::string::npos || x < 3 || filename.size() - x - 1 != 6 || filename[0] != '.') return false;
+  const size_t p = filename.rfind('.', x - 1);
+  if (p == std::string::npos || p < 2 || p + 1 == x || x - p - 1 > 10 || filename.find_first_not_of("0123456789", p + 1) != x) return false;
+  if (!name.empty() && filename.compare(1, p - 1, name) != 0) return false;
+  const long pid = std::strtol(filename.c_str() + p + 1, nullptr, 10);
+  return pid > 0 && pid <= INT32_MAX && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH;
+}
 
 void check_writable(const std::string& path) {
   const std::filesystem::path target = resolve_links(path);

@@ -14,6 +14,11 @@ namespace gguf {
 // permission bits, or gets 0666 less the umask; a file this process may not write is refused.
 void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
 
+// Whether `filename` (a directory entry's name) is a temporary of write_file_atomic,
+// ".NAME.PID.XXXXXX", whose writer is gone (no process has its PID): one a writer killed mid-write
+// left. `name`, when not empty, must be the NAME it was written for.
+bool is_orphaned_temporary(const std::string& filename, const std::string& name = "");
+
 // Throws gguf::Error, as write_file_atomic would, when `path` cannot be written: its directory
 // missing or not writable, or the file (a link's target) not writable. For checks before work.
 void check_writable(const std::string& path);

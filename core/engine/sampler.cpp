@@ -133,6 +133,8 @@ class BlobReader {
 
 }  // namespace
 
+void Sampler::validate(const SamplerParams& p) { validate_params(p); }
+
 Sampler::Sampler(const SamplerParams& p) : params_(p) {
   validate_params(p);
   seed_ = p.seed;

@@ -39,6 +39,8 @@ class Sampler {
 
   // Throws vkllm::Error when a parameter is out of range (NaN, repeat_penalty <= 0, ...).
   explicit Sampler(const SamplerParams& p);
+  // The same check alone, for a front end that refuses its flags before it loads anything.
+  static void validate(const SamplerParams& p);
 
   // Chooses the next token from logits [n_vocab] f32 (the span is modified in place: the
   // penalties are applied to it). Greedy draws no random number.

@@ -1,8 +1,9 @@
 // The prompt cache directory: lookup by longest token prefix, store, LRU eviction under flock.
 #include "store/prompt_cache.h"
 
+#include "atomic_file.h"
+
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -54,19 +55,9 @@ bool is_plain_file(const fs::directory_entry& de) {
   return de.symlink_status(ec).type() == fs::file_type::regular;
 }
 
+// How old an orphaned temporary must be before eviction removes it (a writer in another PID
+// namespace sharing the directory is not seen by kill()).
 constexpr int64_t k_stale_temporary_ns = int64_t{3600} * 1000000000;
-
-// Whether the writer of a temporary (".<entry>.vkv.<PID>.XXXXXX") is gone: no process has its PID.
-bool writer_gone(std::string_view name) {
-  const size_t at = name.find(".vkv.");
-  if (at == std::string_view::npos) return false;
-  name.remove_prefix(at + 5);
-  const size_t dot = name.find('.');
-  if (dot == 0 || dot == std::string_view::npos || dot > 9 || name.substr(0, dot).find_first_not_of("0123456789") != std::string_view::npos)
-    return false;
-  const pid_t pid = pid_t(std::stol(std::string(name.substr(0, dot))));
-  return pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
-}
 
 // Last use (the modification time) in nanoseconds since the epoch: eviction must order an entry
 // this run's lookup touched and one it stores within the same second.
@@ -285,7 +276,7 @@ void PromptCache::evict_to_cap(bool stored) {
     const std::string name = it->path().filename().string();
     // The temporaries of writers killed mid-write: removed once their process is gone and they are
     // an hour old (a writer in another PID namespace sharing the directory is not seen by kill()).
-    if (is_entry_temporary(name) && is_plain_file(*it) && writer_gone(name) &&
+    if (is_entry_temporary(name) && is_plain_file(*it) && gguf::is_orphaned_temporary(name) &&
         mtime_ns_of(it->path().string()) < now_ns - k_stale_temporary_ns) {
       fs::remove(it->path(), ec2);
       continue;
