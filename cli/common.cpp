@@ -151,24 +151,35 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
   } catch (const Error& e) {
     throw CLI::ValidationError(e.what());
   }
+  // K and V in one type (the attention kernels read both in it, docs/kv-cache.md): a mix, or
+  // --cache-type against an explicit --cache-type-k/-v, is a bad command line.
+  const std::string tk = !o.cache_type.empty() ? o.cache_type : !o.cache_type_k.empty() ? o.cache_type_k : "f16";
+  const std::string tv = !o.cache_type.empty() ? o.cache_type : !o.cache_type_v.empty() ? o.cache_type_v : "f16";
+  for (const auto& [flag, value] : {std::pair{"--cache-type-k", &o.cache_type_k}, std::pair{"--cache-type-v", &o.cache_type_v}})
+    if (!o.cache_type.empty() && !value->empty() && *value != o.cache_type)
+      throw CLI::ValidationError(std::string(flag) + " " + *value + " contradicts --cache-type " + o.cache_type);
+  if (tk != tv)
+    throw CLI::ValidationError("--cache-type-k " + tk + " and --cache-type-v " + tv +
+                               " differ: K and V must have the same cache type (use --cache-type)");
+  // The ring needs a slot past the pinned tokens.
+  const auto check_keep = [&](uint32_t capacity) {
+    if (o.keep >= 0 && uint32_t(o.keep) >= capacity)
+      throw CLI::ValidationError("--keep " + std::to_string(o.keep) + " pins the whole cache of " + std::to_string(capacity) +
+                                 " tokens (--ctx); at most " + std::to_string(capacity - 1) + " can be pinned");
+  };
+  if (o.ctx) check_keep(o.ctx);
   Session s{gguf::File::open(o.model), nullptr, nullptr, nullptr, nullptr, nullptr, {}};
   const ModelSummary summary = summarize_model(s.file);
   const ModelConfig& c = summary.config;
 
   EngineOptions eo;
   eo.cache.capacity = o.ctx ? o.ctx : std::min<uint32_t>(c.n_ctx_train ? c.n_ctx_train : 4096, 4096);
-  // The ring needs a slot past the pinned tokens.
-  if (o.keep >= 0 && uint32_t(o.keep) >= eo.cache.capacity)
-    throw Error("--keep " + std::to_string(o.keep) + " pins the whole cache of " + std::to_string(eo.cache.capacity) +
-                " tokens (--ctx); at most " + std::to_string(eo.cache.capacity - 1) + " can be pinned");
-  const std::string tk = o.cache_type.empty() ? o.cache_type_k : o.cache_type;
-  const std::string tv = o.cache_type.empty() ? o.cache_type_v : o.cache_type;
+  check_keep(eo.cache.capacity);
   eo.cache.type_k = *cache_type_from_name(tk);
   eo.cache.type_v = *cache_type_from_name(tv);
-  // The attention kernels read K and V in one type (docs/kv-cache.md); a mix ran them with V read
-  // as K's type, into garbage or NaN logits.
-  if (eo.cache.type_k != eo.cache.type_v)
-    throw Error("--cache-type-k " + tk + " and --cache-type-v " + tv + " differ: K and V must have the same cache type (use --cache-type)");
+  // A quantized row needs whole blocks: refused before the memory plan prints figures for it.
+  if (!cache_type_fits(eo.cache.type_k, c.n_embd_kv()))
+    throw Error("--cache-type " + tk + " needs a KV row width that is a multiple of 32; this model's is " + std::to_string(c.n_embd_kv()));
   eo.n_ubatch = o.ubatch;
   eo.cache.swa_full = o.swa_full;
   eo.profile = o.profile;

@@ -23,7 +23,7 @@ struct RunOptions {
   std::string model;
   std::optional<uint32_t> device;
   uint32_t ctx = 0;  // 0: min(trained context, 4096)
-  std::string cache_type, cache_type_k = "f16", cache_type_v = "f16";
+  std::string cache_type, cache_type_k, cache_type_v;  // empty: not given (f16)
   int32_t keep = -1;  // -1: BOS plus the system prompt
   uint32_t ubatch = 0;  // 0: the device's (512 on GPUs, 64 on CPU drivers)
   bool swa_full = false;

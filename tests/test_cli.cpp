@@ -259,15 +259,30 @@ TEST(Cli, BadInputIsOneLineAndNonZero) {
   }
   const Result r = vkllm("info -m " + dir + "/corrupt.gguf");
   EXPECT_NE(r.err.find("corrupt.gguf"), std::string::npos) << r.err;
-  // Mixed K/V cache types are refused (the attention kernels read both in one type).
+  // Mixed K/V cache types are a bad command line (the attention kernels read both in one type), as is
+  // --cache-type against an explicit --cache-type-k/-v (it was silently taken over them); the flags
+  // are judged before the model is opened.
   const Result mixed = vkllm("run --cache-type-k f16 --cache-type-v q8_0 -p hi -m " + model("stories260K.gguf"));
-  EXPECT_EQ(mixed.status, 1) << mixed.err;
+  EXPECT_EQ(mixed.status, 2) << mixed.err;
   EXPECT_EQ(std::count(mixed.err.begin(), mixed.err.end(), '\n'), 1) << mixed.err;
   EXPECT_NE(mixed.err.find("--cache-type-k f16 and --cache-type-v q8_0 differ"), std::string::npos) << mixed.err;
+  const Result contra = vkllm("run --cache-type q8_0 --cache-type-v f16 -p hi -m " + dir + "/does-not-exist.gguf");
+  EXPECT_EQ(contra.status, 2) << contra.err;
+  EXPECT_NE(contra.err.find("--cache-type-v f16 contradicts --cache-type q8_0"), std::string::npos) << contra.err;
+  EXPECT_EQ(vkllm("run --cache-type q8_0 --cache-type-k q8_0 -n 1 --ctx 32 -q -p hi -m " + model("stories260K.gguf")).status, 0);
   // A --keep that pins the whole cache leaves the ring no slot.
   const Result keep = vkllm("run --keep 16 --ctx 16 -p hi -m " + model("stories260K.gguf"));
-  EXPECT_EQ(keep.status, 1) << keep.err;
-  EXPECT_EQ(keep.err, "vkllm: error: --keep 16 pins the whole cache of 16 tokens (--ctx); at most 15 can be pinned\n");
+  EXPECT_EQ(keep.status, 2) << keep.err;
+  EXPECT_TRUE(keep.err.starts_with("vkllm: error: --keep 16 pins the whole cache of 16 tokens (--ctx); at most 15 can be pinned")) << keep.err;
+  EXPECT_EQ(std::count(keep.err.begin(), keep.err.end(), '\n'), 1) << keep.err;
+  // A quantized cache on a KV row that is not whole blocks (80 = 2 heads × 40): the one line, no
+  // memory figures before it (they were computed for the truncated row).
+  const std::string hd40 = dir + "/vkllm_hd40.gguf";
+  ASSERT_EQ(std::system((std::string(VKLLM_MAKE_MODEL) + " --arch llama --layers 1 --embd 64 --ff 64 --heads 4 --kv-heads 2 --head-dim 40 -o " +
+                         hd40 + " >/dev/null").c_str()), 0);
+  const Result rows = vkllm("run --cache-type q4_0 -n 1 -p hi -m " + hd40);
+  EXPECT_EQ(rows.status, 1) << rows.err;
+  EXPECT_EQ(rows.err, "vkllm: error: --cache-type q4_0 needs a KV row width that is a multiple of 32; this model's is 80\n");
 }
 
 // A model key's 4-byte value overwritten (the key found by name; GGUF stores it as a u64 length,

@@ -105,6 +105,18 @@ TEST_F(SessionTest, SplitContinuationKeepsALongPin) {
   const std::vector<int32_t> second = tokens_of(b);
   joined.insert(joined.end(), second.begin(), second.end());
   EXPECT_EQ(joined, tokens_of(whole));
+  // A --ctx the pin fills is refused, the file untouched (the pin was cut to --ctx − 1, the text
+  // degenerated in a one-slot ring, and the file was saved with the cut pin).
+  const std::string pinned = path("pinned.vkv");
+  ASSERT_EQ(vkllm(run + " -p 'Once upon a time' -n 2 --session " + pinned).rc, 0);
+  const std::string before = slurp(pinned);
+  const Result small = vkllm("run -m " + vkllm::test::shared_path(kModel) + " --ctx 32 --temp 0 -p '' -n 4 --session " + pinned);
+  EXPECT_EQ(small.rc, 1);
+  EXPECT_TRUE(small.out.empty()) << small.out;
+  EXPECT_NE(small.err.find(pinned + ": the session pins 32 tokens; --ctx 32 leaves no room after them; use --ctx 33 or more"),
+            std::string::npos)
+      << small.err;
+  EXPECT_EQ(slurp(pinned), before);
 }
 
 // A prompt-cache entry stored by a run with another --keep does not change this run's pin: after
