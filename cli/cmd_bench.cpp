@@ -68,7 +68,7 @@ void bench_model(BenchCommand& c) {
   // Each test starts from the filled cache: a depth the cache cannot hold with the test's tokens
   // would measure a ring that dropped the fill, under the fill's name.
   if (needed > c.opts.ctx)
-    throw Error("--ctx-fill " + std::to_string(max_fill) + " and a test of " + std::to_string(needed - max_fill) +
+    throw CLI::ValidationError("--ctx-fill " + std::to_string(max_fill) + " and a test of " + std::to_string(needed - max_fill) +
                 " tokens do not fit --ctx " + std::to_string(c.opts.ctx) + "; use --ctx " + std::to_string(needed) + " or more");
   c.opts.quiet = c.json;
   // Each depth has its own `parallel` sequences (engines sharing the weights), so that every

@@ -18,8 +18,9 @@ struct PerplexityCommand {
 };
 
 void run(PerplexityCommand& c) {
-  const std::string text = read_text_input(c.file, "the text file");
   if (c.opts.ctx == 0) c.opts.ctx = 512;
+  if (c.opts.ctx < 4) throw CLI::ValidationError("--ctx " + std::to_string(c.opts.ctx) + " is too small for perplexity (at least 4)");
+  const std::string text = read_text_input(c.file, "the text file");
   // Chunked mode evaluates whole chunks from an empty cache: ubatch covers a chunk when it can.
   if (!c.stream) c.opts.ubatch = std::max(c.opts.ubatch, c.opts.ctx);
   std::vector<int32_t> tokens;

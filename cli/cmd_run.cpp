@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -69,31 +70,42 @@ void print_stats(const GenerationStats& st, const KvCache& kv) {
 
 // Ctrl+C while tokens are generated stops the generation: the session is saved and the stats
 // printed as after any stop, and the status is 130 (`-n -1 --session` has no other way to end
-// and keep what it made). The handler is installed once, for the generation only: a second
-// Ctrl+C (SA_RESETHAND), or one during the prefill, ends the process at once.
-std::atomic<bool> g_interrupted{false};
-extern "C" void on_run_sigint(int) { g_interrupted.store(true); }
+// and keep what it made). SIGTERM (`timeout`, a service manager) and SIGHUP (a closed terminal)
+// stop it the same way, status 143 and 129. The handlers are installed for the generation only:
+// a second signal of the same kind (SA_RESETHAND), or one during the prefill, ends the process at
+// once.
+std::atomic<int> g_stop_signal{0};
+bool stopped_by_signal() { return g_stop_signal.load() != 0; }
+extern "C" void on_run_stop_signal(int sig) {
+  int none = 0;
+  g_stop_signal.compare_exchange_strong(none, sig);
+}
 
-// A SIGINT the process was started ignoring (a background job of a script) stays ignored.
-class SigintStopsGeneration {
+// A signal the process was started ignoring (SIGINT in a script's background job, SIGHUP under
+// nohup) stays ignored.
+class SignalsStopGeneration {
  public:
-  SigintStopsGeneration() {
-    sigaction(SIGINT, nullptr, &old_);
-    if (old_.sa_handler == SIG_IGN) return;
-    struct sigaction sa {};
-    sa.sa_handler = on_run_sigint;
-    sa.sa_flags = SA_RESETHAND | SA_RESTART;  // restarted: a write to a full pipe is not cut short
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, nullptr);
-    installed_ = true;
+  SignalsStopGeneration() {
+    for (size_t i = 0; i < kSignals.size(); ++i) {
+      sigaction(kSignals[i], nullptr, &old_[i]);
+      if (old_[i].sa_handler == SIG_IGN) continue;
+      struct sigaction sa {};
+      sa.sa_handler = on_run_stop_signal;
+      sa.sa_flags = SA_RESETHAND | SA_RESTART;  // restarted: a write to a full pipe is not cut short
+      sigemptyset(&sa.sa_mask);
+      sigaction(kSignals[i], &sa, nullptr);
+      installed_[i] = true;
+    }
   }
-  ~SigintStopsGeneration() {
-    if (installed_ && !g_interrupted.load()) sigaction(SIGINT, &old_, nullptr);
+  ~SignalsStopGeneration() {
+    for (size_t i = 0; i < kSignals.size(); ++i)
+      if (installed_[i] && g_stop_signal.load() != kSignals[i]) sigaction(kSignals[i], &old_[i], nullptr);
   }
 
  private:
-  struct sigaction old_ {};
-  bool installed_ = false;
+  static constexpr std::array<int, 3> kSignals{SIGINT, SIGTERM, SIGHUP};
+  std::array<struct sigaction, 3> old_{};
+  std::array<bool, 3> installed_{};
 };
 
 // A prompt the cache cannot hold with room to generate: without -n nothing would come out (the run
@@ -110,7 +122,7 @@ void check_prompt_fits(size_t n_prompt, uint32_t capacity, int32_t n_predict) {
                  with_commas(n_prompt).c_str(), with_commas(capacity).c_str());
 }
 
-// Returns the exit status: 0, or 130 after Ctrl+C stopped the generation.
+// Returns the exit status: 0, or 128 + the signal after Ctrl+C, SIGTERM or SIGHUP stopped the generation.
 int run(const RunCommand& c) {
   const std::string text = gather_prompt(c);
   // Flags are checked before the model loads.
@@ -234,7 +246,7 @@ int run(const RunCommand& c) {
   go.logprobs = c.logprobs;
   std::string out, out_text;
   {
-    SigintStopsGeneration sigint;
+    SignalsStopGeneration stop_signals;
     const TextSink sink = [&](const std::string& piece) {
       out_text += piece;
       if (c.json) {
@@ -248,14 +260,14 @@ int run(const RunCommand& c) {
           return false;
         }
       }
-      return !g_interrupted.load();
+      return !stopped_by_signal();
     };
     // The flag is read at every token, not only when one prints (tokens of no text, or text held
     // back for a --stop prefix, would not reach the sink).
     gen.start(go);
-    while (!g_interrupted.load() && gen.step(sink)) {
+    while (!stopped_by_signal() && gen.step(sink)) {
     }
-    if (g_interrupted.load()) gen.interrupt();
+    if (stopped_by_signal()) gen.interrupt();
   }
   GenerationStats& st = gen.stats();
   st.ttft_ms += cache_load_ms + restore_ms;  // restoring is part of the time to the first token
@@ -266,16 +278,22 @@ int run(const RunCommand& c) {
       std::fprintf(stderr, "vkllm: prompt %s tok · cached %s · TTFT %s\n", with_commas(st.prompt_tokens).c_str(),
                    with_commas(st.cached_tokens).c_str(), fmt_ms(st.ttft_ms).c_str());
   }
+  std::string save_error;
   if (!c.persist.session.empty()) {
     std::string conv;
     if (c.chat) {
       messages.push_back({{"role", "assistant"}, {"content", out_text}});
       conv = nlohmann::json{{"messages", messages}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     }
-    const uint64_t bytes = save_session(c.persist.session, *s.engine, fp, &sampler, conv);
-    if (!c.opts.quiet)
-      std::fprintf(stderr, "vkllm: session %s: saved %s tokens, %s\n", c.persist.session.c_str(), with_commas(cache.used()).c_str(),
-                   human_bytes(bytes).c_str());
+    // A failed save (a full disk) is reported after the output and the stats, which it would lose.
+    try {
+      const uint64_t bytes = save_session(c.persist.session, *s.engine, fp, &sampler, conv);
+      if (!c.opts.quiet)
+        std::fprintf(stderr, "vkllm: session %s: saved %s tokens, %s\n", c.persist.session.c_str(), with_commas(cache.used()).c_str(),
+                     human_bytes(bytes).c_str());
+    } catch (const Error& e) {
+      save_error = e.what();
+    }
   }
   if (c.json) {
     nlohmann::json j = {
@@ -303,7 +321,8 @@ int run(const RunCommand& c) {
   }
   if (!c.opts.quiet && !c.json) print_stats(st, cache);
   if (c.opts.profile) print_profile(s.engine->timings());
-  return g_interrupted.load() ? 130 : 0;
+  if (!save_error.empty()) throw Error(save_error);
+  return stopped_by_signal() ? 128 + g_stop_signal.load() : 0;
 }
 
 }  // namespace

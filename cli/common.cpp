@@ -82,7 +82,7 @@ void add_sampling_options(CLI::App* cmd, SamplerParams& s) {
            if (used == 0 || used != v.size()) throw CLI::ValidationError("--seed", v + " is not a seed (0 to 2^64 - 1, or -1: random)");
            s.seed = x;
          },
-         "RNG seed, 0 to 2^64 - 1 (default or -1: random)")
+         "RNG seed, 0 to 2^64 - 1 (default, -1 or 4294967295 as in llama.cpp: random; --json reports the one drawn)")
       ->type_name("UINT");
 }
 
@@ -167,6 +167,7 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
       throw CLI::ValidationError("--keep " + std::to_string(o.keep) + " pins the whole cache of " + std::to_string(capacity) +
                                  " tokens (--ctx); at most " + std::to_string(capacity - 1) + " can be pinned");
   };
+  if (o.ctx == 1) throw CLI::ValidationError("--ctx 1 is too small (at least 2 tokens)");
   if (o.ctx) check_keep(o.ctx);
   Session s{gguf::File::open(o.model), nullptr, nullptr, nullptr, nullptr, nullptr, {}};
   const ModelSummary summary = summarize_model(s.file);

@@ -2,14 +2,17 @@
 // exit status 2 for a bad command line, 1 for bad input (a file, a device), 2 for a bug.
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <string>
 #include <exception>
+#include <string>
+#include <string_view>
 
 #include "commands.h"
 #include "common.h"
 #include "base/error.h"
+#include "base/utf8.h"
 #include "gguf.h"
 
 namespace {
@@ -24,9 +27,33 @@ int checked_stdout(int status) {
   return status == 0 ? 1 : status;
 }
 
+// CLI11 reads integers with strtoll's base 0, so "010" was 8 and "0x10" 16: a script's
+// zero-padded count (printf %03d) silently became another number. Every integer option of every
+// subcommand reads decimal: leading zeros are dropped, a 0x/0b/0o prefix is refused.
+void decimal_integers(CLI::App& app) {
+  const CLI::Validator decimal(
+      [](std::string& v) {
+        const size_t digits = v.find_first_not_of("+-");
+        if (digits == std::string::npos || digits > 1 || v.size() - digits < 2 || v[digits] != '0') return std::string();
+        if (v.find_first_not_of("0123456789", digits) != std::string::npos) return v + " is not a decimal number";
+        const size_t first = std::min(v.find_first_not_of('0', digits), v.size() - 1);
+        v.erase(digits, first - digits);
+        return std::string();
+      },
+      "");
+  for (CLI::Option* opt : app.get_options()) {
+    const std::string type = opt->get_type_name();
+    if (type.starts_with("INT") || type.starts_with("UINT")) opt->transform(decimal);
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) decimal_integers(*sub);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A closed pipe (`vkllm run … | head`) is a failed write, not death by SIGPIPE: the generation
+  // stops there, a --session is saved and the error is one line, status 1 (checked_stdout).
+  std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"vkllm: run GGUF language models on Vulkan compute shaders"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "vkllm 0.1.0");
@@ -40,20 +67,26 @@ int main(int argc, char** argv) {
   vkllm::cli::add_chat_command(app);
   vkllm::cli::add_cache_command(app);
   vkllm::cli::add_serve_command(app);
-  // An error is one line whatever it quotes (a file's strings may hold newlines or escape codes):
-  // control bytes are printed as \n, \t or \xHH.
+  decimal_integers(app);
+  // An error is one line whatever it quotes (a file's strings may hold newlines, escape codes or
+  // bytes that are not UTF-8): control bytes and bytes of no valid UTF-8 sequence are printed as \n,
+  // \t or \xHH.
   const auto one_line = [](const char* what) {
+    const std::string_view text(what);
     std::string out;
-    for (const char* p = what; *p; ++p) {
-      const auto ch = static_cast<unsigned char>(*p);
+    for (size_t pos = 0; pos < text.size();) {
+      const auto ch = static_cast<unsigned char>(text[pos]);
+      const size_t start = pos;
+      const bool valid = ch < 0x80 || vkllm::utf8::next(text, pos) != 0xFFFD || text.substr(start, 3) == "\xEF\xBF\xBD";
+      pos = start + (ch < 0x80 || !valid ? 1 : pos - start);
       if (ch == '\n') out += "\\n";
       else if (ch == '\t') out += "\\t";
-      else if (ch < 0x20 || ch == 0x7F) {
+      else if (ch < 0x20 || ch == 0x7F || !valid) {
         char hex[8];
         std::snprintf(hex, sizeof hex, "\\x%02x", ch);
         out += hex;
       } else {
-        out += static_cast<char>(ch);
+        out += text.substr(start, pos - start);
       }
     }
     return out;

@@ -60,7 +60,9 @@ uint64_t parse_size(const std::string& flag, const std::string& text) {
   else if (unit == "k" || unit == "kib" || unit == "kb") mul = 1024.0;
   else if (unit == "m" || unit == "mib" || unit == "mb") mul = 1024.0 * 1024;
   else if (unit == "g" || unit == "gib" || unit == "gb") mul = 1024.0 * 1024 * 1024;
-  if (used == 0 || mul == 0 || v < 0) throw Error(flag + " '" + text + "' is not a size (e.g. 2GiB, 512M, 1000000)");
+  // A bad command line (status 2); NaN and infinities were taken (NaN cast to an integer).
+  if (used == 0 || mul == 0 || !(v >= 0) || !(v * mul < 0x1p63))
+    throw CLI::ValidationError(flag + " '" + text + "' is not a size (e.g. 2GiB, 512M, 1000000)");
   return static_cast<uint64_t>(v * mul);
 }
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -20,12 +21,16 @@ namespace gguf {
 namespace {
 
 // Removes the temporary files of `name` in `dir` that a writer killed mid-write left behind; those
-// of live writers stay.
+// of live writers stay. Only once they are an hour old: a writer in another PID namespace (a
+// container sharing the directory) is no process here, and its temporary is seconds old.
 void remove_orphans(const std::filesystem::path& dir, const std::string& name) {
   std::error_code ec;
+  const auto stale = std::filesystem::file_time_type::clock::now() - std::chrono::hours(1);
   for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code ignored;
-    if (is_orphaned_temporary(it->path().filename().string(), name)) std::filesystem::remove(it->path(), ignored);
+    if (!is_orphaned_temporary(it->path().filename().string(), name)) continue;
+    const auto written = std::filesystem::last_write_time(it->path(), ignored);
+    if (!ignored && written < stale) std::filesystem::remove(it->path(), ignored);
   }
 }
 
@@ -67,7 +72,8 @@ std::filesystem::path dir_of(const std::filesystem::path& target) {
 void require_writable(const std::string& link_path, const std::filesystem::path& target, bool exists) {
   const std::filesystem::path dir = dir_of(target);
   std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) throw Error(link_path + ": the directory " + dir.string() + " does not exist");
+  if (!std::filesystem::is_directory(dir, ec))
+    throw Error(link_path + ": " + dir.string() + (std::filesystem::exists(dir, ec) ? " is not a directory" : ": the directory does not exist"));
   if (::access(dir.c_str(), W_OK | X_OK) != 0) throw Error(link_path + ": cannot create files in " + dir.string() + ": " + std::strerror(errno));
   if (exists && ::access(target.c_str(), W_OK) != 0) throw Error(link_path + ": cannot write: " + std::strerror(errno));
 }

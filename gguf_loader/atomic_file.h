@@ -9,7 +9,8 @@ namespace gguf {
 // Writes `bytes` to a temporary file in the same directory as `path`, fsyncs it, renames it over
 // `path` and fsyncs the directory. Throws gguf::Error naming the path on failure (the old file,
 // if any, is then untouched and the temporary is removed). The temporary is ".NAME.PID.XXXXXX";
-// those of the same path whose writer was killed mid-write (its process gone) are removed here.
+// those of the same path whose writer was killed mid-write (its process gone, the file an hour
+// old) are removed here.
 // A symbolic link is followed (its target is replaced); the new file keeps the old one's
 // permission bits, or gets 0666 less the umask; a file this process may not write is refused.
 void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);

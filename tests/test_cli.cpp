@@ -354,6 +354,14 @@ TEST(Cli, ErrorsQuotingTheFileStayOneLine) {
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("'foo\\nbar\\x1b[31m'"), std::string::npos) << r.err;
+  // Bytes of no UTF-8 sequence are escaped too (a binary file taken for a template was quoted raw);
+  // valid multi-byte characters stay as they are.
+  const std::string tmpl = testing::TempDir() + "/vkllm_bad_utf8.jinja";
+  std::ofstream(tmpl, std::ios::binary) << "caf\xc3\xa9 {{ \x81 }}";
+  const Result bad = vkllm("template --chat-template " + tmpl + " --messages /dev/null");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.err.find("\\x81"), std::string::npos) << bad.err;
+  EXPECT_EQ(bad.err.find('\x81'), std::string::npos) << bad.err;
 }
 
 // A directory where a file is read, or a FIFO where a session file is (which would block the open
@@ -367,13 +375,27 @@ TEST(Cli, DirectoriesAndFifosWhereFilesBelong) {
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   for (const std::string& args : {"run" + m + " --session " + dir + " -p hi -n 1", "run" + m + " -f " + dir + " -n 1",
                                   "perplexity" + m + " -f " + dir, "tokenize" + m + " -f " + dir,
-                                  "chat" + m + " --system-file " + dir, "run" + m + " --session " + fifo + " -p hi -n 1"}) {
+                                  "chat" + m + " --system-file " + dir, "run" + m + " --session " + fifo + " -p hi -n 1",
+                                  "info -m " + fifo, "run -p hi -n 1 -m " + fifo}) {  // (-m a FIFO waited for a writer)
     const Result r = vkllm(args);
     EXPECT_EQ(r.status, 1) << args << ": " << r.err;
     EXPECT_TRUE(r.out.empty()) << args << ": " << r.out;
     EXPECT_TRUE(r.err.starts_with("vkllm: error: ")) << args << ": " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
     EXPECT_NE(r.err.find(args.find(fifo) != std::string::npos ? fifo : dir), std::string::npos) << args << ": " << r.err;
+  }
+  // A pipeline cache that is no regular file is a cold cache, not an internal error (a directory)
+  // or a hang (a FIFO).
+  for (const bool as_fifo : {false, true}) {
+    const std::string cache = dir + "/xdg", bin = cache + "/vkllm/pipelines.bin";
+    std::filesystem::remove_all(cache);
+    std::filesystem::create_directories(as_fifo ? cache + "/vkllm" : bin);
+    if (as_fifo) {
+      ASSERT_EQ(mkfifo(bin.c_str(), 0600), 0);
+    }
+    const std::string cmd = "XDG_CACHE_HOME=" + cache + " timeout 120 " + VKLLM_BINARY + " run -q -n 1" + m + " -p hi </dev/null >/dev/null";
+    const int st = std::system(cmd.c_str());
+    EXPECT_EQ(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 0) << (as_fifo ? "FIFO" : "directory");
   }
   std::filesystem::remove_all(dir);
   std::filesystem::remove(fifo);
@@ -394,7 +416,12 @@ TEST(Cli, ParseErrorsAreOneLineWithStatus2) {
                                   // 2^24 (wrapped the memory hint), a second word after --stop (was a second string)
                                   "run --temp nan" + m + " -p hi", "run --repeat-last-n -2" + m + " -p hi",
                                   "run --ctx 4294967295" + m + " -p hi", "run --stop x y" + m + " -p hi",
-                                  std::string("template --chat-template chatml --date 2024-13-45 --messages /dev/null")}) {
+                                  std::string("template --chat-template chatml --date 2024-13-45 --messages /dev/null"),
+                                  // a hex count (CLI11 read 0x10 as 16 and 010 as 8), a size that is NaN (was taken), a
+                                  // --ctx of one token, a perplexity chunk under 4 and a fill past --ctx (were status 1)
+                                  "run -n 0x10" + m + " -p hi", "run --prompt-cache-size nan --prompt-cache /tmp" + m + " -p hi",
+                                  "run --ctx 1" + m + " -p hi", "perplexity --ctx 2 -f /dev/null" + m,
+                                  "bench -p 8 -n 8 -r 1 --ctx 64 --ctx-fill 100" + m}) {
     const Result r = vkllm(args);
     EXPECT_EQ(r.status, 2) << args << ": " << r.err;
     EXPECT_TRUE(r.out.empty()) << args << ": " << r.out;
@@ -402,6 +429,11 @@ TEST(Cli, ParseErrorsAreOneLineWithStatus2) {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
   }
   EXPECT_NE(vkllm("run --temp abc" + m + " -p hi").err.find("--temp"), std::string::npos);
+  // Zero-padded counts are decimal (a script's printf %03d), as llama.cpp reads them.
+  const Result padded = vkllm("run --json -q --temp 0 --ignore-eos -n 010 --ctx 0064" + m + " -p hi");
+  ASSERT_EQ(padded.status, 0) << padded.err;
+  EXPECT_EQ(json::parse(padded.out)["generated_tokens"], 10);
+  EXPECT_EQ(json::parse(padded.out)["kv_capacity"], 64);
   const Result minus5 = vkllm("run -n -5" + m + " -p hi");
   EXPECT_NE(minus5.err.find("-5 is not a token count"), std::string::npos) << minus5.err;
   EXPECT_NE(vkllm("no-such-command").err.find("unknown command 'no-such-command'"), std::string::npos);
@@ -792,6 +824,19 @@ TEST(Cli, ReadAndWriteErrorsFail) {
     EXPECT_EQ(full.status, 1) << args << ": " << full.err;
     EXPECT_NE(full.err.find("vkllm: error: cannot write to stdout: No space left on device"), std::string::npos) << args << ": " << full.err;
   }
+  // A closed pipe (`| head`) is a failed write too, not death by SIGPIPE: the endless run stops,
+  // its session is saved, status 1 (it was 141 and the session lost).
+  const std::string session = testing::TempDir() + "/vkllm_pipe.vkv", err = testing::TempDir() + "/vkllm_pipe.err";
+  std::filesystem::remove(session);
+  const std::string piped = "bash -c '" + std::string(VKLLM_BINARY) + " run -q --temp 0 -n -1" + m + " -p Once --session " + session +
+                            " </dev/null 2>" + err + " | head -c 20 >/dev/null; exit ${PIPESTATUS[0]}'";
+  const int st = std::system(piped.c_str());
+  EXPECT_EQ(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 1);
+  std::ifstream e(err);
+  const std::string err_text{std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>()};
+  EXPECT_NE(err_text.find("vkllm: error: cannot write to stdout: Broken pipe"), std::string::npos) << err_text;
+  EXPECT_TRUE(std::filesystem::exists(session));
+  std::filesystem::remove(session);
 }
 
 // Two stop strings that complete on the same token: the text ends where the first to occur begins,

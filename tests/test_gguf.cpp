@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -178,16 +179,22 @@ TEST(Gguf, WriterRoundTripsEveryValueType) {
 TEST(Gguf, WriterWritesAtomicallyToDisk) {
   const std::string dir = testing::TempDir(), path = dir + "/vkllm_writer_test.gguf";
   // The temporary file of a writer killed mid-write (a PID no process has: above Linux's largest
-  // pid_max) is removed by the next write; a live writer's (this process's) stays.
+  // pid_max) is removed by the next write once it is an hour old; a fresh one stays (its writer may
+  // live in another PID namespace), as does a live writer's (this process's).
   const std::string orphan = dir + "/.vkllm_writer_test.gguf.999999999.a1B2c3";
+  const std::string fresh = dir + "/.vkllm_writer_test.gguf.999999998.a1B2c3";
   const std::string live = dir + "/.vkllm_writer_test.gguf." + std::to_string(getpid()) + ".a1B2c3";
   std::ofstream(orphan) << "partial";
+  std::ofstream(fresh) << "partial";
   std::ofstream(live) << "partial";
+  std::filesystem::last_write_time(orphan, std::filesystem::file_time_type::clock::now() - std::chrono::minutes(61));
   sample_writer().write(path);
   const File f = File::open(path);
   EXPECT_EQ(f.tensors().size(), 3u);
   EXPECT_FALSE(std::filesystem::exists(orphan));
+  EXPECT_TRUE(std::filesystem::exists(fresh));
   EXPECT_TRUE(std::filesystem::exists(live));
+  std::filesystem::remove(fresh);
   for (const auto& e : std::filesystem::directory_iterator(dir))  // and its own temporary is gone
     EXPECT_FALSE(e.path().filename().string().starts_with(".vkllm_writer_test.gguf.") && e.path() != live) << e.path();
   std::filesystem::remove(live);

@@ -159,26 +159,31 @@ TEST_F(SessionTest, SplitThroughTheRingIsBitIdentical) {
 }
 
 // Ctrl+C while an endless run (-n -1) generates stops it: the session is saved (that run has no
-// other way to end and keep what it made), the stats say "interrupted", the status is 130.
+// other way to end and keep what it made), the stats say "interrupted", the status is 130. SIGTERM
+// (`timeout`) and SIGHUP (a closed terminal) do the same, status 143 and 129 (they killed the run and
+// lost the session).
 TEST_F(SessionTest, CtrlCStopsAnEndlessRunAndSaves) {
   VKLLM_REQUIRE_SHARED(kModel);
-  const std::string s = path("endless.vkv"), out = path("endless.out"), err = path("endless.err");
-  // SIGINT once the first tokens are out (not during the load or the prefill, where it ends the
-  // process at once), then the run's status. With job control (set -m): a script's background job
-  // would otherwise start with SIGINT ignored, which vkllm leaves ignored.
-  const std::string script = "set -m; " + std::string(VKLLM_BINARY) + " " + model() + " -p 'Once upon a time' -n -1 --session " + s +
-                             " </dev/null >" + out + " 2>" + err + " & pid=$!; for i in $(seq 600); do [ -s " + out +
-                             " ] && break; sleep 0.1; done; kill -INT $pid; wait $pid; exit $?";
-  const std::string file = path("endless.sh");
-  std::ofstream(file) << script << "\n";
-  const int status = std::system(("bash " + file).c_str());
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 130) << slurp(err);
-  EXPECT_NE(slurp(err).find("(interrupted)"), std::string::npos) << slurp(err);
-  ASSERT_TRUE(fs::exists(s)) << slurp(err);
-  const Result next = vkllm(model() + " --temp 0 --json -p '' -n 2 --session " + s);
-  ASSERT_EQ(next.rc, 0) << next.err;
-  EXPECT_GT(nlohmann::json::parse(next.out).at("cached_tokens").get<int>(), 5);
+  for (const auto& [sig, expected] : {std::pair{"INT", 130}, std::pair{"TERM", 143}, std::pair{"HUP", 129}}) {
+    SCOPED_TRACE(sig);
+    const std::string s = path(std::string("endless-") + sig + ".vkv"), out = path("endless.out"), err = path("endless.err");
+    // The signal once the first tokens are out (not during the load or the prefill, where it ends the
+    // process at once), then the run's status. With job control (set -m): a script's background job
+    // would otherwise start with SIGINT ignored, which vkllm leaves ignored.
+    const std::string script = "set -m; " + std::string(VKLLM_BINARY) + " " + model() + " -p 'Once upon a time' -n -1 --session " + s +
+                               " </dev/null >" + out + " 2>" + err + " & pid=$!; for i in $(seq 600); do [ -s " + out +
+                               " ] && break; sleep 0.1; done; kill -" + sig + " $pid; wait $pid; exit $?";
+    const std::string file = path("endless.sh");
+    std::ofstream(file) << script << "\n";
+    const int status = std::system(("bash " + file).c_str());
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), expected) << slurp(err);
+    EXPECT_NE(slurp(err).find("(interrupted)"), std::string::npos) << slurp(err);
+    ASSERT_TRUE(fs::exists(s)) << slurp(err);
+    const Result next = vkllm(model() + " --temp 0 --json -p '' -n 2 --session " + s);
+    ASSERT_EQ(next.rc, 0) << next.err;
+    EXPECT_GT(nlohmann::json::parse(next.out).at("cached_tokens").get<int>(), 5);
+  }
 }
 
 // Appending raw text to a session continues the token history; the stats count the restored

@@ -101,8 +101,9 @@ uint32_t matvec_sg_min(const VulkanContext& ctx) { return std::max<uint32_t>(ctx
 }  // namespace
 
 MatvecTuning matvec_tuning(const VulkanContext& ctx, MatmulKernel kernel) {
-  if (ctx.info().type == "cpu" && kernel != MatmulKernel::PortableGpu) return {64, 1, 1, 1, 0, 1};
+  // (A CPU driver's kernels take no tuning, but a malformed VKLLM_MATVEC is refused there too.)
   MatvecTuning t = gpu_tuning();
+  if (ctx.info().type == "cpu" && kernel != MatmulKernel::PortableGpu) return {64, 1, 1, 1, 0, 1};
   // At least one whole subgroup (whose lanes the kernel strides by), at most the device's workgroup.
   t.wg = std::min(std::max(t.wg, ctx.subgroup_size()), ctx.info().max_workgroup_invocations);
   // Row groups of several subgroups sum in shared memory: 2 · rps · cols floats per subgroup.

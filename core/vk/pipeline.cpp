@@ -144,11 +144,22 @@ bool cache_blob_matches(const std::vector<char>& blob, const VkPhysicalDevicePro
 
 }  // namespace
 
+// The pipeline cache is a few MiB (lavapipe's JIT code for every kernel); past this it is not ours.
+constexpr uint64_t k_max_pipeline_cache_bytes = uint64_t{1} << 30;
+
 Pipelines::Pipelines(const VulkanContext& ctx, std::string cache_path) : ctx_(ctx), cache_path_(std::move(cache_path)) {
   std::vector<char> blob;
   if (!cache_path_.empty()) {
-    std::ifstream in(cache_path_, std::ios::binary);
-    if (in) blob.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    // Only a regular file of a sane size is read (a directory there threw, a FIFO hung, a link to
+    // /dev/zero grew without bound); anything else is a cold cache, and the save replaces it.
+    std::error_code ec;
+    const auto status = std::filesystem::status(cache_path_, ec);
+    const uint64_t size = !ec && std::filesystem::is_regular_file(status) ? std::filesystem::file_size(cache_path_, ec) : 0;
+    if (!ec && size > 0 && size <= k_max_pipeline_cache_bytes) {
+      std::ifstream in(cache_path_, std::ios::binary);
+      blob.resize(size);
+      if (!in.read(blob.data(), std::streamsize(size))) blob.clear();
+    }
     VkPhysicalDeviceProperties p;
     vkGetPhysicalDeviceProperties(ctx.physical(), &p);
     if (!cache_blob_matches(blob, p)) blob.clear();
