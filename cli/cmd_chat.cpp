@@ -325,7 +325,11 @@ void ChatSession::stream_reply(bool regen, const std::string& text) {
   g_sigint = 0;
   const auto on_text = [](const std::string& piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
-    std::fflush(stdout);
+    // A reply nobody can read (a closed pipe, a full disk) stops; main() reports it, status 1.
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+      note_stdout_error(errno);
+      return false;
+    }
     return g_sigint.load() == 0;
   };
   ProgressBar bar("prefill", "tok");
