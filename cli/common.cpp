@@ -267,6 +267,10 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
   }
   s.engine = std::make_unique<Engine>(*s.ctx, *s.pipelines, *s.model, eo);
   for (uint32_t i = 1; i < o.sequences; ++i) s.more_engines.push_back(std::make_unique<Engine>(*s.ctx, *s.pipelines, *s.model, eo));
+  // An explicit --keep past what window rings allow is refused for every command (perplexity
+  // --stream, the chat and the server shortened it without a word; docs/models.md).
+  if (o.keep >= 0)
+    if (const std::string refusal = s.engine->cache().keep_refusal(uint32_t(o.keep)); !refusal.empty()) throw CLI::ValidationError(refusal);
   return s;
 }
 

@@ -632,6 +632,14 @@ TEST(Cli, Gemma3WindowStreamsAndResumes) {
     EXPECT_TRUE(std::isfinite(ppl[i]));
   }
   EXPECT_NEAR(ppl[1], ppl[0], 1e-4 * ppl[0]);
+  // An explicit --keep past what the rings allow (64 − 24 = 40) is refused by every command, as by
+  // run (perplexity --stream, the chat and the server shortened it to 40 without a word).
+  for (const std::string& cmd : {"perplexity --stream -f " + text, std::string("chat"), std::string("run -p hi -n 1")}) {
+    const Result r = vkllm(cmd + " -q --ctx 64 --ubatch 8 --keep 41 -m " + gguf);
+    EXPECT_EQ(r.status, 2) << cmd << ": " << r.err;
+    EXPECT_NE(r.err.find("--keep 41 is too long: this model's sliding-window layers keep 24 slots, so at most 40"), std::string::npos)
+        << cmd << ": " << r.err;
+  }
 
   // --ctx 1024: --ubatch 1024 keeps every layer's rows in the global slots (the window layers
   // read a suffix of the list); 512 and 7 give the window layers rings of 528 and 23 slots.

@@ -20,6 +20,7 @@
 #pragma once
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "model/kv_layout.h"
@@ -73,6 +74,8 @@ class KvCache {
   uint32_t capacity() const { return capacity_; }
   // The most tokens set_keep accepts: capacity − 1, or with window rings capacity − ring slots.
   uint32_t max_keep() const { return ring_slots_ ? capacity_ - ring_slots_ : capacity_ - 1; }
+  // Why a pin of n tokens (below the capacity) is refused (past max_keep() with window rings), or "".
+  std::string keep_refusal(uint32_t n) const;
   uint32_t used() const { return n_pinned_ + n_window_; }
   uint32_t keep() const { return n_keep_; }
   uint64_t evicted() const { return n_evicted_; }   // tokens overwritten since the last clear

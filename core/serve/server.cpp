@@ -28,6 +28,8 @@ constexpr std::chrono::milliseconds k_keep_alive{1000};
 constexpr char k_keep_alive_line[] = ": keep-alive\n\n";
 constexpr char k_keep_alive_space[] = " ";
 constexpr char k_body_too_large[] = "the request body is larger than the server accepts (--max-body)";
+// Bytes past --max-body read and dropped before a 413 (see post(), below).
+constexpr size_t k_drain_bytes = size_t{16} << 20;
 constexpr int k_listen_backlog = 128;
 constexpr size_t k_keep_alive_requests = 100;
 
@@ -148,7 +150,8 @@ HttpServer::HttpServer(const ServerOptions& o, Scheduler& scheduler, Metrics& me
   svr_->new_task_queue = [threads] { return new ConnectionThreads(threads); };
   // A client's connection carries up to 100 requests (httplib's default is 5).
   svr_->set_keep_alive_max_count(k_keep_alive_requests);
-  svr_->set_payload_max_length(o.max_body);
+  // A Content-Length past --max-body and the drain below gets httplib's own 413 (the body unread).
+  svr_->set_payload_max_length(o.max_body + k_drain_bytes);
   // httplib's default also sets SO_REUSEPORT, with which a second server bound the port another
   // one held and the kernel split the connections between them: "address in use" instead. The
   // socket is kept to widen its backlog after httplib's listen() (below).
@@ -356,13 +359,22 @@ void HttpServer::routes() {
   // it, the count here a chunked body, which httplib reads whole otherwise.
   const auto post = [this, generate, max_body = opts_.max_body](Endpoint e) {
     return [this, generate, e, max_body](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read) {
+      // A body past --max-body is read on and dropped, up to k_drain_bytes more, so that the 413 is
+      // answered on a connection whose framing holds: a socket closed with the rest unread is reset,
+      // and a client still sending got EPIPE or a reset instead of the 413.
       std::string body;
       bool too_large = false;
+      size_t dropped = 0;
       const bool whole = read([&](const char* data, size_t n) {
-        too_large = n > max_body - body.size();
+        too_large = too_large || n > max_body - body.size();
         if (!too_large) body.append(data, n);
-        return !too_large;
+        else dropped += n;
+        return dropped <= k_drain_bytes;
       });
+      if (too_large && !whole) {  // more than the drain: what follows is not a request
+        send_error_and_close(res, 413, k_body_too_large);
+        return;
+      }
       if (too_large || (!whole && res.status == 413)) throw ApiError(413, k_body_too_large);
       if (!whole) throw ApiError(400, "the request body could not be read");
       if (!authorized(req)) return refuse_unauthorized(res);
