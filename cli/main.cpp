@@ -92,12 +92,17 @@ int main(int argc, char** argv) {
     return out;
   };
   // A first word that is no subcommand is named (CLI11 said only "A subcommand is required").
-  if (argc > 1 && argv[1][0] != '-') {
-    const auto subs = app.get_subcommands([&](const CLI::App* sub) { return sub->check_name(argv[1]); });
+  // (The same one level down: `vkllm cache bogus`.)
+  CLI::App* level = &app;
+  std::string words;
+  for (int i = 1; i < argc && argv[i][0] != '-' && !level->get_subcommands({}).empty(); ++i) {
+    words += (words.empty() ? "" : " ") + std::string(argv[i]);
+    const auto subs = level->get_subcommands([&](const CLI::App* sub) { return sub->check_name(argv[i]); });
     if (subs.empty()) {
-      std::fprintf(stderr, "vkllm: error: unknown command '%s' (see --help)\n", one_line(argv[1]).c_str());
+      std::fprintf(stderr, "vkllm: error: unknown command '%s' (see --help)\n", one_line(words.c_str()).c_str());
       return 2;
     }
+    level = subs.front();
   }
   try {
     app.parse(argc, argv);

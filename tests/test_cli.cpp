@@ -421,7 +421,10 @@ TEST(Cli, ParseErrorsAreOneLineWithStatus2) {
                                   // --ctx of one token, a perplexity chunk under 4 and a fill past --ctx (were status 1)
                                   "run -n 0x10" + m + " -p hi", "run --prompt-cache-size nan --prompt-cache /tmp" + m + " -p hi",
                                   "run --ctx 1" + m + " -p hi", "perplexity --ctx 2 -f /dev/null" + m,
-                                  "bench -p 8 -n 8 -r 1 --ctx 64 --ctx-fill 100" + m}) {
+                                  "bench -p 8 -n 8 -r 1 --ctx 64 --ctx-fill 100" + m,
+                                  // an unknown word one level down (CLI11 said "A subcommand is required"), a
+                                  // --keep chunked perplexity has no ring for (was ignored)
+                                  std::string("cache bogus"), "perplexity --keep 3 -f /dev/null" + m}) {
     const Result r = vkllm(args);
     EXPECT_EQ(r.status, 2) << args << ": " << r.err;
     EXPECT_TRUE(r.out.empty()) << args << ": " << r.out;
@@ -437,6 +440,7 @@ TEST(Cli, ParseErrorsAreOneLineWithStatus2) {
   const Result minus5 = vkllm("run -n -5" + m + " -p hi");
   EXPECT_NE(minus5.err.find("-5 is not a token count"), std::string::npos) << minus5.err;
   EXPECT_NE(vkllm("no-such-command").err.find("unknown command 'no-such-command'"), std::string::npos);
+  EXPECT_NE(vkllm("cache bogus").err.find("unknown command 'cache bogus'"), std::string::npos);
   EXPECT_NE(vkllm("run --repeat-last-n -2" + m + " -p hi").err.find("repeat_last_n = -2 is out of range"), std::string::npos);
   // --help is not an error.
   const Result help = vkllm("run --help");
