@@ -522,6 +522,9 @@ int ChatSession::run() {
     try {
       stream_reply(false, *msg);
       autosave();
+      // Replies nobody can read (stdout failed): the chat ends, status 1 (main() says why); it
+      // prefilled every later message for a reply of one token.
+      if (noted_stdout_error() != 0) return 1;
     } catch (const Error& e) {
       // A template that refuses the conversation, say: the chat stays usable (/undo, /clear).
       std::fprintf(stderr, "vkllm: error: %s\n", e.what());

@@ -20,7 +20,9 @@ struct PerplexityCommand {
 void run(PerplexityCommand& c) {
   if (!c.stream && c.opts.keep >= 0) throw CLI::ValidationError("--keep pins tokens of the ring, which only --stream runs through");
   if (c.opts.ctx == 0) c.opts.ctx = 512;
-  if (c.opts.ctx < 4) throw CLI::ValidationError("--ctx " + std::to_string(c.opts.ctx) + " is too small for perplexity (at least 4)");
+  // (A chunk needs BOS and a second half to score; --stream takes any --ctx a cache takes.)
+  if (!c.stream && c.opts.ctx < 4)
+    throw CLI::ValidationError("--ctx " + std::to_string(c.opts.ctx) + " is too small for perplexity (at least 4)");
   const std::string text = read_text_input(c.file, "the text file");
   // Chunked mode evaluates whole chunks from an empty cache: ubatch covers a chunk when it can.
   if (!c.stream) c.opts.ubatch = std::max(c.opts.ubatch, c.opts.ctx);

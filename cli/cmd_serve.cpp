@@ -44,7 +44,7 @@ void serve_forever(const ServeCommand& c) {
 
   serve::ServerOptions so = c.server;
   so.max_body = parse_size("--max-body", c.max_body);
-  if (so.max_body < 1024) throw Error("--max-body " + c.max_body + " is under 1KiB: no request would fit");
+  if (so.max_body < 1024) throw CLI::ValidationError("--max-body " + c.max_body + " is under 1KiB: no request would fit");
   const uint64_t prompt_cache_bytes = c.persist.prompt_cache() ? parse_size("--prompt-cache-size", c.persist.prompt_cache_size) : 0;
   RunOptions o = c.opts;
   o.sequences = c.parallel;

@@ -180,7 +180,7 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
   eo.cache.type_v = *cache_type_from_name(tv);
   // A quantized row needs whole blocks: refused before the memory plan prints figures for it.
   if (!cache_type_fits(eo.cache.type_k, c.n_embd_kv()))
-    throw Error("--cache-type " + tk + " needs a KV row width that is a multiple of 32; this model's is " + std::to_string(c.n_embd_kv()));
+    throw Error(std::string(o.cache_type.empty() ? "--cache-type-k " : "--cache-type ") + tk + " needs a KV row width that is a multiple of 32; this model's is " + std::to_string(c.n_embd_kv()));
   eo.n_ubatch = o.ubatch;
   eo.cache.swa_full = o.swa_full;
   eo.profile = o.profile;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -33,6 +34,7 @@ int checked_stdout(int status) {
 void decimal_integers(CLI::App& app) {
   const CLI::Validator decimal(
       [](std::string& v) {
+        v.erase(0, std::min(v.find_first_not_of(" \t\n\v\f\r"), v.size()));  // strtoll skips it, then reads base 0
         const size_t digits = v.find_first_not_of("+-");
         if (digits == std::string::npos || digits > 1 || v.size() - digits < 2 || v[digits] != '0') return std::string();
         if (v.find_first_not_of("0123456789", digits) != std::string::npos) return v + " is not a decimal number";
@@ -77,8 +79,14 @@ int main(int argc, char** argv) {
     for (size_t pos = 0; pos < text.size();) {
       const auto ch = static_cast<unsigned char>(text[pos]);
       const size_t start = pos;
-      const bool valid = ch < 0x80 || vkllm::utf8::next(text, pos) != 0xFFFD || text.substr(start, 3) == "\xEF\xBF\xBD";
-      pos = start + (ch < 0x80 || !valid ? 1 : pos - start);
+      // A sequence is printed as it is when it is the shortest form of a code point past the C1
+      // controls (U+0080–U+009F, the 8-bit CSI among them); utf8::next decodes overlong forms too.
+      uint32_t cp = ch;
+      if (ch >= 0x80) cp = vkllm::utf8::next(text, pos);
+      const size_t len = ch < 0x80 ? 1 : pos - start;
+      const bool valid = ch < 0x80 || ((cp != 0xFFFD || text.substr(start, 3) == "\xEF\xBF\xBD") && cp >= 0xA0 &&
+                                       len == (cp < 0x800 ? 2u : cp < 0x10000 ? 3u : 4u));
+      pos = start + (valid ? len : 1);
       if (ch == '\n') out += "\\n";
       else if (ch == '\t') out += "\\t";
       else if (ch < 0x20 || ch == 0x7F || !valid) {

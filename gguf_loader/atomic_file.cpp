@@ -103,6 +103,8 @@ void write_file_atomic(const std::string& link_path, std::span<const uint8_t> by
   // The new file takes the old one's permissions, or those a new file gets (0666 less the umask).
   struct stat old {};
   const bool exists = ::stat(path.c_str(), &old) == 0;
+  // A device, FIFO or directory there is not ours to replace (a link to /dev/zero would have been).
+  if (exists && !S_ISREG(old.st_mode)) throw Error(link_path + ": not a regular file");
   require_writable(link_path, target, exists);
   const mode_t mode = exists ? (old.st_mode & 07777) : (0666 & ~current_umask());
   const std::filesystem::path dir = dir_of(target);

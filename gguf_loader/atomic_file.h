@@ -12,7 +12,8 @@ namespace gguf {
 // those of the same path whose writer was killed mid-write (its process gone, the file an hour
 // old) are removed here.
 // A symbolic link is followed (its target is replaced); the new file keeps the old one's
-// permission bits, or gets 0666 less the umask; a file this process may not write is refused.
+// permission bits, or gets 0666 less the umask; a file this process may not write, and anything
+// there that is not a regular file (a device, a FIFO, a directory), is refused.
 void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
 
 // Whether `filename` (a directory entry's name) is a temporary of write_file_atomic,

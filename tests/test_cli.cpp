@@ -840,7 +840,7 @@ TEST(Cli, ReadAndWriteErrorsFail) {
   // its session is saved, status 1 (it was 141 and the session lost).
   const std::string session = testing::TempDir() + "/vkllm_pipe.vkv", err = testing::TempDir() + "/vkllm_pipe.err";
   std::filesystem::remove(session);
-  const std::string piped = "bash -c '" + std::string(VKLLM_BINARY) + " run -q --temp 0 -n -1" + m + " -p Once --session " + session +
+  const std::string piped = "bash -c 'timeout 120 " + std::string(VKLLM_BINARY) + " run -q --temp 0 -n -1" + m + " -p Once --session " + session +
                             " </dev/null 2>" + err + " | head -c 20 >/dev/null; exit ${PIPESTATUS[0]}'";
   const int st = std::system(piped.c_str());
   EXPECT_EQ(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 1);

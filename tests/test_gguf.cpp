@@ -9,6 +9,7 @@
 #include <fstream>
 #include <random>
 
+#include "atomic_file.h"
 #include "gguf.h"
 #include "test_support.h"
 
@@ -199,6 +200,21 @@ TEST(Gguf, WriterWritesAtomicallyToDisk) {
     EXPECT_FALSE(e.path().filename().string().starts_with(".vkllm_writer_test.gguf.") && e.path() != live) << e.path();
   std::filesystem::remove(live);
   std::filesystem::remove(path);
+}
+
+// Only a regular file is replaced: a link to a FIFO (or a device: the pipeline cache once replaced
+// what its link named) is refused and left as it is.
+TEST(Gguf, WriterReplacesOnlyRegularFiles) {
+  const std::string dir = testing::TempDir(), fifo = dir + "/vkllm_writer_fifo", link = dir + "/vkllm_writer_link";
+  std::filesystem::remove(fifo);
+  std::filesystem::remove(link);
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::filesystem::create_symlink(fifo, link);
+  const uint8_t byte = 1;
+  EXPECT_THROW(write_file_atomic(link, std::span(&byte, 1)), Error);
+  EXPECT_TRUE(std::filesystem::is_fifo(fifo));
+  std::filesystem::remove(link);
+  std::filesystem::remove(fifo);
 }
 
 // A replaced file keeps its permission bits (a private session stays private); a new one gets

@@ -28,7 +28,7 @@ constexpr std::chrono::milliseconds k_keep_alive{1000};
 constexpr char k_keep_alive_line[] = ": keep-alive\n\n";
 constexpr char k_keep_alive_space[] = " ";
 constexpr char k_body_too_large[] = "the request body is larger than the server accepts (--max-body)";
-// Bytes past --max-body read and dropped before a 413 (see post(), below).
+// Bytes of a chunked body past --max-body read and dropped before its 413 (see post(), below).
 constexpr size_t k_drain_bytes = size_t{16} << 20;
 constexpr int k_listen_backlog = 128;
 constexpr size_t k_keep_alive_requests = 100;
@@ -150,8 +150,9 @@ HttpServer::HttpServer(const ServerOptions& o, Scheduler& scheduler, Metrics& me
   svr_->new_task_queue = [threads] { return new ConnectionThreads(threads); };
   // A client's connection carries up to 100 requests (httplib's default is 5).
   svr_->set_keep_alive_max_count(k_keep_alive_requests);
-  // A Content-Length past --max-body and the drain below gets httplib's own 413 (the body unread).
-  svr_->set_payload_max_length(o.max_body + k_drain_bytes);
+  // A Content-Length past --max-body gets httplib's own 413 (it skips the body, so the connection
+  // stays in step); a chunked body is counted in post(), below.
+  svr_->set_payload_max_length(o.max_body);
   // httplib's default also sets SO_REUSEPORT, with which a second server bound the port another
   // one held and the kernel split the connections between them: "address in use" instead. The
   // socket is kept to widen its backlog after httplib's listen() (below).
@@ -359,16 +360,20 @@ void HttpServer::routes() {
   // it, the count here a chunked body, which httplib reads whole otherwise.
   const auto post = [this, generate, max_body = opts_.max_body](Endpoint e) {
     return [this, generate, e, max_body](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read) {
-      // A body past --max-body is read on and dropped, up to k_drain_bytes more, so that the 413 is
-      // answered on a connection whose framing holds: a socket closed with the rest unread is reset,
-      // and a client still sending got EPIPE or a reset instead of the 413.
+      // A chunked body past --max-body is read on and dropped, up to k_drain_bytes more, so that the
+      // 413 is answered on a connection whose framing holds (its rest was read as requests: 414s and
+      // 400s, and a client still sending got EPIPE); past that the connection is closed.
       std::string body;
       bool too_large = false;
-      size_t dropped = 0;
+      size_t dropped = 0;  // bytes past --max-body
       const bool whole = read([&](const char* data, size_t n) {
-        too_large = too_large || n > max_body - body.size();
-        if (!too_large) body.append(data, n);
-        else dropped += n;
+        const size_t room = too_large ? 0 : max_body - body.size();
+        if (n <= room) {
+          body.append(data, n);
+          return true;
+        }
+        too_large = true;
+        dropped += n - room;
         return dropped <= k_drain_bytes;
       });
       if (too_large && !whole) {  // more than the drain: what follows is not a request
