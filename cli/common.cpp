@@ -193,6 +193,14 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
   co.device_index = o.device;
   s.ctx = std::make_unique<VulkanContext>(co);
 
+  // An explicit --keep past what window rings allow is refused for every command, before the weights
+  // load (perplexity --stream, the chat and the server shortened it without a word; docs/models.md).
+  if (o.keep >= 0) {
+    KvCacheOptions rings = eo.cache;
+    rings.n_ubatch = eo.n_ubatch ? eo.n_ubatch : default_ubatch(*s.ctx);
+    const std::string refusal = keep_refusal(uint32_t(o.keep), eo.cache.capacity, window_ring_for(c, rings));
+    if (!refusal.empty()) throw CLI::ValidationError(refusal);
+  }
   // Memory plan: refuse before allocating anything when it cannot fit the device-local heap.
   // Every sequence has its own cache and activations; the weights are shared.
   const auto plan_for = [&](const EngineOptions& e) {
@@ -267,10 +275,6 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
   }
   s.engine = std::make_unique<Engine>(*s.ctx, *s.pipelines, *s.model, eo);
   for (uint32_t i = 1; i < o.sequences; ++i) s.more_engines.push_back(std::make_unique<Engine>(*s.ctx, *s.pipelines, *s.model, eo));
-  // An explicit --keep past what window rings allow is refused for every command (perplexity
-  // --stream, the chat and the server shortened it without a word; docs/models.md).
-  if (o.keep >= 0)
-    if (const std::string refusal = s.engine->cache().keep_refusal(uint32_t(o.keep)); !refusal.empty()) throw CLI::ValidationError(refusal);
   return s;
 }
 

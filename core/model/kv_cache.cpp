@@ -241,16 +241,16 @@ void KvCache::truncate(uint32_t n) {
   if (!window_absent_.empty()) window_absent_.resize(n);
 }
 
-std::string KvCache::keep_refusal(uint32_t n) const {
-  if (n <= max_keep()) return "";
-  return "--keep " + std::to_string(n) + " is too long: this model's sliding-window layers keep " + std::to_string(ring_slots_) +
-         " slots, so at most " + std::to_string(capacity_ - ring_slots_) + " of --ctx " + std::to_string(capacity_) +
+std::string keep_refusal(uint32_t n, uint32_t capacity, uint32_t ring_slots) {
+  if (!ring_slots || n <= capacity - ring_slots) return "";
+  return "--keep " + std::to_string(n) + " is too long: this model's sliding-window layers keep " + std::to_string(ring_slots) +
+         " slots, so at most " + std::to_string(capacity - ring_slots) + " of --ctx " + std::to_string(capacity) +
          " tokens can be pinned; use a larger --ctx";
 }
 
 void KvCache::set_keep(uint32_t n) {
   VKLLM_CHECK(n < capacity_, "--keep must leave room for the window");
-  if (const std::string refusal = keep_refusal(n); !refusal.empty()) throw Error(refusal);
+  if (const std::string refusal = keep_refusal(n, capacity_, ring_slots_); !refusal.empty()) throw Error(refusal);
   if (n == n_keep_) return;
   // With the ring head at 0 every slot holds its own logical index, so the split between pinned
   // tokens and window can move without moving data. The engine pins before the first wrap.

@@ -41,6 +41,9 @@ struct KvCacheOptions {
 
 // The slots of the window layers' rings a cache with these options has (0: none).
 uint32_t window_ring_for(const ModelConfig& c, const KvCacheOptions& o);
+// Why a pin of n tokens (below `capacity`) is refused: past what window rings of `ring_slots` leave
+// (KvCache::max_keep()); "" when it fits. For checks before a cache exists.
+std::string keep_refusal(uint32_t n, uint32_t capacity, uint32_t ring_slots);
 // The positions a rope table must cover for a cache with these options: its capacity, or twice
 // that with the rotated copy of K (whose rotation positions the cache keeps below it).
 inline uint32_t rope_positions_for(const KvCacheOptions& o) { return o.rotated_k ? 2 * o.capacity : o.capacity; }
@@ -74,8 +77,6 @@ class KvCache {
   uint32_t capacity() const { return capacity_; }
   // The most tokens set_keep accepts: capacity − 1, or with window rings capacity − ring slots.
   uint32_t max_keep() const { return ring_slots_ ? capacity_ - ring_slots_ : capacity_ - 1; }
-  // Why a pin of n tokens (below the capacity) is refused (past max_keep() with window rings), or "".
-  std::string keep_refusal(uint32_t n) const;
   uint32_t used() const { return n_pinned_ + n_window_; }
   uint32_t keep() const { return n_keep_; }
   uint64_t evicted() const { return n_evicted_; }   // tokens overwritten since the last clear
