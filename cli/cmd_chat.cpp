@@ -324,13 +324,8 @@ void ChatSession::stream_reply(bool regen, const std::string& text) {
   go.n_predict = c_.n_predict;
   g_sigint = 0;
   const auto on_text = [](const std::string& piece) {
-    std::fwrite(piece.data(), 1, piece.size(), stdout);
     // A reply nobody can read (a closed pipe, a full disk) stops; main() reports it, status 1.
-    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-      note_stdout_error(errno);
-      return false;
-    }
-    return g_sigint.load() == 0;
+    return write_stdout(piece) && g_sigint.load() == 0;
   };
   ProgressBar bar("prefill", "tok");
   const auto progress = [&](uint64_t done, uint64_t total) { bar.update(done, total); };

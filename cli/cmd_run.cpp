@@ -150,14 +150,9 @@ int run(const RunCommand& c) {
   nlohmann::json messages = nlohmann::json::array();
   if (resuming) {
     const auto t0 = std::chrono::steady_clock::now();
-    // A pin that fills this --ctx would leave the ring no room: refused as the chat refuses it (a
-    // window-ring model's smaller limit shortens the pin, docs/models.md, said below).
-    const SessionInfo info = load_session(c.persist.session, *s.engine, fp, &sampler, -1, [&](const SessionInfo& si) {
-      if (si.n_keep >= cache.capacity())
-        throw Error(c.persist.session + ": the session pins " + std::to_string(si.n_keep) + " tokens; --ctx " +
-                    std::to_string(cache.capacity()) + " leaves no room after them; use --ctx " + std::to_string(uint64_t{si.n_keep} + 1) +
-                    " or more");
-    });
+    // (A pin that fills this --ctx is refused by the load; a window-ring model's smaller limit
+    // shortens it, docs/models.md, said here.)
+    const SessionInfo info = load_session(c.persist.session, *s.engine, fp, &sampler);
     if (!c.opts.quiet && info.n_keep > cache.keep())
       std::fprintf(stderr, "vkllm: session %s: its pin of %u tokens is %u here (this --ctx's sliding-window rings pin at most %u)\n",
                    c.persist.session.c_str(), info.n_keep, cache.keep(), cache.max_keep());
@@ -252,13 +247,9 @@ int run(const RunCommand& c) {
       if (c.json) {
         out += piece;
       } else {
-        std::fwrite(piece.data(), 1, piece.size(), stdout);
         // Text that cannot be written (a full disk, a closed stdout) stops the generation; main()
         // reports it and exits 1.
-        if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-          note_stdout_error(errno);
-          return false;
-        }
+        if (!write_stdout(piece)) return false;
       }
       return !stopped_by_signal();
     };

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -143,6 +144,13 @@ void note_stdout_error(int error) {
   if (g_stdout_error == 0) g_stdout_error = error;
 }
 int noted_stdout_error() { return g_stdout_error; }
+
+bool write_stdout(const std::string& text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return true;
+  note_stdout_error(errno);
+  return false;
+}
 
 Session open_session(const RunOptions& o, const InputCheck& check_input) {
   // Sampling flags out of range are a bad command line (status 2), found before the model loads.

@@ -48,6 +48,9 @@ void add_n_predict_option(CLI::App* cmd, int32_t& n_predict, const std::string& 
 // gone by then). 0: none noted.
 void note_stdout_error(int error);
 int noted_stdout_error();
+// Writes generated text to stdout at once; false (the reason noted) when it cannot be written (a
+// closed pipe, a full disk), where a generation stops.
+bool write_stdout(const std::string& text);
 
 // The largest --ctx: 16,777,216 tokens, past every model's context, and low enough that no count
 // of slots (or of their score blocks) wraps 32 bits.

@@ -20,17 +20,13 @@ namespace gguf {
 
 namespace {
 
-// Removes the temporary files of `name` in `dir` that a writer killed mid-write left behind; those
-// of live writers stay. Only once they are an hour old: a writer in another PID namespace (a
-// container sharing the directory) is no process here, and its temporary is seconds old.
+// Removes the temporary files of `name` in `dir` that a writer killed mid-write left behind (see
+// is_orphaned_temporary); those of live writers stay.
 void remove_orphans(const std::filesystem::path& dir, const std::string& name) {
   std::error_code ec;
-  const auto stale = std::filesystem::file_time_type::clock::now() - std::chrono::hours(1);
   for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code ignored;
-    if (!is_orphaned_temporary(it->path().filename().string(), name)) continue;
-    const auto written = std::filesystem::last_write_time(it->path(), ignored);
-    if (!ignored && written < stale) std::filesystem::remove(it->path(), ignored);
+    if (is_orphaned_temporary(it->path(), name)) std::filesystem::remove(it->path(), ignored);
   }
 }
 
@@ -80,7 +76,8 @@ void require_writable(const std::string& link_path, const std::filesystem::path&
 
 }  // namespace
 
-bool is_orphaned_temporary(const std::string& filename, const std::string& name) {
+bool is_orphaned_temporary(const std::filesystem::path& path, const std::string& name) {
+  const std::string filename = path.filename().string();
   // From the end: ".XXXXXX" (six characters), then ".PID" (digits), then ".NAME".
   const size_t x = filename.rfind('.');
   if (x == std::string::npos || x < 3 || filename.size() - x - 1 != 6 || filename[0] != '.') return false;
@@ -88,7 +85,12 @@ bool is_orphaned_temporary(const std::string& filename, const std::string& name)
   if (p == std::string::npos || p < 2 || p + 1 == x || x - p - 1 > 10 || filename.find_first_not_of("0123456789", p + 1) != x) return false;
   if (!name.empty() && filename.compare(1, p - 1, name) != 0) return false;
   const long pid = std::strtol(filename.c_str() + p + 1, nullptr, 10);
-  return pid > 0 && pid <= INT32_MAX && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH;
+  if (pid <= 0 || pid > INT32_MAX || ::kill(pid_t(pid), 0) == 0 || errno != ESRCH) return false;
+  // An hour old: a writer in another PID namespace (a container sharing the directory) is no
+  // process here, and its temporary is seconds old.
+  std::error_code ec;
+  const auto written = std::filesystem::last_write_time(path, ec);
+  return !ec && written < std::filesystem::file_time_type::clock::now() - std::chrono::hours(1);
 }
 
 void check_writable(const std::string& path) {

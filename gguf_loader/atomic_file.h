@@ -1,6 +1,7 @@
 // Atomic file replacement: a crash at any moment leaves either the old file or the new one.
 #pragma once
 #include <cstdint>
+#include <filesystem>
 #include <span>
 #include <string>
 
@@ -16,10 +17,11 @@ namespace gguf {
 // there that is not a regular file (a device, a FIFO, a directory), is refused.
 void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
 
-// Whether `filename` (a directory entry's name) is a temporary of write_file_atomic,
-// ".NAME.PID.XXXXXX", whose writer is gone (no process has its PID): one a writer killed mid-write
-// left. `name`, when not empty, must be the NAME it was written for.
-bool is_orphaned_temporary(const std::string& filename, const std::string& name = "");
+// Whether the file at `path` is a temporary of write_file_atomic, ".NAME.PID.XXXXXX", whose writer
+// is gone (no process has its PID) and which is an hour old: one a writer killed mid-write left (a
+// live writer in another PID namespace is not seen by kill(), hence the age). `name`, when not
+// empty, must be the NAME it was written for.
+bool is_orphaned_temporary(const std::filesystem::path& path, const std::string& name = "");
 
 // Throws gguf::Error, as write_file_atomic would, when `path` cannot be written: its directory
 // missing or not writable, or the file (a link's target) not writable. For checks before work.

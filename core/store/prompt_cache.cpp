@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -54,10 +53,6 @@ bool is_plain_file(const fs::directory_entry& de) {
   std::error_code ec;
   return de.symlink_status(ec).type() == fs::file_type::regular;
 }
-
-// How old an orphaned temporary must be before eviction removes it (a writer in another PID
-// namespace sharing the directory is not seen by kill()).
-constexpr int64_t k_stale_temporary_ns = int64_t{3600} * 1000000000;
 
 // Last use (the modification time) in nanoseconds since the epoch: eviction must order an entry
 // this run's lookup touched and one it stores within the same second.
@@ -269,15 +264,12 @@ void PromptCache::evict_to_cap(bool stored) {
   };
   std::vector<Item> items;
   uint64_t total = 0;
-  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::error_code ec;
   for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code ec2;
     const std::string name = it->path().filename().string();
-    // The temporaries of writers killed mid-write: removed once their process is gone and they are
-    // an hour old (a writer in another PID namespace sharing the directory is not seen by kill()).
-    if (is_entry_temporary(name) && is_plain_file(*it) && gguf::is_orphaned_temporary(name) &&
-        mtime_ns_of(it->path().string()) < now_ns - k_stale_temporary_ns) {
+    // The temporaries of writers killed mid-write (gguf::is_orphaned_temporary: process gone, an hour old).
+    if (is_entry_temporary(name) && is_plain_file(*it) && gguf::is_orphaned_temporary(it->path())) {
       fs::remove(it->path(), ec2);
       continue;
     }

@@ -462,6 +462,11 @@ SessionInfo load_session(const std::string& path, Engine& engine, const ModelFin
   if (n > cache.capacity())
     throw TooLongForCache(path + ": holds " + commas(n) + " tokens, more than --ctx " + commas(cache.capacity()) + " can hold; use --ctx " +
                 std::to_string(n) + " or more");
+  // A whole file keeps its pin: one that fills this --ctx would leave the ring no room (a prefix
+  // load, the prompt cache's, pins within the prefix instead).
+  if (max_tokens < 0 && info.n_keep >= cache.capacity())
+    throw Error(path + ": the session pins " + std::to_string(info.n_keep) + " tokens; --ctx " + std::to_string(cache.capacity()) +
+                " leaves no room after them; use --ctx " + std::to_string(uint64_t{info.n_keep} + 1) + " or more");
   for (uint32_t i = 0; i < n; ++i)
     if (static_cast<uint32_t>(info.tokens[i]) >= c.n_vocab)
       throw Error(path + ": token " + std::to_string(i) + " = " + std::to_string(info.tokens[i]) + " is outside this vocabulary of " +

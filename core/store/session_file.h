@@ -103,7 +103,7 @@ uint64_t save_session(const std::string& path, const Engine& engine, const Model
 // Validates `path` against this engine and model, then replaces the cache with its first
 // `max_tokens` tokens (all when −1) and, when `sampler` is given and the file has a state,
 // restores the sampler. Throws vkllm::Error (and changes nothing) when the file is not a valid
-// session for this model and cache. `check`, when given, sees the fully validated file last,
+// session for this model and cache (a whole file whose pin fills the cache included). `check`, when given, sees the fully validated file last,
 // before anything changes, and refuses it by throwing (the chat checks its conversation there).
 // The caller then runs Generator::resume() (or prefills).
 using SessionCheck = std::function<void(const SessionInfo&)>;
