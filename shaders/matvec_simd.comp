@@ -592,10 +592,11 @@ void main() {
         }
       }
       const bool gate_row = per_row == 2 && k % 2 == 0;
-      // The columns' sums four at a time: lavapipe reduces a vec4 in one loop over the lanes, each
-      // component in the same order as a lone float's, so a column's total is the same in any COLS.
-      // (A lone column keeps its float: summed through a loop whose start was not a constant, its
-      // reduction left lavapipe two more loops per row and the kernel ≈ 20% slower.)
+      // The columns' sums four at a time. lavapipe reduces each component of the vec4 in a loop of
+      // its own over the lanes (four loops in its JIT code), each in the same order as a lone
+      // float's, so a column's total is the same in any COLS. (A lone column keeps its float: summed
+      // through a loop whose start was not a constant, its reduction left lavapipe two more loops per
+      // row and the kernel ≈ 20% slower.)
       float total[COLS];
       if (COLS % 4 == 0) {
         [[unroll]] for (uint c = 0; c < COLS; c += 4) {
