@@ -28,6 +28,7 @@ struct RunCommand {
   RunOptions opts;
   std::string prompt, prompt_file, system, chat_template;
   bool chat = false, json = false, ignore_eos = false, logprobs = false, special = false;
+  uint32_t top_logprobs = 0;
   int32_t n_predict = GenerateOptions::kUntilFull;
   std::vector<std::string> stop;
   PersistenceOptions persist;
@@ -239,6 +240,7 @@ int run(const RunCommand& c) {
   go.stop = c.stop;
   go.ignore_eos = c.ignore_eos;
   go.logprobs = c.logprobs;
+  go.top_logprobs = c.top_logprobs;
   std::string out, out_text;
   {
     SignalsStopGeneration stop_signals;
@@ -306,6 +308,17 @@ int run(const RunCommand& c) {
         {"seed", sampler.seed()},
     };
     if (c.logprobs) j["logprobs"] = st.logprobs;
+    if (c.top_logprobs > 0) {
+      // Per generated token, its step's most likely tokens: id, text (as the stream renders it), log-probability.
+      nlohmann::json top = nlohmann::json::array();
+      for (const std::vector<TokenLogprob>& step : st.top_logprobs) {
+        nlohmann::json alternatives = nlohmann::json::array();
+        for (const TokenLogprob& t : step)
+          alternatives.push_back({{"token", t.token}, {"text", s.tokenizer->token_to_piece(t.token, false)}, {"logprob", t.logprob}});
+        top.push_back(std::move(alternatives));
+      }
+      j["top_logprobs"] = std::move(top);
+    }
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else if (!out.empty() || st.generated > 0) {
     if (stdout_is_tty()) std::printf("\n");
@@ -336,8 +349,12 @@ void add_run_command(CLI::App& app) {
                 "the references")
       ->excludes(chat);
   CLI::Option* json = cmd->add_flag("--json", c->json, "Print one JSON object with the text and statistics instead");
-  cmd->add_flag("--logprobs", c->logprobs, "With --json: add each generated token's log-probability under the model (before penalties and temperature)")
-      ->needs(json);
+  CLI::Option* logprobs =
+      cmd->add_flag("--logprobs", c->logprobs, "With --json: add each generated token's log-probability under the model (before penalties and temperature)")
+          ->needs(json);
+  cmd->add_option("--top-logprobs", c->top_logprobs, "With --logprobs: add each step's N most likely tokens (top_logprobs)")
+      ->check(CLI::Range(1, 20))
+      ->needs(logprobs);
   add_persistence_options(cmd, c->persist);
   cmd->callback([c] {
     if (const int code = run(*c); code != 0) throw CLI::RuntimeError(code);

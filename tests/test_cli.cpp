@@ -408,6 +408,7 @@ TEST(Cli, ParseErrorsAreOneLineWithStatus2) {
   for (const std::string& args : {"run --temp abc" + m + " -p hi", "run --no-such-flag" + m + " -p hi",
                                   std::string("info"), std::string("no-such-command"), "run -n -5" + m + " -p hi",
                                   "chat -n -2" + m, "run -n lots" + m + " -p hi", "run --keep -2" + m + " -p hi", "run --seed -5" + m + " -p hi", "run --logprobs" + m + " -p hi",
+                                  "run --json --top-logprobs 2" + m + " -p hi", "run --json --logprobs --top-logprobs 21" + m + " -p hi",
                                   "run --seed 18446744073709551616" + m + " -p hi",
                                   "info --seqs 0" + m, std::string("bench --ops --parallel 4"), "bench --ops" + m,
                                   std::string("bench --ops --ctx-fill 0,64"), "bench --ops-size 512" + m,
@@ -576,6 +577,26 @@ TEST(Cli, NewArchitecturesMatchLlamaCpp) {
     ++n_cases;
   }
   EXPECT_GE(n_cases, 18) << "cases in " << dir;
+}
+
+// --top-logprobs: each step's most likely tokens, most likely first; greedy, the first is the
+// token taken, with its log-probability; their texts are the tokens' own.
+TEST(Cli, TopLogprobsLeadWithTheGreedyToken) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const Result r = vkllm("run --json -q --temp 0 --logprobs --top-logprobs 5 -n 6 -m " + model("stories260K.gguf") + " -p 'Once upon a time'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json out = json::parse(r.out);
+  ASSERT_EQ(out["top_logprobs"].size(), 6u) << r.out;
+  std::string text;
+  for (size_t i = 0; i < 6; ++i) {
+    const json& top = out["top_logprobs"][i];
+    ASSERT_EQ(top.size(), 5u);
+    EXPECT_EQ(top[0]["token"], out["tokens"][i]);
+    EXPECT_EQ(top[0]["logprob"].get<float>(), out["logprobs"][i].get<float>());
+    for (size_t k = 1; k < 5; ++k) EXPECT_GE(top[k - 1]["logprob"].get<float>(), top[k]["logprob"].get<float>());
+    text += top[0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, out["text"].get<std::string>());
 }
 
 // A saved session on a qwen3 model continues exactly where the uninterrupted run goes.

@@ -10,9 +10,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -251,6 +253,115 @@ TEST(Serve, AnswersAsRunDoesWholeAndStreamed) {
   EXPECT_EQ(s.terminate(), 0) << s.log();
 }
 
+// The log-probabilities of every event of a stream (the chat's content entries, or the legacy
+// completions' tokens and token_logprobs as pairs), in order.
+json streamed_logprobs(const std::string& sse, bool chat) {
+  json out = json::array();
+  std::istringstream in(sse);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("data: ", 0) != 0 || line == "data: [DONE]") continue;
+    const json j = json::parse(line.substr(6));
+    if (j["choices"].empty() || j["choices"][0]["logprobs"].is_null()) continue;
+    const json& lp = j["choices"][0]["logprobs"];
+    if (chat) {
+      for (const json& e : lp["content"]) out.push_back(e);
+    } else {
+      for (size_t i = 0; i < lp["tokens"].size(); ++i)
+        out.push_back({lp["tokens"][i], lp["token_logprobs"][i], lp["top_logprobs"][i], lp["text_offset"][i]});
+    }
+  }
+  return out;
+}
+
+// logprobs: the legacy completions' match `vkllm run --json --logprobs` on the same prompt, their
+// tokens spell the text at their offsets, the alternatives are sorted and, greedy, led by the token
+// taken; the chat's entries spell the reply in bytes, streamed as whole; a stop string's tokens are
+// not reported.
+TEST(Serve, ReportsLogProbabilitiesAsRunDoes) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const std::string path = testing::TempDir() + "/vkllm_serve_logprobs.txt";
+  std::ofstream(path, std::ios::binary) << kPrompts[0];
+  int status = 0;
+  const json run = json::parse(shell(std::string(VKLLM_BINARY) + " run -m " + stories() + " --temp 0 -n 12 --json --logprobs -f " + path + " 2>/dev/null", &status));
+  ASSERT_EQ(status, 0);
+  Server s("--parallel 2 --temp 0");
+  ASSERT_GT(s.port(), 0) << s.log();
+  httplib::Client c = s.client();
+
+  const json whole = post(c, "/v1/completions", {{"prompt", kPrompts[0]}, {"max_tokens", 12}, {"logprobs", 3}}, &status);
+  ASSERT_EQ(status, 200) << whole.dump();
+  const std::string text = whole["choices"][0]["text"];
+  const json& lp = whole["choices"][0]["logprobs"];
+  EXPECT_EQ(text, run["text"].get<std::string>());
+  ASSERT_EQ(lp["tokens"].size(), 12u) << lp.dump();
+  std::string spelled;
+  for (size_t i = 0; i < 12; ++i) {
+    EXPECT_FLOAT_EQ(lp["token_logprobs"][i].get<float>(), run["logprobs"][i].get<float>()) << i;
+    EXPECT_EQ(lp["text_offset"][i].get<size_t>(), spelled.size()) << i;
+    spelled += lp["tokens"][i].get<std::string>();
+    const json& top = lp["top_logprobs"][i];
+    ASSERT_EQ(top.size(), 3u) << top.dump();
+    float best = -INFINITY;
+    for (const auto& [token, l] : top.items()) best = std::max(best, l.get<float>());
+    EXPECT_FLOAT_EQ(best, lp["token_logprobs"][i].get<float>()) << "greedy takes the most likely token: " << top.dump();
+    EXPECT_FLOAT_EQ(top[lp["tokens"][i].get<std::string>()].get<float>(), best) << top.dump();
+  }
+  EXPECT_EQ(spelled, text);
+  // Streamed, the same entries, spread over the chunks that carry their text.
+  const auto streamed = c.Post("/v1/completions", json({{"prompt", kPrompts[0]}, {"max_tokens", 12}, {"logprobs", 3}, {"stream", true}}).dump(),
+                               "application/json");
+  ASSERT_TRUE(streamed);
+  const json chunks = streamed_logprobs(streamed->body, false);
+  ASSERT_EQ(chunks.size(), 12u) << streamed->body;
+  for (size_t i = 0; i < 12; ++i) EXPECT_EQ(chunks[i][0], lp["tokens"][i]) << i;
+
+  // The chat: bytes spell the reply; each entry's alternatives sorted, most likely first. (A first
+  // request caches the prompt, so that the two compared both reuse all of it but its last token: a
+  // token prefilled alone or in a chunk of the prompt differs in the last bits of its logits.)
+  const json msgs = json::array({{{"role", "user"}, {"content", "A story about a cat"}}});
+  post(c, "/v1/chat/completions", {{"messages", msgs}, {"max_tokens", 1}}, &status);
+  const json chat = post(c, "/v1/chat/completions", {{"messages", msgs}, {"max_tokens", 10}, {"logprobs", true}, {"top_logprobs", 4}}, &status);
+  ASSERT_EQ(status, 200) << chat.dump();
+  const json& content = chat["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 10u) << chat.dump();
+  std::string bytes;
+  for (const json& e : content) {
+    for (const json& b : e["bytes"]) bytes += char(b.get<int>());
+    EXPECT_LE(e["logprob"].get<float>(), 0.0f);
+    ASSERT_EQ(e["top_logprobs"].size(), 4u);
+    EXPECT_EQ(e["top_logprobs"][0]["token"], e["token"]);
+    for (size_t k = 1; k < 4; ++k) EXPECT_GE(e["top_logprobs"][k - 1]["logprob"].get<float>(), e["top_logprobs"][k]["logprob"].get<float>());
+  }
+  EXPECT_EQ(bytes, chat["choices"][0]["message"]["content"].get<std::string>());
+  const auto chat_streamed = c.Post("/v1/chat/completions",
+                                    json({{"messages", msgs}, {"max_tokens", 10}, {"logprobs", true}, {"top_logprobs", 4}, {"stream", true}}).dump(),
+                                    "application/json");
+  ASSERT_TRUE(chat_streamed);
+  EXPECT_EQ(streamed_logprobs(chat_streamed->body, true), content) << chat_streamed->body;
+  // Without logprobs asked for, a choice's logprobs is null.
+  const json plain = post(c, "/v1/completions", {{"prompt", kPrompts[0]}, {"max_tokens", 2}}, &status);
+  EXPECT_TRUE(plain["choices"][0]["logprobs"].is_null()) << plain.dump();
+
+  // A stop string: the text ends before it, and the tokens reported are those whose text shows.
+  const std::string word = text.substr(text.find(' ', 3), 4);  // a piece of the greedy text past its first word
+  for (const bool stream : {false, true}) {
+    const json req = {{"prompt", kPrompts[0]}, {"max_tokens", 12}, {"logprobs", 0}, {"stop", word}, {"stream", stream}};
+    const auto r = c.Post("/v1/completions", req.dump(), "application/json");
+    ASSERT_TRUE(r && r->status == 200);
+    bool done = false;
+    const std::string cut = stream ? stream_text(r->body, false, &done) : json::parse(r->body)["choices"][0]["text"].get<std::string>();
+    EXPECT_EQ(cut, text.substr(0, text.find(word))) << word;
+    const json got = stream ? streamed_logprobs(r->body, false) : json();
+    const json& tokens = stream ? json() : json::parse(r->body)["choices"][0]["logprobs"]["tokens"];
+    std::string shown;
+    for (size_t i = 0; i < (stream ? got.size() : tokens.size()); ++i) shown += (stream ? got[i][0] : tokens[i]).get<std::string>();
+    EXPECT_GE(shown.size(), cut.size()) << "stream " << stream << ": " << r->body;
+    EXPECT_EQ(shown.substr(0, cut.size()), cut) << "stream " << stream;
+    EXPECT_LT(shown.size(), text.find(word) + word.size()) << "a token wholly inside the stop string was reported: " << r->body;
+  }
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
 // `clients` concurrent clients × `requests` each against --parallel 4: every request answered,
 // every greedy answer identical to `vkllm run --temp 0` on the same prompt (the decode steps of
 // 2–4 sequences run as one batch).
@@ -344,13 +455,18 @@ TEST(Serve, RefusesBadRequestsAndKeepsServing) {
       {"body too large", "/v1/completions", json({{"prompt", long_prompt + long_prompt + long_prompt}}).dump(), 413, auth},
       {"unknown endpoint", "/v1/embeddings", R"({"input":"x"})", 404, auth},
       {"a negative seed other than -1", "/v1/completions", R"({"prompt":"x","seed":-2})", 400, auth},
-      {"logprobs asked for", "/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"logprobs":true})", 400, auth},
+      {"top_logprobs without logprobs", "/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"top_logprobs":2})", 400, auth},
+      {"top_logprobs past 20", "/v1/chat/completions",
+       R"({"messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":21})", 400, auth},
+      {"a chat logprobs that is no flag", "/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"logprobs":3})", 400, auth},
       {"tools given", "/v1/chat/completions",
        R"({"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}]})", 400, auth},
       {"a JSON response format", "/v1/chat/completions",
        R"({"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_object"}})", 400, auth},
       {"echo", "/v1/completions", R"({"prompt":"x","echo":true})", 400, auth},
-      {"legacy logprobs 0 (the sampled tokens' own)", "/v1/completions", R"({"prompt":"x","logprobs":0})", 400, auth},
+      {"legacy logprobs past 20", "/v1/completions", R"({"prompt":"x","logprobs":21})", 400, auth},
+      {"legacy logprobs true (a count is wanted)", "/v1/completions", R"({"prompt":"x","logprobs":true})", 400, auth},
+      {"top_logprobs on the legacy completions", "/v1/completions", R"({"prompt":"x","logprobs":1,"top_logprobs":2})", 400, auth},
   };
   for (const Case& k : cases) {
     const auto r = c.Post(k.path, k.headers, k.body, "application/json");
@@ -737,7 +853,8 @@ const OpenAI = require(process.argv[2]);
 const client = new OpenAI({ baseURL: process.argv[3], apiKey: 'k1' });
 (async () => {
   const messages = [{ role: 'user', content: 'Tell me about a dog' }];
-  const whole = await client.chat.completions.create({ model: 'stories260K.gguf', messages, max_tokens: 12, temperature: 0 });
+  const whole = await client.chat.completions.create({ model: 'stories260K.gguf', messages, max_tokens: 12, temperature: 0,
+                                                       logprobs: true, top_logprobs: 2 });
   const stream = await client.chat.completions.create({ model: 'stories260K.gguf', messages, max_tokens: 12, temperature: 0, stream: true });
   let text = '', finish = null;
   for await (const chunk of stream) {
@@ -746,7 +863,9 @@ const client = new OpenAI({ baseURL: process.argv[3], apiKey: 'k1' });
   }
   const models = await client.models.list();
   console.log(JSON.stringify({ whole: whole.choices[0].message.content, finish_whole: whole.choices[0].finish_reason,
-                               usage: whole.usage, streamed: text, finish, model: models.data[0].id }));
+                               usage: whole.usage, streamed: text, finish, model: models.data[0].id,
+                               logprob_tokens: whole.choices[0].logprobs.content.map((e) => e.token),
+                               alternatives: whole.choices[0].logprobs.content.map((e) => e.top_logprobs.length) }));
 })().catch((e) => { console.error(String(e)); process.exit(1); });
 )JS";
   int status = 0;
@@ -759,6 +878,12 @@ const client = new OpenAI({ baseURL: process.argv[3], apiKey: 'k1' });
   EXPECT_EQ(j["finish"], "length");
   EXPECT_EQ(j["usage"]["completion_tokens"], 12);
   EXPECT_EQ(j["model"], "stories260K.gguf");
+  // logprobs through the client: a token entry each, with two alternatives, spelling the reply.
+  ASSERT_EQ(j["logprob_tokens"].size(), 12u) << out;
+  std::string spelled;
+  for (const json& t : j["logprob_tokens"]) spelled += t.get<std::string>();
+  EXPECT_EQ(spelled, j["whole"].get<std::string>());
+  for (const json& n : j["alternatives"]) EXPECT_EQ(n, 2);
   EXPECT_EQ(s.terminate(), 0) << s.log();
 }
 

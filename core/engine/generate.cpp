@@ -1,6 +1,7 @@
 // Prefix reuse, the sampling loop, stop strings.
 #include "engine/generate.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -25,12 +26,33 @@ size_t held_back(const std::string& text, const std::vector<std::string>& stops)
 }
 
 // log softmax(logits)[tok], in double (a vocabulary of 150k logits).
-float log_probability(const std::vector<float>& logits, int32_t tok) {
-  float mx = -INFINITY;
-  for (float l : logits) mx = std::max(mx, l);
+// The log of a softmax's denominator, as the largest logit and the log of the sum of exp(l − max).
+struct LogNorm {
+  float max = -INFINITY;
+  double log_sum = 0.0;
+  float of(float logit) const { return static_cast<float>(double(logit) - max - log_sum); }
+};
+
+LogNorm log_norm(const std::vector<float>& logits) {
+  LogNorm n;
+  for (float l : logits) n.max = std::max(n.max, l);
   double sum = 0.0;
-  for (float l : logits) sum += std::exp(double(l) - mx);
-  return static_cast<float>(double(logits[size_t(tok)]) - mx - std::log(sum));
+  for (float l : logits) sum += std::exp(double(l) - n.max);
+  n.log_sum = std::log(sum);
+  return n;
+}
+
+// The k most likely tokens, most likely first (equal logits: the lower id first).
+std::vector<TokenLogprob> most_likely(const std::vector<float>& logits, uint32_t k, const LogNorm& norm) {
+  std::vector<int32_t> ids(logits.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
+  k = std::min<uint32_t>(k, uint32_t(ids.size()));
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+    return logits[size_t(a)] != logits[size_t(b)] ? logits[size_t(a)] > logits[size_t(b)] : a < b;
+  });
+  std::vector<TokenLogprob> out(k);
+  for (uint32_t i = 0; i < k; ++i) out[i] = {ids[i], norm.of(logits[size_t(ids[i])])};
+  return out;
 }
 
 }  // namespace
@@ -126,7 +148,7 @@ void Generator::generate(const GenerateOptions& o, const TextSink& on_text) {
 
 void Generator::start(const GenerateOptions& o) {
   if (logits_.empty()) throw Error("nothing to continue from: the prompt is empty and the cache holds no tokens");
-  run_.emplace(Run{o, StreamDecoder(tok_), {}, o.n_predict, 0, -1, std::chrono::steady_clock::now(), {}});
+  run_.emplace(Run{o, StreamDecoder(tok_), {}, o.n_predict, 0, -1, 0, std::chrono::steady_clock::now(), {}});
   // An empty stop string matches nowhere (it would stop before the first token), as the server reads it.
   std::erase_if(run_->opts.stop, [](const std::string& s) { return s.empty(); });
   // Reaching the limit is the stop reason unless another one (eos, stop string, interrupt) comes first.
@@ -166,7 +188,11 @@ int32_t Generator::sample(const TextSink& on_text) {
   }
   ++stats_.generated;
   stats_.tokens.push_back(tok);
-  if (r.opts.logprobs) stats_.logprobs.push_back(log_probability(raw_, tok));
+  if (r.opts.logprobs) {
+    const LogNorm norm = log_norm(raw_);
+    stats_.logprobs.push_back(norm.of(raw_[size_t(tok)]));
+    if (r.opts.top_logprobs > 0) stats_.top_logprobs.push_back(most_likely(raw_, r.opts.top_logprobs, norm));
+  }
   r.token = tok;
   return tok;
 }
@@ -177,7 +203,10 @@ bool Generator::advance(std::span<const float> logits, const TextSink& on_text) 
   // The token joined the cache at once, so the cache always holds the whole conversation and
   // the logits to continue from are ready (a saved session resumes here).
   logits_.assign(logits.begin(), logits.end());
-  r.pending += r.decoder.push(r.token);
+  const std::string text = r.decoder.push(r.token);
+  if (r.opts.logprobs) stats_.text_start.push_back(r.decoded);
+  r.decoded += uint32_t(text.size());
+  r.pending += text;
   // The text ends where the first stop string to occur begins (two may complete on one token).
   size_t cut = std::string::npos;
   for (const std::string& s : r.opts.stop) cut = std::min(cut, r.pending.find(s));

@@ -22,6 +22,13 @@ struct GenerateOptions {
   std::vector<std::string> stop;      // stop strings (not included in the output; empty ones ignored)
   bool ignore_eos = false;
   bool logprobs = false;              // record each generated token's log-probability (GenerationStats::logprobs)
+  uint32_t top_logprobs = 0;          // with logprobs: also each step's this many most likely tokens
+};
+
+// A token and its log-probability under the model's logits (before penalties and temperature).
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
 };
 
 struct GenerationStats {
@@ -35,6 +42,10 @@ struct GenerationStats {
   std::vector<int32_t> tokens;    // generated token ids
   std::vector<float> logprobs;    // with GenerateOptions::logprobs: each token's log-probability under the
                                   // model's logits (before penalties and temperature)
+  std::vector<std::vector<TokenLogprob>> top_logprobs;  // with top_logprobs n > 0: each step's n most likely
+                                                        // tokens, most likely first (ties: lower id first)
+  std::vector<uint32_t> text_start;  // with logprobs: the byte of the generated text where each token's text
+                                     // starts (counted before a stop string cuts the text)
   double prefill_tok_s() const { return prefill_ms > 0 ? (prompt_tokens - cached_tokens) * 1000.0 / prefill_ms : 0; }
   double decode_tok_s() const { return decode_ms > 0 ? generated * 1000.0 / decode_ms : 0; }
 };
@@ -104,6 +115,7 @@ class Generator {
     int64_t limit = 0;    // tokens it may sample (< 0: no limit)
     int64_t sampled = 0;
     int32_t token = -1;   // the last token sampled
+    uint32_t decoded = 0; // bytes of text decoded so far (before a stop string cuts it)
     std::chrono::steady_clock::time_point t_start, t_first;
   };
   // Releases the held-back text and the timing at the end of a run.

@@ -132,11 +132,9 @@ void refuse_unsupported(const json& body, Endpoint e) {
     return v && !(v->is_boolean() && !v->get<bool>()) && !(v->is_number() && v->get<double>() == 0) &&
            !((v->is_array() || v->is_object()) && v->empty()) && !(v->is_string() && v->get_ref<const std::string&>().empty());
   };
-  // The legacy completions' logprobs is a count, and 0 asks for the sampled tokens' own; the
-  // chat's is a flag.
-  if (const json* v = field(body, "logprobs"); e == Endpoint::Completion ? v != nullptr && !(v->is_boolean() && !v->get<bool>()) : on(v))
-    refuse("logprobs", "returning log-probabilities");
-  if (const json* v = field(body, "top_logprobs"); on(v)) refuse("top_logprobs", "returning log-probabilities");
+  // The legacy completions take their count of alternatives as `logprobs` (log_probabilities()).
+  if (const json* v = field(body, "top_logprobs"); e == Endpoint::Completion && on(v))
+    refuse("top_logprobs", "top_logprobs on /v1/completions (its 'logprobs' is the count)");
   // Tools are asked for unless the choice says none.
   const json* choice = field(body, "tool_choice");
   const bool no_tools = choice && choice->is_string() && *choice == "none";
@@ -157,7 +155,55 @@ void refuse_unsupported(const json& body, Endpoint e) {
   if (const json* v = field(body, "suffix"); on(v)) refuse("suffix", "a suffix (fill in the middle)");
 }
 
+// logprobs and top_logprobs: the chat's `logprobs` is a flag and `top_logprobs` (0 … 20) the
+// alternatives per token, which need the flag; the legacy completions' `logprobs` is the count of
+// alternatives (0 … 20: 0 reports the sampled tokens' own).
+void log_probabilities(const json& body, Endpoint e, GenerateOptions& g) {
+  constexpr int64_t k_max_top = 20;
+  if (e == Endpoint::Chat) {
+    g.logprobs = boolean(body, "logprobs", false);
+    g.top_logprobs = uint32_t(integer(body, "top_logprobs", 0, k_max_top, 0));
+    if (g.top_logprobs > 0 && !g.logprobs)
+      throw ApiError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs");
+    return;
+  }
+  const json* v = field(body, "logprobs");
+  if (!v || (v->is_boolean() && !v->get<bool>())) return;
+  if (!v->is_number_integer()) throw ApiError(400, "'logprobs' must be an integer (the alternatives per token, 0 to 20)", "logprobs");
+  g.logprobs = true;
+  g.top_logprobs = uint32_t(integer(body, "logprobs", 0, k_max_top, 0));
+}
+
+json bytes_of(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(int(c));
+  return b;
+}
+
 }  // namespace
+
+json logprobs_body(Endpoint e, std::span<const TokenLogprobs> entries) {
+  if (e == Endpoint::Chat) {
+    json content = json::array();
+    for (const TokenLogprobs& t : entries) {
+      json top = json::array();
+      for (const auto& [token, lp] : t.top) top.push_back({{"token", token}, {"logprob", lp}, {"bytes", bytes_of(token)}});
+      content.push_back({{"token", t.token}, {"logprob", t.logprob}, {"bytes", bytes_of(t.token)}, {"top_logprobs", top}});
+    }
+    return {{"content", content}, {"refusal", nullptr}};
+  }
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), offsets = json::array();
+  for (const TokenLogprobs& t : entries) {
+    tokens.push_back(t.token);
+    token_logprobs.push_back(t.logprob);
+    offsets.push_back(t.text_offset);
+    // A dictionary by token text: of two alternatives with the same text, the more likely one.
+    json top = json::object();
+    for (const auto& [token, lp] : t.top) top.emplace(token, lp);
+    top_logprobs.push_back(top);
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs}, {"text_offset", offsets}};
+}
 
 json error_body(const std::string& message, const std::string& type, const std::string& param, const std::string& code) {
   const auto or_null = [](const std::string& v) { return v.empty() ? json(nullptr) : json(v); };
@@ -197,6 +243,7 @@ ApiRequest parse_request(Endpoint e, const std::string& body_text, const ApiCont
   const char* max_name = field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   r.generate.n_predict = int32_t(integer(body, max_name, 1, ctx.context, ctx.default_max_tokens));
   r.generate.stop = stop_strings(body);
+  log_probabilities(body, e, r.generate);
   r.stream = boolean(body, "stream", false);
   if (const json* so = field(body, "stream_options")) {
     if (!so->is_object()) throw ApiError(400, "'stream_options' must be an object", "stream_options");
@@ -224,8 +271,8 @@ json usage_json(const Usage& u) {
 }
 
 json completion_body(Endpoint e, const std::string& id, int64_t created, const std::string& model, const std::string& text,
-                     const std::string& finish, const Usage& u) {
-  json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", nullptr}};
+                     const std::string& finish, const Usage& u, const json& logprobs) {
+  json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", logprobs}};
   if (e == Endpoint::Chat) choice["message"] = {{"role", "assistant"}, {"content", text}};
   else choice["text"] = text;
   return {{"id", id},
@@ -237,8 +284,8 @@ json completion_body(Endpoint e, const std::string& id, int64_t created, const s
 }
 
 json chunk_body(Endpoint e, const std::string& id, int64_t created, const std::string& model, const std::string& text, bool first,
-                const std::optional<std::string>& finish) {
-  json choice = {{"index", 0}, {"finish_reason", finish ? json(*finish) : json(nullptr)}, {"logprobs", nullptr}};
+                const std::optional<std::string>& finish, const json& logprobs) {
+  json choice = {{"index", 0}, {"finish_reason", finish ? json(*finish) : json(nullptr)}, {"logprobs", logprobs}};
   if (e == Endpoint::Chat) {
     json delta = json::object();
     if (first) delta["role"] = "assistant";

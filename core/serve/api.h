@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "chat/template.h"
 #include "engine/generate.h"
 #include "engine/sampler.h"
+#include "serve/logprobs.h"
 #include "text/tokenizer.h"
 
 namespace vkllm::serve {
@@ -61,13 +63,19 @@ struct Usage {
 };
 nlohmann::json usage_json(const Usage& u);
 
-// The response of a whole (not streamed) request.
+// A choice's `logprobs` for these tokens: the chat's {"content": [{token, logprob, bytes,
+// top_logprobs}], "refusal": null}, the legacy completions' {tokens, token_logprobs, top_logprobs,
+// text_offset}.
+nlohmann::json logprobs_body(Endpoint e, std::span<const TokenLogprobs> entries);
+// The response of a whole (not streamed) request; `logprobs` the choice's (null: not asked for).
 nlohmann::json completion_body(Endpoint e, const std::string& id, int64_t created, const std::string& model,
-                               const std::string& text, const std::string& finish, const Usage& u);
-// One streamed chunk: text (with the assistant role on a chat's first chunk), or the last one
-// with its finish reason (text empty).
+                               const std::string& text, const std::string& finish, const Usage& u,
+                               const nlohmann::json& logprobs = nullptr);
+// One streamed chunk: text (with the assistant role on a chat's first chunk) and its tokens'
+// `logprobs`, or the last one with its finish reason (text empty).
 nlohmann::json chunk_body(Endpoint e, const std::string& id, int64_t created, const std::string& model,
-                          const std::string& text, bool first, const std::optional<std::string>& finish);
+                          const std::string& text, bool first, const std::optional<std::string>& finish,
+                          const nlohmann::json& logprobs = nullptr);
 // stream_options.include_usage: the chunk after the last, with no choices and the usage.
 nlohmann::json usage_chunk_body(Endpoint e, const std::string& id, int64_t created, const std::string& model, const Usage& u);
 

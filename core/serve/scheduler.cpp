@@ -14,18 +14,22 @@ constexpr uint32_t k_min_prefix_copy = 32;
 
 }  // namespace
 
-Job::Wait Job::wait_text_for(std::string& out, std::chrono::milliseconds timeout) {
+Job::Wait Job::wait_text_for(std::string& out, std::chrono::milliseconds timeout, std::vector<TokenLogprobs>* logprobs) {
   std::unique_lock lock(mu_);
-  if (!cv_.wait_for(lock, timeout, [&] { return !text_.empty() || done_; })) return Wait::Idle;
+  if (!cv_.wait_for(lock, timeout, [&] { return !text_.empty() || !logprobs_.empty() || done_; })) return Wait::Idle;
   out = std::move(text_);
   text_.clear();
-  return !out.empty() ? Wait::Text : Wait::Done;
+  const bool entries = !logprobs_.empty();
+  if (logprobs) logprobs->insert(logprobs->end(), logprobs_.begin(), logprobs_.end());
+  logprobs_.clear();
+  return !out.empty() || entries ? Wait::Text : Wait::Done;
 }
 
-void Job::push_text(const std::string& text) {
-  if (text.empty()) return;
+void Job::push_text(const std::string& text, std::vector<TokenLogprobs> logprobs) {
+  if (text.empty() && logprobs.empty()) return;
   std::lock_guard lock(mu_);
   text_ += text;
+  logprobs_.insert(logprobs_.end(), std::make_move_iterator(logprobs.begin()), std::make_move_iterator(logprobs.end()));
   cv_.notify_all();
 }
 
@@ -124,6 +128,8 @@ void Scheduler::loop() {
 void Scheduler::admit(Sequence& s, const std::shared_ptr<Job>& job) {
   s.gen.reset();
   s.ttft_s = -1;
+  s.released = 0;
+  s.reported = 0;
   if (job->cancelled()) {
     complete(s, "");
     return;
@@ -221,7 +227,7 @@ void Scheduler::step_all() {
     if (!s.job || !s.gen || s.prefilling) continue;
     Job& job = *s.job;
     try {
-      const int32_t tok = job.cancelled() ? (s.gen->interrupt(), -1) : s.gen->sample(sink(job));
+      const int32_t tok = job.cancelled() ? (s.gen->interrupt(), -1) : s.gen->sample(sink(s));
       if (s.ttft_s < 0 && (s.gen->stats().generated > 0 || tok < 0))
         s.ttft_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - job.enqueued).count();
       if (tok < 0) {
@@ -243,7 +249,7 @@ void Scheduler::step_all() {
       const size_t n_vocab = logits.size() / stepping.size();
       for (size_t i = 0; i < stepping.size(); ++i) {
         Sequence& s = *stepping[i];
-        if (!s.gen->advance(std::span(logits).subspan(i * n_vocab, n_vocab), sink(*s.job))) complete(s);
+        if (!s.gen->advance(std::span(logits).subspan(i * n_vocab, n_vocab), sink(s))) complete(s);
       }
     } else {
       // A device or shape decode_batch cannot take: a step per sequence.
@@ -251,7 +257,7 @@ void Scheduler::step_all() {
         Sequence& s = *stepping[i];
         const std::vector<float>& logits = s.engine->decode(std::span(&tokens[i], 1), LogitsMode::Last);
         metrics_.decode_step(1);
-        if (!s.gen->advance(logits, sink(*s.job))) complete(s);
+        if (!s.gen->advance(logits, sink(s))) complete(s);
       }
     }
   } catch (const std::exception& e) {
@@ -264,14 +270,35 @@ void Scheduler::step_all() {
   }
 }
 
-TextSink Scheduler::sink(Job& job) {
-  return [&job](const std::string& text) {
-    job.push_text(text);
-    return !job.cancelled();
+TextSink Scheduler::sink(Sequence& s) {
+  return [this, &s](const std::string& text) {
+    s.released += text.size();
+    s.job->push_text(text, released_logprobs(s, false));
+    return !s.job->cancelled();
   };
 }
 
+std::vector<TokenLogprobs> Scheduler::released_logprobs(Sequence& s, bool all) {
+  std::vector<TokenLogprobs> out;
+  if (!s.job->generate.logprobs || !s.gen) return out;
+  // A token's text is released once its first byte is; a token whose text a stop string cut off
+  // whole is never reported (nor is the end-of-generation token, which has none).
+  const GenerationStats& st = s.gen->stats();
+  for (; s.reported < st.text_start.size() && (all || st.text_start[s.reported] < s.released); ++s.reported) {
+    const size_t i = s.reported;
+    TokenLogprobs e{tok_.token_to_piece(st.tokens[i], false), st.logprobs[i], st.text_start[i], {}};
+    if (i < st.top_logprobs.size())
+      for (const TokenLogprob& t : st.top_logprobs[i]) e.top.emplace_back(tok_.token_to_piece(t.token, false), t.logprob);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
 void Scheduler::complete(Sequence& s, const std::string& error) {
+  // The last tokens' log-probabilities: all of them unless a stop string cut the text (then only
+  // those whose text was released) or the client went away.
+  if (error.empty() && s.gen && s.gen->stats().stop_reason != "stop string" && s.gen->stats().stop_reason != "interrupted")
+    s.job->push_text("", released_logprobs(s, true));
   const std::shared_ptr<Job> job = std::move(s.job);
   if (job->cancelled()) metrics_.cancelled();
   const GenerationStats st = s.gen ? s.gen->stats() : GenerationStats{};

@@ -30,6 +30,7 @@
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/sampler.h"
+#include "serve/logprobs.h"
 #include "serve/metrics.h"
 #include "store/prompt_cache.h"
 #include "text/tokenizer.h"
@@ -47,12 +48,13 @@ class Job {
   const GenerateOptions generate;
   const std::chrono::steady_clock::time_point enqueued = std::chrono::steady_clock::now();
 
-  // The HTTP side: waits at most `timeout` for text released since the last call (Text: in `out`)
-  // or the end (Done: everything was taken, stats()/error() are final). Idle: nothing came, and
-  // the response writes something its client skips (an SSE comment, a space before the JSON),
-  // which is how it notices a client that went away while its request was queued or running.
+  // The HTTP side: waits at most `timeout` for text released since the last call (Text: in `out`,
+  // with the released tokens' log-probabilities in `logprobs` when the request asked for them) or
+  // the end (Done: everything was taken, stats()/error() are final). Idle: nothing came, and the
+  // response writes something its client skips (an SSE comment, a space before the JSON), which
+  // is how it notices a client that went away while its request was queued or running.
   enum class Wait { Text, Idle, Done };
-  Wait wait_text_for(std::string& out, std::chrono::milliseconds timeout);
+  Wait wait_text_for(std::string& out, std::chrono::milliseconds timeout, std::vector<TokenLogprobs>* logprobs = nullptr);
   // The client went away: the device thread drops the sequence at its next step.
   void cancel() { cancelled_ = true; }
   bool cancelled() const { return cancelled_; }
@@ -60,13 +62,14 @@ class Job {
   const std::string& error() const { return error_; }
 
   // The device side.
-  void push_text(const std::string& text);
+  void push_text(const std::string& text, std::vector<TokenLogprobs> logprobs = {});
   void finish(const GenerationStats& stats, std::string error = "");
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
   std::string text_;
+  std::vector<TokenLogprobs> logprobs_;
   bool done_ = false;
   std::atomic<bool> cancelled_{false};
   GenerationStats stats_;
@@ -103,6 +106,8 @@ class Scheduler {
     double ttft_s = -1;        // the job's arrival to its first token (< 0: not yet)
     bool prefilling = false;   // its prompt has tokens left to run
     uint64_t admitted = 0;     // admission order: the earliest prefilling job runs its chunk first
+    uint64_t released = 0;     // bytes of the job's text released to it
+    size_t reported = 0;       // its generated tokens whose log-probabilities were released
   };
   void loop();
   // Starts a job on an idle sequence: prefix reuse (from its cache or the prompt cache); the rest
@@ -118,7 +123,10 @@ class Scheduler {
   // One token of every running sequence, in one decode step (Engine::decode_batch: the weights
   // read once for all of them); finishes the jobs that end.
   void step_all();
-  static TextSink sink(Job& job);
+  TextSink sink(Sequence& s);
+  // With logprobs asked for: the entries of the generated tokens whose text has begun to be
+  // released (all of them with `all`, at the end of a generation whose text was not cut).
+  std::vector<TokenLogprobs> released_logprobs(Sequence& s, bool all);
   void complete(Sequence& s, const std::string& error = "");
   void update_gauges();
 

@@ -270,19 +270,23 @@ void HttpServer::routes() {
     const auto usage = [](const Job& j) {
       return Usage{j.stats().prompt_tokens, j.stats().generated, j.stats().cached_tokens};
     };
+    const bool logprobs = r.generate.logprobs;
     if (!r.stream) {
+      // The text and, when asked for, its tokens' log-probabilities, as they are released.
+      auto text = std::make_shared<std::string>();
+      auto entries = std::make_shared<std::vector<TokenLogprobs>>();
       const auto body = [=](const std::string& text) {
-        return dump(completion_body(e, id, created, model, text, finish_reason(job->stats().stop_reason), usage(*job)));
+        return dump(completion_body(e, id, created, model, text, finish_reason(job->stats().stop_reason), usage(*job),
+                                    logprobs ? logprobs_body(e, *entries) : json(nullptr)));
       };
       // Finished within k_keep_alive: a plain response, whose status says how it went.
-      auto text = std::make_shared<std::string>();
       std::string piece;
       const auto deadline = std::chrono::steady_clock::now() + k_keep_alive;
       const auto left = [&] {
         using std::chrono::milliseconds;
         return std::max(std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now()), milliseconds(0));
       };
-      for (Job::Wait w; (w = job->wait_text_for(piece, left())) != Job::Wait::Idle;) {
+      for (Job::Wait w; (w = job->wait_text_for(piece, left(), entries.get())) != Job::Wait::Idle;) {
         if (w == Job::Wait::Text) {
           *text += piece;
           continue;
@@ -298,7 +302,7 @@ void HttpServer::routes() {
           [=](size_t, httplib::DataSink& sink) {
             std::string piece;
             auto last_write = std::chrono::steady_clock::now();
-            for (Job::Wait w; (w = job->wait_text_for(piece, k_keep_alive)) != Job::Wait::Done;) {
+            for (Job::Wait w; (w = job->wait_text_for(piece, k_keep_alive, entries.get())) != Job::Wait::Done;) {
               if (w == Job::Wait::Text) *text += piece;
               if (std::chrono::steady_clock::now() - last_write < k_keep_alive) continue;
               if (!sink.write(k_keep_alive_space, sizeof(k_keep_alive_space) - 1)) {
@@ -328,11 +332,15 @@ void HttpServer::routes() {
           };
           bool first = true;
           std::string piece;
-          for (Job::Wait w; (w = job->wait_text_for(piece, k_keep_alive)) != Job::Wait::Done;) {
+          std::vector<TokenLogprobs> entries;
+          for (Job::Wait w; (w = job->wait_text_for(piece, k_keep_alive, &entries)) != Job::Wait::Done;) {
             // Nothing for a while (queued, or a long prefill): an SSE comment, which clients skip;
-            // writing to a client that has gone fails, and the job is dropped.
+            // writing to a client that has gone fails, and the job is dropped. A chunk carries its
+            // tokens' log-probabilities when they were asked for.
             const bool ok = w == Job::Wait::Idle ? sink.write(k_keep_alive_line, sizeof(k_keep_alive_line) - 1)
-                                                 : event(dump(chunk_body(e, id, created, model, piece, first, std::nullopt)));
+                                                 : event(dump(chunk_body(e, id, created, model, piece, first, std::nullopt,
+                                                                         logprobs ? logprobs_body(e, entries) : json(nullptr))));
+            entries.clear();
             if (!ok) {
               job->cancel();
               return false;
