@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/input_file.h"
+#include "chat/conversation.h"
 #include "chat/template.h"
 #include "commands.h"
 #include "common.h"
@@ -145,6 +146,12 @@ int run(const RunCommand& c) {
 
   Sampler sampler(c.opts.sampling);
   Generator gen(*s.engine, tok, sampler);
+  // A chat session continues as `vkllm chat` continues it (a Conversation: its account of what the
+  // cache holds, so only the new turn is prefilled, also after the ring has evicted), and is
+  // saved with that account.
+  std::optional<Conversation> conv;
+  if (c.chat && resuming)
+    conv.emplace(*s.engine, tok, sampler, ChatTemplate::resolve(&s.file, c.chat_template), c.system, c.opts.keep);
   // --session: a saved conversation replaces the empty cache, sampler state included.
   bool resumed = false;
   double restore_ms = 0;
@@ -153,11 +160,11 @@ int run(const RunCommand& c) {
     const auto t0 = std::chrono::steady_clock::now();
     // (A pin that fills this --ctx is refused by the load; a window-ring model's smaller limit
     // shortens it, docs/models.md, said here.)
-    const SessionInfo info = load_session(c.persist.session, *s.engine, fp, &sampler);
+    const SessionInfo info = conv ? conv->load(c.persist.session, fp).info : load_session(c.persist.session, *s.engine, fp, &sampler);
     if (!c.opts.quiet && info.n_keep > cache.keep())
       std::fprintf(stderr, "vkllm: session %s: its pin of %u tokens is %u here (this --ctx's sliding-window rings pin at most %u)\n",
                    c.persist.session.c_str(), info.n_keep, cache.keep(), cache.max_keep());
-    messages = session_messages(c.persist.session, info.conversation, c.chat);
+    if (!conv) messages = session_messages(c.persist.session, info.conversation, c.chat);
     restore_ms = ms_since(t0);
     resumed = true;
     if (!c.opts.quiet)
@@ -174,11 +181,7 @@ int run(const RunCommand& c) {
 
   std::vector<int32_t> appended;  // raw text continuing a restored session
   if (c.chat) {
-    if (resumed) {
-      messages.push_back({{"role", "user"}, {"content", text}});
-      p.tokens = tokenize_rendered(tok, ChatTemplate::resolve(&s.file, c.chat_template).render(messages, render_options(tok, true)),
-                                   messages);
-    } else {
+    if (!resumed) {
       if (!c.system.empty()) messages.push_back({{"role", "system"}, {"content", c.system}});
       messages.push_back({{"role", "user"}, {"content", text}});
     }
@@ -214,7 +217,7 @@ int run(const RunCommand& c) {
       else if (m.matched < m.entry_tokens && m.matched < p.tokens.size()) std::fprintf(stderr, "vkllm: prompt cache: %s\n", divergence_message(tok, p.tokens, m).c_str());
     }
   }
-  {
+  if (!conv) {
     ProgressBar bar("prefill", "tok");
     auto progress = [&](uint64_t done, uint64_t total) { bar.update(done, total); };
     if (resumed && !c.chat && appended.empty()) {
@@ -255,14 +258,20 @@ int run(const RunCommand& c) {
       }
       return !stopped_by_signal();
     };
-    // The flag is read at every token, not only when one prints (tokens of no text, or text held
-    // back for a --stop prefix, would not reach the sink).
-    gen.start(go);
-    while (!stopped_by_signal() && gen.step(sink)) {
+    if (conv) {
+      // The turn's prefill and reply, as a chat's (the flag is read as text comes).
+      ProgressBar bar("prefill", "tok");
+      conv->say(text, go, sink, [&](uint64_t done, uint64_t total) { bar.update(done, total); });
+    } else {
+      // The flag is read at every token, not only when one prints (tokens of no text, or text held
+      // back for a --stop prefix, would not reach the sink).
+      gen.start(go);
+      while (!stopped_by_signal() && gen.step(sink)) {
+      }
+      if (stopped_by_signal()) gen.interrupt();
     }
-    if (stopped_by_signal()) gen.interrupt();
   }
-  GenerationStats& st = gen.stats();
+  GenerationStats st = conv ? conv->last_stats() : gen.stats();
   st.ttft_ms += cache_load_ms + restore_ms;  // restoring is part of the time to the first token
   if (pc) {
     if (!stored && st.cached_tokens + 1 < n_prompt) pc->store(*s.engine, n_prompt);
@@ -273,14 +282,14 @@ int run(const RunCommand& c) {
   }
   std::string save_error;
   if (!c.persist.session.empty()) {
-    std::string conv;
-    if (c.chat) {
+    std::string conv_json;
+    if (c.chat && !conv) {
       messages.push_back({{"role", "assistant"}, {"content", out_text}});
-      conv = nlohmann::json{{"messages", messages}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      conv_json = nlohmann::json{{"messages", messages}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     }
     // A failed save (a full disk) is reported after the output and the stats, which it would lose.
     try {
-      const uint64_t bytes = save_session(c.persist.session, *s.engine, fp, &sampler, conv);
+      const uint64_t bytes = conv ? conv->save(c.persist.session, fp) : save_session(c.persist.session, *s.engine, fp, &sampler, conv_json);
       if (!c.opts.quiet)
         std::fprintf(stderr, "vkllm: session %s: saved %s tokens, %s\n", c.persist.session.c_str(), with_commas(cache.used()).c_str(),
                      human_bytes(bytes).c_str());

@@ -636,24 +636,30 @@ TEST(ChatCli, LoadInAPipedChat) {
   EXPECT_EQ(errs[3], at + "raw.vkv: holds a raw-text session (vkllm run without --chat), not a chat");
 }
 
-// A chat tokenizes each turn's new text as a continuation of the cached tokens; `run --chat
-// --session` tokenizes the whole rendering. On an SPM vocabulary (stories260K: chatml's markers
-// are plain text there) the two agree only if the continuation gets no space prefix of its own:
-// four turns give the same replies either way.
+// `run --chat --session` turns are a chat's turns: the first tokenizes the whole rendering, the
+// later ones continue the session as `vkllm chat` does. On an SPM vocabulary (stories260K:
+// chatml's markers are plain text there) the two agree only if the continuation gets no space
+// prefix of its own. Four turns give the same replies either way, also when the ring wraps
+// (--ctx 80, every reply running until the cache is full: a run that re-rendered and re-prefilled
+// the whole conversation once the ring had evicted answered the third turn with nothing).
 TEST(ChatCli, ChatTurnsEqualRunChatTurns) {
   VKLLM_REQUIRE_SHARED(kModel);
-  TempDir tmp;
   const std::vector<std::string> turns = {"Hello", "Tell me about a dog", "What did the dog eat?", "And then?"};
-  std::string input, replies;
-  for (const std::string& t : turns) input += t + "\n";
-  const Piped chat = piped(tmp, chat_cmd("-n 20 -q --ctx 256"), input);
-  ASSERT_EQ(chat.status, 0) << chat.err;
-  for (const std::string& t : turns) {
-    const Piped one = piped(tmp, vkllm_cmd("run", "--temp 0 --chat -n 20 -q --ctx 256 -p '" + t + "' --session " + tmp.path("turns.vkv")));
-    ASSERT_EQ(one.status, 0) << one.err;
-    replies += one.out + "\n";
+  for (const std::string args : {"-n 20 -q --ctx 256", "-q --ctx 80"}) {
+    SCOPED_TRACE(args);
+    TempDir tmp;
+    std::string input, replies;
+    for (const std::string& t : turns) input += t + "\n";
+    const Piped chat = piped(tmp, chat_cmd(args), input);
+    ASSERT_EQ(chat.status, 0) << chat.err;
+    for (const std::string& t : turns) {
+      const Piped one = piped(tmp, vkllm_cmd("run", "--temp 0 --chat " + args + " -p '" + t + "' --session " + tmp.path("turns.vkv")));
+      ASSERT_EQ(one.status, 0) << one.err;
+      EXPECT_FALSE(one.out.empty()) << "turn '" << t << "'";
+      replies += one.out + "\n";
+    }
+    EXPECT_EQ(chat.out, replies);
   }
-  EXPECT_EQ(chat.out, replies);
 }
 
 // `run --chat --session` and `chat --session` continue each other's conversations.
