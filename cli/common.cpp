@@ -28,7 +28,7 @@ std::string fmt_ms(double ms) {
 void add_model_options(CLI::App* cmd, RunOptions& o) {
   cmd->add_option("-m,--model", o.model, "GGUF model file")->required();
   cmd->add_option("--device", o.device, "Vulkan device index (see `vkllm devices`)");
-  cmd->add_option("-c,--ctx", o.ctx, "KV cache capacity in tokens (default: min(trained context, 4096))")->check(CLI::Range(0u, k_max_ctx));
+  cmd->add_option("-c,--ctx", o.ctx, "KV cache capacity in tokens (default, or 0: min(trained context, 4096))")->check(CLI::Range(0u, k_max_ctx));
   const auto types = CLI::IsMember({"f16", "q8_0", "q4_0"});
   cmd->add_option("--cache-type", o.cache_type, "KV cache type for K and V: f16, q8_0, q4_0")->check(types);
   cmd->add_option("--cache-type-k", o.cache_type_k, "KV cache type for K")->check(types);
@@ -58,8 +58,8 @@ void add_n_predict_option(CLI::App* cmd, int32_t& n_predict, const std::string& 
 void add_sampling_options(CLI::App* cmd, SamplerParams& s) {
   cmd->add_option("--temp", s.temp, "Temperature (0: greedy)");
   cmd->add_option("--top-k", s.top_k, "Top-k (0: off)");
-  cmd->add_option("--top-p", s.top_p, "Top-p (1: off)");
-  cmd->add_option("--min-p", s.min_p, "Min-p (0: off)");
+  cmd->add_option("--top-p", s.top_p, "Top-p, 0 to 1 (1: off)");
+  cmd->add_option("--min-p", s.min_p, "Min-p, 0 to 1 (0: off)");
   cmd->add_option("--repeat-penalty", s.repeat_penalty, "Repetition penalty (1: off)");
   cmd->add_option("--repeat-last-n", s.repeat_last_n, "Tokens the penalties look back over (-1: all)");
   cmd->add_option("--frequency-penalty", s.frequency_penalty, "Frequency penalty");

@@ -153,7 +153,7 @@ TEST(Sampler, MinPKeepsTokensAboveFractionOfMax) {
   EXPECT_EQ(kept(p, l), (std::set<int32_t>{1, 3}));
   p.min_p = 0.05f;  // p >= 0.025: all
   EXPECT_EQ(kept(p, l), (std::set<int32_t>{0, 1, 2, 3}));
-  p.min_p = 2.0f;  // above the max: the best token alone
+  p.min_p = 1.0f;  // the max itself: the best token alone
   EXPECT_EQ(kept(p, l), (std::set<int32_t>{1}));
 
   p.min_p = 0.2f;
@@ -317,6 +317,15 @@ TEST(Sampler, InvalidParamsThrow) {
   p = {};
   p.repeat_last_n = -2;
   EXPECT_THROW(Sampler{p}, vkllm::Error);
+  // top_p and min_p are probabilities, as the server reads them.
+  for (const float v : {-0.1f, 1.5f, NAN}) {
+    p = {};
+    p.top_p = v;
+    EXPECT_THROW(Sampler{p}, vkllm::Error) << "top_p " << v;
+    p = {};
+    p.min_p = v;
+    EXPECT_THROW(Sampler{p}, vkllm::Error) << "min_p " << v;
+  }
 }
 
 TEST(Sampler, LargeVocabularyTopK) {

@@ -32,8 +32,10 @@ void check_param(bool ok, const char* name, double value, const char* allowed) {
 
 void validate_params(const SamplerParams& p) {
   check_param(std::isfinite(p.temp), "temp", p.temp, "a finite number");
-  check_param(std::isfinite(p.top_p), "top_p", p.top_p, "a finite number");
-  check_param(std::isfinite(p.min_p), "min_p", p.min_p, "a finite number");
+  // top_p and min_p are probabilities (the server's range too): past 1 or below 0 they only
+  // disguise other settings (top_p 1.5 is off, min_p 2 and top_p −0.1 are greedy).
+  check_param(p.top_p >= 0.0f && p.top_p <= 1.0f, "top_p", p.top_p, "0 to 1");
+  check_param(p.min_p >= 0.0f && p.min_p <= 1.0f, "min_p", p.min_p, "0 to 1");
   check_param(std::isfinite(p.repeat_penalty) && p.repeat_penalty > 0.0f, "repeat_penalty", p.repeat_penalty,
               "a finite number > 0");
   check_param(std::isfinite(p.frequency_penalty), "frequency_penalty", p.frequency_penalty, "a finite number");

@@ -126,9 +126,11 @@ uint64_t clear_prompt_cache(const std::string& dir) {
   DirLock lock(dir);
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    // Entries (regular files) and the temporaries of killed writers; nothing else.
+    // Entries (regular files) and the temporaries of killed writers (gguf::is_orphaned_temporary,
+    // as eviction: a running writer's is left, or its entry would be lost); nothing else.
     std::error_code ec2;
     if ((!is_entry_name(name) && !is_entry_temporary(name)) || !is_plain_file(*it)) continue;
+    if (is_entry_temporary(name) && !gguf::is_orphaned_temporary(it->path())) continue;
     const uint64_t size = it->file_size(ec2);
     if (fs::remove(it->path(), ec2)) {
       freed += size;
@@ -228,7 +230,14 @@ uint64_t PromptCache::store(const Engine& engine, uint32_t n) {
   if (n == 0 || n > cache.used() || cache.evicted() != 0) return 0;  // only a true prefix is reusable
   // Window rings must still hold the window before n and before n − 1 (a load runs the last token again).
   if (cache.reusable(n) != n || cache.reusable(n - 1) != n - 1) return 0;
-  if (uint64_t{n} * cache.bytes_per_token() > max_bytes_) return 0;
+  // An entry larger than the cap would be evicted by the pass that follows its write: not stored,
+  // and said (the rows alone here; the file's header and token list are checked once written).
+  const auto too_large = [&](uint64_t bytes) {
+    warnings_.push_back("prompt cache: not stored: the entry for these " + std::to_string(n) + " tokens takes " + std::to_string(bytes) +
+                        " bytes, more than --prompt-cache-size (" + std::to_string(max_bytes_) + " bytes)");
+    return uint64_t{0};
+  };
+  if (uint64_t{n} * cache.bytes_per_token() > max_bytes_) return too_large(uint64_t{n} * cache.bytes_per_token());
   const std::span<const int32_t> toks(cache.tokens().data(), n);
   char hash[17];
   std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(XXH64(toks.data(), toks.size_bytes(), 0)));
@@ -244,6 +253,10 @@ uint64_t PromptCache::store(const Engine& engine, uint32_t n) {
     } catch (const Error& e) {
       warnings_.push_back(std::string("prompt cache: not stored: ") + e.what());
       return 0;
+    }
+    if (bytes > max_bytes_) {
+      fs::remove(path, ec);
+      return too_large(bytes);
     }
   }
   evict_to_cap(true);

@@ -460,8 +460,8 @@ SessionInfo load_session(const std::string& path, Engine& engine, const ModelFin
   const uint32_t n_used = static_cast<uint32_t>(info.tokens.size());
   const uint32_t n = max_tokens < 0 ? n_used : static_cast<uint32_t>(std::min<int64_t>(max_tokens, n_used));
   if (n > cache.capacity())
-    throw TooLongForCache(path + ": holds " + commas(n) + " tokens, more than --ctx " + commas(cache.capacity()) + " can hold; use --ctx " +
-                std::to_string(n) + " or more");
+    throw TooLongForCache(path + ": holds " + commas(n_used) + " tokens" + (n < n_used ? "; the " + commas(n) + " to load are" : ",") +
+                          " more than --ctx " + commas(cache.capacity()) + " can hold; use --ctx " + std::to_string(n) + " or more");
   // A whole file keeps its pin: one that fills this --ctx would leave the ring no room (a prefix
   // load, the prompt cache's, pins within the prefix instead).
   if (max_tokens < 0 && info.n_keep >= cache.capacity())
