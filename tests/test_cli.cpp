@@ -580,6 +580,40 @@ TEST(Cli, NewArchitecturesMatchLlamaCpp) {
   EXPECT_GE(n_cases, 18) << "cases in " << dir;
 }
 
+// A prompt's tokens give the same floats however it is cut into chunks (--ubatch) or reused from
+// the prompt cache, across the attention kernels' switch at 256 slots (each query takes the
+// kernel it would alone): on a Q4_0 model, whose 9-bit x magnifies a last-bit difference, a chunk
+// that reached 256 slots moved log-probabilities by 0.04 and the greedy text within 46 tokens.
+TEST(Cli, PromptChunksGiveWhatTokensAloneGive) {
+  VKLLM_REQUIRE_SHARED("models/synth-llama-q4_0.gguf");
+  VKLLM_REQUIRE_SHARED("reference/prompts/sy-2.txt");
+  std::ifstream in(shared_path("reference/prompts/sy-2.txt"), std::ios::binary);
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const std::string dir = testing::TempDir() + "/chunks", half = dir + "/half.txt", third = dir + "/third.txt";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(half, std::ios::binary) << text.substr(0, text.size() / 2);
+  std::ofstream(third, std::ios::binary) << text.substr(0, text.size() / 3);
+  const std::string run = "run --json -q --temp 0 --ignore-eos --logprobs -n 24 -m " + shared_path("models/synth-llama-q4_0.gguf");
+  const auto logprobs = [&](const std::string& args) {
+    const Result r = vkllm(run + " " + args);
+    EXPECT_EQ(r.status, 0) << args << ": " << r.err;
+    const json j = json::parse(r.out, nullptr, false);
+    return j.is_discarded() ? json() : json{j["tokens"], j["logprobs"], j["prompt_tokens"], j["cached_tokens"]};
+  };
+  const json whole = logprobs("--ubatch 64 -f " + half);
+  ASSERT_GT(whole[2].get<int>(), 300) << "the prompt must pass 256 slots";
+  for (const std::string ubatch : {"1", "7", "300"}) EXPECT_EQ(logprobs("--ubatch " + ubatch + " -f " + half), whole) << "--ubatch " << ubatch;
+  // The third's prefix from the half's prompt-cache entry (all of it but its last token reused).
+  const json cold = logprobs("-f " + third);
+  ASSERT_EQ(logprobs("--prompt-cache " + dir + "/pc -f " + half)[3], 0);
+  const json warm = logprobs("--prompt-cache " + dir + "/pc -f " + third);
+  EXPECT_EQ(warm[3].get<int>(), cold[2].get<int>() - 1);
+  EXPECT_EQ(warm[0], cold[0]);
+  EXPECT_EQ(warm[1], cold[1]);
+  std::filesystem::remove_all(dir);
+}
+
 // --top-logprobs: each step's most likely tokens, most likely first; greedy, the first is the
 // token taken, with its log-probability; their texts are the tokens' own.
 TEST(Cli, TopLogprobsLeadWithTheGreedyToken) {

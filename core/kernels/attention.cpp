@@ -138,13 +138,14 @@ void check_rope_texels(const CommandRecorder& rec, const RopeConfig& rope, const
 }
 
 // Scores (a lane per slot), then values (a lane per entry, a workgroup per k_decode_dims dims)
-// through scratch: see attention_decode.comp. Query tokens in groups of as many as the scratch
-// holds scores for (grid z), the scores of one group read before the next overwrites them.
+// through scratch: see attention_decode.comp. Query tokens from `first` on, in groups of as many
+// as the scratch holds scores for (grid z), the scores of one group read before the next
+// overwrites them.
 void record_decode_attention(CommandRecorder& rec, CacheType type, const AttentionShape& shape, const RopeConfig& rope,
                              const BufferView& rope_table, const BufferView& q, uint32_t q_stride, const BufferView& q_pos,
                              uint32_t n_q, const BufferView& k_cache, const BufferView& v_cache, const BufferView& kv_slots,
                              const BufferView& kv_pos, uint32_t n_kv, const BufferView& out, uint32_t out_stride,
-                             const BufferView& scratch, const RotatedK& rotated) {
+                             const BufferView& scratch, const RotatedK& rotated, uint32_t first) {
   const uint32_t sg = rec.context().subgroup_size(), g = shape.n_head / shape.n_head_kv;
   const uint64_t per_query = decode_scores_floats(shape, n_kv) * 4;
   // The scores pass writes the group's scores through a storage buffer: within one binding's range.
@@ -167,7 +168,7 @@ void record_decode_attention(CommandRecorder& rec, CacheType type, const Attenti
   // offsets in the push constants (bases); the rope table is bound as it is.
   check_rope_texels(rec, rope, rope_table);
   VKLLM_CHECK(q.offset % 16 == 0, "attention: q not on a texel boundary");
-  for (uint32_t t = 0; t < n_q; t += group) {
+  for (uint32_t t = first; t < n_q; t += group) {
     const uint32_t n = std::min(group, n_q - t);
     AttentionParams params = attention_params(shape, rope, n_q, n_kv, q_stride, out_stride, 1, n_kv);
     params.q_first = t;
@@ -178,7 +179,7 @@ void record_decode_attention(CommandRecorder& rec, CacheType type, const Attenti
     params.kv_rot_base = static_cast<uint32_t>(rotated.rot.offset / 4);
     params.rot_slots = rot ? copy_slots(rotated, shape.n_head_kv * shape.head_dim) : 0;
     params.per_lane = per_lane;
-    if (t > 0) rec.barrier();  // the previous group's values pass has read the scores
+    if (t > first) rec.barrier();  // the previous group's values pass has read the scores
     // The values pass binds the whole scratch (a storage texel buffer; one view for every n_kv), the
     // scores pass the group's scores (a storage buffer).
     if (rot)
@@ -297,19 +298,17 @@ uint64_t attention_scratch_floats(const AttentionShape& shape, uint32_t max_kv, 
   return std::max(uint64_t{k_max_split} * shape.n_head * (shape.head_dim + 2), uint64_t{queries} * decode_scores_floats(shape, max_kv));
 }
 
-void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape& shape, const RopeConfig& rope,
-                      const BufferView& rope_table, const BufferView& q, uint32_t q_stride, const BufferView& q_pos, uint32_t n_q,
-                      const BufferView& k_cache, const BufferView& v_cache, const BufferView& kv_slots,
-                      const BufferView& kv_pos, uint32_t n_kv, const BufferView& out, uint32_t out_stride,
-                      const BufferView& scratch, const RotatedK& rotated) {
-  VKLLM_CHECK(shape.n_head % shape.n_head_kv == 0 && shape.head_dim % 2 == 0, "bad attention shape");
+namespace {
+
+// The kernels that walk the slot list for each query (attention_lanes, attention_simd, the tiled
+// one), as attention_kernel_for picks them.
+void record_list_attention(CommandRecorder& rec, CacheType type, const AttentionShape& shape, const RopeConfig& rope,
+                           const BufferView& rope_table, const BufferView& q, uint32_t q_stride, const BufferView& q_pos, uint32_t n_q,
+                           const BufferView& k_cache, const BufferView& v_cache, const BufferView& kv_slots,
+                           const BufferView& kv_pos, uint32_t n_kv, const BufferView& out, uint32_t out_stride,
+                           const BufferView& scratch) {
   const uint32_t g = shape.n_head / shape.n_head_kv;
   const uint32_t rows = n_q * g;
-  if (use_decode_kernels(rec.context(), shape, n_q, n_kv, scratch)) {
-    record_decode_attention(rec, type, shape, rope, rope_table, q, q_stride, q_pos, n_q, k_cache, v_cache, kv_slots, kv_pos, n_kv,
-                            out, out_stride, scratch, rotated);
-    return;
-  }
   const AttentionKernel kernel = attention_kernel_for(rec.context(), shape, rope.n_rot, n_kv);
   if (kernel == AttentionKernel::Lanes) {
     const uint32_t sg = rec.context().subgroup_size();
@@ -363,6 +362,38 @@ void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape
   rec.barrier();
   const Pipeline& c = rec.pipelines().get("attention_combine", 3, sizeof(AttentionParams), {64});
   rec.dispatch(c, {partial_o, partial_ml, out}, params, div_ceil(shape.head_dim, 64), rows, shape.n_head_kv);
+}
+
+}  // namespace
+
+void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape& shape, const RopeConfig& rope,
+                      const BufferView& rope_table, const BufferView& q, uint32_t q_stride, const BufferView& q_pos, uint32_t n_q,
+                      const BufferView& k_cache, const BufferView& v_cache, const BufferView& kv_slots,
+                      const BufferView& kv_pos, uint32_t n_kv, const BufferView& out, uint32_t out_stride,
+                      const BufferView& scratch, const RotatedK& rotated) {
+  VKLLM_CHECK(shape.n_head % shape.n_head_kv == 0 && shape.head_dim % 2 == 0, "bad attention shape");
+  if (!use_decode_kernels(rec.context(), shape, n_q, n_kv, scratch)) {
+    record_list_attention(rec, type, shape, rope, rope_table, q, q_stride, q_pos, n_q, k_cache, v_cache, kv_slots, kv_pos, n_kv,
+                          out, out_stride, scratch);
+    return;
+  }
+  // Each query takes the kernel it would take alone, a decode step over the slots it sees (the
+  // chunk's own tokens are the list's last n_q entries: query i sees the first n_kv − n_q + i + 1),
+  // so that a token's attention, and the text after it, does not depend on how its prompt was cut
+  // into chunks. The chunk's first queries, which see fewer than k_decode_min_kv slots, go to the
+  // list kernels over the entries they see; the rest to the decode kernels. Either kernel gives a
+  // query the same floats whatever the list holds past what it sees.
+  uint32_t first = 0;
+  if (n_kv >= n_q)
+    while (first < n_q && !use_decode_kernels(rec.context(), shape, 1, n_kv - n_q + first + 1, scratch)) ++first;
+  if (first > 0) {
+    record_list_attention(rec, type, shape, rope, rope_table, q, q_stride, q_pos, first, k_cache, v_cache, kv_slots, kv_pos,
+                          n_kv - n_q + first, out, out_stride, scratch);
+    if (first == n_q) return;
+    rec.barrier();  // the decode kernels' scores overwrite the scratch the list kernels may have used
+  }
+  record_decode_attention(rec, type, shape, rope, rope_table, q, q_stride, q_pos, n_q, k_cache, v_cache, kv_slots, kv_pos, n_kv,
+                          out, out_stride, scratch, rotated, first);
 }
 
 bool batch_attention_fits(const VulkanContext& ctx, CacheType type_k, CacheType type_v, const AttentionShape& shape,
