@@ -160,21 +160,35 @@ int run(const RunCommand& c) {
     const auto t0 = std::chrono::steady_clock::now();
     // (A pin that fills this --ctx is refused by the load; a window-ring model's smaller limit
     // shortens it, docs/models.md, said here.)
-    const SessionInfo info = conv ? conv->load(c.persist.session, fp).info : load_session(c.persist.session, *s.engine, fp, &sampler);
-    if (!c.opts.quiet && info.n_keep > cache.keep())
+    bool chat_state = true;  // a chat session's account of its cache (run --chat's first turn writes none)
+    SessionInfo info;
+    if (conv) {
+      const Conversation::Restored r = conv->load(c.persist.session, fp);
+      info = r.info;
+      chat_state = r.chat_state;
+    } else {
+      info = load_session(c.persist.session, *s.engine, fp, &sampler);
+    }
+    // A chat whose file's ring had evicted without an account starts its cache again (the
+    // conversation runs anew, pinned by --keep): the notes on the saved pin do not apply.
+    const bool kept_cache = !conv || !conv->cached_sequence().empty();
+    if (!c.opts.quiet && kept_cache && info.n_keep > cache.keep())
       std::fprintf(stderr, "vkllm: session %s: its pin of %u tokens is %u here (this --ctx's sliding-window rings pin at most %u)\n",
                    c.persist.session.c_str(), info.n_keep, cache.keep(), cache.max_keep());
     if (!conv) messages = session_messages(c.persist.session, info.conversation, c.chat);
     restore_ms = ms_since(t0);
     resumed = true;
     if (!c.opts.quiet)
-      std::fprintf(stderr, "vkllm: session %s: %s tokens restored in %.2f ms\n", c.persist.session.c_str(),
-                   with_commas(info.tokens.size()).c_str(), restore_ms);
+      std::fprintf(stderr, "vkllm: session %s: %s tokens restored in %.2f ms%s\n", c.persist.session.c_str(),
+                   with_commas(info.tokens.size()).c_str(), restore_ms,
+                   chat_state ? ""
+                   : kept_cache ? "; no chat state in the file (its first turn): rebuilt from the messages"
+                                : "; no chat state in the file and its ring had evicted: the conversation runs again");
     // The saved sampler (parameters and RNG) continues the session; say so when the flags differ.
     if (const std::string note = sampler_note(c.persist.session, sampler, c.opts.sampling); !c.opts.quiet && !note.empty())
       std::fprintf(stderr, "vkllm: %s\n", note.c_str());
     // The pin is the session's too (its ring was built around it).
-    if (!c.opts.quiet && c.opts.keep >= 0 && uint32_t(c.opts.keep) != s.engine->cache().keep())
+    if (!c.opts.quiet && kept_cache && c.opts.keep >= 0 && uint32_t(c.opts.keep) != s.engine->cache().keep())
       std::fprintf(stderr, "vkllm: session %s: the saved pin of %u tokens stays, not --keep %d\n", c.persist.session.c_str(),
                    s.engine->cache().keep(), c.opts.keep);
   }
@@ -192,6 +206,9 @@ int run(const RunCommand& c) {
     cache.set_keep(c.opts.keep >= 0 ? std::min<uint32_t>(uint32_t(c.opts.keep), cache.capacity() - 1)
                                     : std::min<uint32_t>(p.pinned, cache.max_keep()));
 
+  // A continued chat session holds its conversation; the prompt cache is for prompts' prefixes.
+  if (conv && c.persist.prompt_cache() && !c.opts.quiet)
+    std::fprintf(stderr, "vkllm: --prompt-cache: not used to continue a chat session (the session holds the conversation)\n");
   // --prompt-cache: load the stored entry sharing the longest prefix; prefill only the rest.
   std::optional<PromptCache> pc;
   double cache_load_ms = 0;
@@ -246,7 +263,8 @@ int run(const RunCommand& c) {
   go.top_logprobs = c.top_logprobs;
   std::string out, out_text;
   {
-    SignalsStopGeneration stop_signals;
+    // Installed for the generation only (a signal during the prefill ends the process at once).
+    std::optional<SignalsStopGeneration> stop_signals;
     const TextSink sink = [&](const std::string& piece) {
       out_text += piece;
       if (c.json) {
@@ -258,13 +276,19 @@ int run(const RunCommand& c) {
       }
       return !stopped_by_signal();
     };
+    // The flag is read at every token, not only when one prints (tokens of no text, or text held
+    // back for a --stop prefix, would not reach the sink).
     if (conv) {
-      // The turn's prefill and reply, as a chat's (the flag is read as text comes).
-      ProgressBar bar("prefill", "tok");
-      conv->say(text, go, sink, [&](uint64_t done, uint64_t total) { bar.update(done, total); });
+      // The turn's prefill and reply, as a chat's; the prefill's progress bar ends before the reply.
+      std::optional<ProgressBar> bar(std::in_place, "prefill", "tok");
+      conv->say(text, go, sink, [&](uint64_t done, uint64_t total) { bar->update(done, total); },
+                {[&] {
+                   bar.reset();
+                   stop_signals.emplace();
+                 },
+                 stopped_by_signal});
     } else {
-      // The flag is read at every token, not only when one prints (tokens of no text, or text held
-      // back for a --stop prefix, would not reach the sink).
+      stop_signals.emplace();
       gen.start(go);
       while (!stopped_by_signal() && gen.step(sink)) {
       }

@@ -11,7 +11,8 @@ namespace vkllm::cli {
 
 void add_session_option(CLI::App* cmd, std::string& session) {
   cmd->add_option("--session", session,
-                  "Session file: loaded when it exists, saved after the call (run) or every turn (chat); docs/session-format.md");
+                  "Session file: loaded when it exists, saved after the call (run) or every turn (chat); docs/session-format.md")
+      ->check([](const std::string& v) { return v.empty() ? std::string("an empty file name (no session would be kept)") : std::string(); });
 }
 
 void check_session_path(const std::string& session) {

@@ -409,7 +409,7 @@ TEST(Cli, ParseErrorsAreOneLineWithStatus2) {
                                   std::string("info"), std::string("no-such-command"), "run -n -5" + m + " -p hi",
                                   "chat -n -2" + m, "run -n lots" + m + " -p hi", "run --keep -2" + m + " -p hi", "run --seed -5" + m + " -p hi", "run --logprobs" + m + " -p hi",
                                   "run --json --top-logprobs 2" + m + " -p hi", "run --json --logprobs --top-logprobs 21" + m + " -p hi",
-                                  "run --top-p -0.1" + m + " -p hi", "run --min-p 2" + m + " -p hi",
+                                  "run --top-p -0.1" + m + " -p hi", "run --min-p 2" + m + " -p hi", "run --session ''" + m + " -p hi",
                                   "run --seed 18446744073709551616" + m + " -p hi",
                                   "info --seqs 0" + m, std::string("bench --ops --parallel 4"), "bench --ops" + m,
                                   std::string("bench --ops --ctx-fill 0,64"), "bench --ops-size 512" + m,

@@ -184,6 +184,19 @@ TEST_F(SessionTest, CtrlCStopsAnEndlessRunAndSaves) {
     ASSERT_EQ(next.rc, 0) << next.err;
     EXPECT_GT(nlohmann::json::parse(next.out).at("cached_tokens").get<int>(), 5);
   }
+  // A continued chat session (run --chat's second turn, which goes through the chat's
+  // Conversation) stops the same way: its tokens are read for the signal, the turn is saved.
+  const std::string c = path("endless-chat.vkv"), out = path("endless.out"), err = path("endless.err");
+  ASSERT_EQ(vkllm(model() + " --temp 0 --chat -p hi -n 2 -q --session " + c).rc, 0);
+  const std::string script = "set -m; " + std::string(VKLLM_BINARY) + " " + model() + " --chat -p 'Tell me more' -n -1 --ignore-eos --session " +
+                             c + " </dev/null >" + out + " 2>" + err + " & pid=$!; for i in $(seq 600); do [ -s " + out +
+                             " ] && break; sleep 0.1; done; kill -TERM $pid; wait $pid; exit $?";
+  std::ofstream(path("endless.sh")) << script << "\n";
+  const int status = std::system(("bash " + path("endless.sh")).c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 143) << slurp(err);
+  EXPECT_NE(slurp(err).find("(interrupted)"), std::string::npos) << slurp(err);
+  EXPECT_NE(slurp(c).find(R"({"content":"Tell me more","role":"user"})"), std::string::npos) << "the turn was not saved";
 }
 
 // Appending raw text to a session continues the token history; the stats count the restored

@@ -206,17 +206,23 @@ void Conversation::trim_cache(size_t n) {
 }
 
 const GenerationStats& Conversation::reply(const std::vector<int32_t>& target, const GenerateOptions& o,
-                                           const TextFn& on_text, const ProgressFn& progress) {
+                                           const TextFn& on_text, const ProgressFn& progress, const ReplyHooks& hooks) {
   sync(target, progress);
   Turn& t = turns_.back();
   t.tokens_at_reply = n_tokens_;
   t.text_at_reply = text_.size();
   std::string reply;
   try {
-    gen_.generate(o, [&](const std::string& piece) {
+    const TextSink sink = [&](const std::string& piece) {
       reply += piece;
       return on_text(piece);
-    });
+    };
+    if (hooks.on_reply) hooks.on_reply();
+    const auto stopped = [&] { return hooks.stop && hooks.stop(); };
+    gen_.start(o);
+    while (!stopped() && gen_.step(sink)) {
+    }
+    if (stopped()) gen_.interrupt();
   } catch (...) {
     reset_cache();
     throw;
@@ -232,7 +238,7 @@ const GenerationStats& Conversation::reply(const std::vector<int32_t>& target, c
 }
 
 const GenerationStats& Conversation::say(const std::string& user, const GenerateOptions& o, const TextFn& on_text,
-                                         const ProgressFn& progress) {
+                                         const ProgressFn& progress, const ReplyHooks& hooks) {
   nlohmann::json all = messages();
   all.push_back({{"role", "user"}, {"content", user}});
   const std::string rendered = tmpl_.render(all, render_options(tok_, true));
@@ -248,7 +254,7 @@ const GenerationStats& Conversation::say(const std::string& user, const Generate
   messages_.push_back(all.back());
   turns_.push_back(t);
   try {
-    const GenerationStats& st = reply(target, o, on_text, progress);
+    const GenerationStats& st = reply(target, o, on_text, progress, hooks);
     if (first) {
       // The first exchange starts right after the pinned tokens, so undoing it equals /clear.
       turns_.front().tokens_at_user = pinned_;

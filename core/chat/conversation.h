@@ -29,10 +29,17 @@ class Conversation {
   Conversation(Engine& engine, const Tokenizer& tok, Sampler& sampler, ChatTemplate tmpl, std::string system = "",
                int32_t keep = -1);
 
-  // Adds a user message and generates the reply. An interrupted reply (on_text returned false)
-  // stays in the conversation and the cache as far as it got.
+  // What a caller runs around a reply: `on_reply` once the turn's prompt is in the cache, before
+  // the first token is sampled (vkllm run installs its signal handlers there); `stop`, read before
+  // every token, ends the reply as an interrupt when it returns true (tokens of no text included).
+  struct ReplyHooks {
+    std::function<void()> on_reply;
+    std::function<bool()> stop;
+  };
+  // Adds a user message and generates the reply. An interrupted reply (on_text returned false,
+  // or hooks.stop true) stays in the conversation and the cache as far as it got.
   const GenerationStats& say(const std::string& user, const GenerateOptions& o, const TextFn& on_text,
-                             const ProgressFn& progress = {});
+                             const ProgressFn& progress = {}, const ReplyHooks& hooks = {});
   // Drops the last reply (from the messages and the cache) and generates it again.
   // Error when there is no reply.
   const GenerationStats& regen(const GenerateOptions& o, const TextFn& on_text, const ProgressFn& progress = {});
@@ -96,7 +103,7 @@ class Conversation {
   // Forgets the cache entirely (after an error, or a new system prompt).
   void reset_cache();
   const GenerationStats& reply(const std::vector<int32_t>& target, const GenerateOptions& o, const TextFn& on_text,
-                               const ProgressFn& progress);
+                               const ProgressFn& progress, const ReplyHooks& hooks = {});
 
   // A session's conversation read back and checked, not yet in use (conversation_state.cpp).
   struct Saved {

@@ -326,6 +326,10 @@ void Sampler::restore_state(std::span<const uint8_t> blob) {
   p.presence_penalty = r.get<float>("presence_penalty");
   p.repeat_last_n = r.get<int32_t>("repeat_last_n");
   p.seed = r.get<uint64_t>("seed");
+  // Files from before top_p and min_p were held to 0 … 1: the nearest end samples the same way
+  // (top_p past 1 is off, below 0 keeps the best token; min_p past 1 keeps the best token).
+  if (std::isfinite(p.top_p)) p.top_p = std::clamp(p.top_p, 0.0f, 1.0f);
+  if (std::isfinite(p.min_p)) p.min_p = std::clamp(p.min_p, 0.0f, 1.0f);
   validate_params(p);
   const auto seed_used = r.get<uint64_t>("seed used");
 

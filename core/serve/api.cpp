@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/utf8.h"
 #include "chat/prompt.h"
 
 namespace vkllm::serve {
@@ -183,23 +184,26 @@ json bytes_of(const std::string& s) {
 }  // namespace
 
 json logprobs_body(Endpoint e, std::span<const TokenLogprobs> entries) {
+  // A token's text as JSON carries it: valid UTF-8, each byte that is not becoming U+FFFD (a
+  // token may hold part of a character); `bytes` has it exactly.
+  const auto text = [](const std::string& token) { return utf8::sanitize(token); };
   if (e == Endpoint::Chat) {
     json content = json::array();
     for (const TokenLogprobs& t : entries) {
       json top = json::array();
-      for (const auto& [token, lp] : t.top) top.push_back({{"token", token}, {"logprob", lp}, {"bytes", bytes_of(token)}});
-      content.push_back({{"token", t.token}, {"logprob", t.logprob}, {"bytes", bytes_of(t.token)}, {"top_logprobs", top}});
+      for (const auto& [token, lp] : t.top) top.push_back({{"token", text(token)}, {"logprob", lp}, {"bytes", bytes_of(token)}});
+      content.push_back({{"token", text(t.token)}, {"logprob", t.logprob}, {"bytes", bytes_of(t.token)}, {"top_logprobs", top}});
     }
     return {{"content", content}, {"refusal", nullptr}};
   }
   json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), offsets = json::array();
   for (const TokenLogprobs& t : entries) {
-    tokens.push_back(t.token);
+    tokens.push_back(text(t.token));
     token_logprobs.push_back(t.logprob);
     offsets.push_back(t.text_offset);
-    // A dictionary by token text: of two alternatives with the same text, the more likely one.
+    // A dictionary by token text: of two alternatives with the same text (as sent), the more likely one.
     json top = json::object();
-    for (const auto& [token, lp] : t.top) top.emplace(token, lp);
+    for (const auto& [token, lp] : t.top) top.emplace(text(token), lp);
     top_logprobs.push_back(top);
   }
   return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs}, {"text_offset", offsets}};
