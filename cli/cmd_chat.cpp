@@ -329,7 +329,9 @@ void ChatSession::stream_reply(bool regen, const std::string& text) {
   };
   ProgressBar bar("prefill", "tok");
   const auto progress = [&](uint64_t done, uint64_t total) { bar.update(done, total); };
-  const GenerationStats& st = regen ? conv_.regen(go, on_text, progress) : conv_.say(text, go, on_text, progress);
+  // The bar ends before the reply (its line would be cleared under the reply's last line).
+  const Conversation::ReplyHooks hooks{[&] { bar.finish(); }, {}};
+  const GenerationStats& st = regen ? conv_.regen(go, on_text, progress, hooks) : conv_.say(text, go, on_text, progress, hooks);
   std::fputc('\n', stdout);
   std::fflush(stdout);
   last_interrupted_ = st.stop_reason == "interrupted";

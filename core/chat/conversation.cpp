@@ -268,7 +268,8 @@ const GenerationStats& Conversation::say(const std::string& user, const Generate
   }
 }
 
-const GenerationStats& Conversation::regen(const GenerateOptions& o, const TextFn& on_text, const ProgressFn& progress) {
+const GenerationStats& Conversation::regen(const GenerateOptions& o, const TextFn& on_text, const ProgressFn& progress,
+                                           const ReplyHooks& hooks) {
   if (turns_.empty() || messages_.back()["role"] != "assistant") throw Error("/regen: there is no reply to generate again");
   messages_.erase(messages_.size() - 1);
   const Turn t = turns_.back();
@@ -281,7 +282,7 @@ const GenerationStats& Conversation::regen(const GenerateOptions& o, const TextF
     target = tokenize_rendered(tok_, text_, messages());
   }
   reply_at_ = 0;
-  return reply(target, o, on_text, progress);
+  return reply(target, o, on_text, progress, hooks);
 }
 
 void Conversation::undo() {

@@ -42,7 +42,8 @@ class Conversation {
                              const ProgressFn& progress = {}, const ReplyHooks& hooks = {});
   // Drops the last reply (from the messages and the cache) and generates it again.
   // Error when there is no reply.
-  const GenerationStats& regen(const GenerateOptions& o, const TextFn& on_text, const ProgressFn& progress = {});
+  const GenerationStats& regen(const GenerateOptions& o, const TextFn& on_text, const ProgressFn& progress = {},
+                               const ReplyHooks& hooks = {});
   // Drops the last exchange (user message and reply). Error when there is none.
   void undo();
   // A new conversation; the pinned tokens (BOS + system prompt) stay cached.
