@@ -39,17 +39,13 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// A conversation continued from a session file: its messages (chat) or none (raw text).
-nlohmann::json session_messages(const std::string& path, const std::string& blob, bool chat) {
-  nlohmann::json conv = nlohmann::json::object();
-  if (!blob.empty()) {
-    conv = nlohmann::json::parse(blob, nullptr, false);
-    if (conv.is_discarded() || !conv.is_object()) throw Error(path + ": section 'CONV' is not a JSON object");
-  }
-  const bool has_messages = conv.contains("messages") && conv["messages"].is_array();
-  if (chat && !has_messages) throw Error(path + ": holds a raw-text session; continue it without --chat");
-  if (!chat && has_messages) throw Error(path + ": holds a chat session; continue it with --chat");
-  return has_messages ? conv["messages"] : nlohmann::json::array();
+// A raw-text session continued without --chat: refused when the file holds a chat (a chat session
+// continues through its Conversation, which refuses raw-text files).
+void check_raw_session(const std::string& path, const std::string& blob) {
+  if (blob.empty()) return;
+  const nlohmann::json conv = nlohmann::json::parse(blob, nullptr, false);
+  if (conv.is_discarded() || !conv.is_object()) throw Error(path + ": section 'CONV' is not a JSON object");
+  if (conv.contains("messages") && conv["messages"].is_array()) throw Error(path + ": holds a chat session; continue it with --chat");
 }
 
 // stdin (when it is not a terminal) first, then -f FILE, then -p TEXT: the static part of a
@@ -155,7 +151,7 @@ int run(const RunCommand& c) {
   // --session: a saved conversation replaces the empty cache, sampler state included.
   bool resumed = false;
   double restore_ms = 0;
-  nlohmann::json messages = nlohmann::json::array();
+  nlohmann::json messages = nlohmann::json::array();  // a first chat turn's, saved with its reply
   if (resuming) {
     const auto t0 = std::chrono::steady_clock::now();
     // (A pin that fills this --ctx is refused by the load; a window-ring model's smaller limit
@@ -175,7 +171,7 @@ int run(const RunCommand& c) {
     if (!c.opts.quiet && kept_cache && info.n_keep > cache.keep())
       std::fprintf(stderr, "vkllm: session %s: its pin of %u tokens is %u here (this --ctx's sliding-window rings pin at most %u)\n",
                    c.persist.session.c_str(), info.n_keep, cache.keep(), cache.max_keep());
-    if (!conv) messages = session_messages(c.persist.session, info.conversation, c.chat);
+    if (!conv) check_raw_session(c.persist.session, info.conversation);
     restore_ms = ms_since(t0);
     resumed = true;
     if (!c.opts.quiet)
