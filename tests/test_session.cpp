@@ -384,8 +384,25 @@ TEST_F(SessionTest, ConcurrentRunsShareThePromptCache) {
   const Result after = vkllm(common + " -p '" + manual + "Who was happy?'");
   EXPECT_EQ(after.rc, 0) << after.err;
   EXPECT_NE(after.err.find("skipping and removing"), std::string::npos) << after.err;
+  // An entry larger than the whole --prompt-cache-size is not stored, and said (one whose file
+  // tipped it over the size was written and evicted at once, without a word).
+  std::string tiny_cap = small_cap + "Who was tiny?'";
+  tiny_cap.replace(tiny_cap.find("--prompt-cache-size 30KiB"), 25, "--prompt-cache-size 2KiB");
+  const size_t before = entries().size();
+  const Result tiny = vkllm(tiny_cap);
+  EXPECT_EQ(tiny.rc, 0) << tiny.err;
+  EXPECT_NE(tiny.err.find("prompt cache: not stored: the entry for these"), std::string::npos) << tiny.err;
+  EXPECT_LE(entries().size(), before);
+  // cache clear removes a killed writer's temporary (by eviction's rule) and leaves a running
+  // writer's, whose entry would be lost (it removed every one).
+  std::ofstream(dead) << "half";
+  std::ofstream(live) << "half";
+  for (const std::string& t : {dead, live}) fs::last_write_time(t, fs::last_write_time(t) - std::chrono::hours(2));
   ASSERT_EQ(vkllm("cache clear --dir " + dir).rc, 0);
   EXPECT_EQ(entries().size(), 0u);
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(live)) << "a running writer's temporary was cleared";
+  fs::remove(live);
   for (const std::string& f : foreign) EXPECT_TRUE(fs::exists(f)) << f;
   EXPECT_EQ(vkllm("cache list --dir " + dir).out.find(".vkv"), std::string::npos);
 }
