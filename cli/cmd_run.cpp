@@ -285,10 +285,7 @@ int run(const RunCommand& c) {
                  stopped_by_signal});
     } else {
       stop_signals.emplace();
-      gen.start(go);
-      while (!stopped_by_signal() && gen.step(sink)) {
-      }
-      if (stopped_by_signal()) gen.interrupt();
+      gen.generate(go, sink, stopped_by_signal);
     }
   }
   GenerationStats st = conv ? conv->last_stats() : gen.stats();

@@ -213,16 +213,14 @@ const GenerationStats& Conversation::reply(const std::vector<int32_t>& target, c
   t.text_at_reply = text_.size();
   std::string reply;
   try {
-    const TextSink sink = [&](const std::string& piece) {
-      reply += piece;
-      return on_text(piece);
-    };
     if (hooks.on_reply) hooks.on_reply();
-    const auto stopped = [&] { return hooks.stop && hooks.stop(); };
-    gen_.start(o);
-    while (!stopped() && gen_.step(sink)) {
-    }
-    if (stopped()) gen_.interrupt();
+    gen_.generate(
+        o,
+        [&](const std::string& piece) {
+          reply += piece;
+          return on_text(piece);
+        },
+        hooks.stop);
   } catch (...) {
     reset_cache();
     throw;

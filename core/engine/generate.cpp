@@ -25,8 +25,8 @@ size_t held_back(const std::string& text, const std::vector<std::string>& stops)
   return hold;
 }
 
-// log softmax(logits)[tok], in double (a vocabulary of 150k logits).
-// The log of a softmax's denominator, as the largest logit and the log of the sum of exp(l − max).
+// The log of a softmax's denominator, as the largest logit and the log of the sum of exp(l − max),
+// in double (a vocabulary of 150k logits): of(logit) is log softmax(logits) at that logit.
 struct LogNorm {
   float max = -INFINITY;
   double log_sum = 0.0;
@@ -140,10 +140,12 @@ void Generator::resume() {
   if (cache.keep() != keep) cache.set_keep(keep);
 }
 
-void Generator::generate(const GenerateOptions& o, const TextSink& on_text) {
+void Generator::generate(const GenerateOptions& o, const TextSink& on_text, const std::function<bool()>& stop) {
+  const auto stopped = [&] { return stop && stop(); };
   start(o);
-  while (step(on_text)) {
+  while (!stopped() && step(on_text)) {
   }
+  if (stopped()) interrupt();
 }
 
 void Generator::start(const GenerateOptions& o) {

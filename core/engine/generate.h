@@ -89,7 +89,9 @@ class Generator {
   void resume();
   // Samples until a stop condition; `on_text` receives decoded text as it becomes final (never
   // half a UTF-8 character or a possible stop-string prefix) and returns false to interrupt.
-  void generate(const GenerateOptions& o, const TextSink& on_text);
+  // `stop`, when given, is read before every token (tokens of no text included): true ends the
+  // generation as an interrupt.
+  void generate(const GenerateOptions& o, const TextSink& on_text, const std::function<bool()>& stop = {});
   // The same a token at a time, so one thread can interleave several generations (the server):
   // start(), then step() until it returns false. Each step samples one token, runs it through
   // the model and releases the text that became final; the last step flushes what was held back.

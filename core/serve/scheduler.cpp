@@ -20,7 +20,7 @@ Job::Wait Job::wait_text_for(std::string& out, std::chrono::milliseconds timeout
   out = std::move(text_);
   text_.clear();
   const bool entries = !logprobs_.empty();
-  if (logprobs) logprobs->insert(logprobs->end(), logprobs_.begin(), logprobs_.end());
+  if (logprobs) logprobs->insert(logprobs->end(), std::make_move_iterator(logprobs_.begin()), std::make_move_iterator(logprobs_.end()));
   logprobs_.clear();
   return !out.empty() || entries ? Wait::Text : Wait::Done;
 }
