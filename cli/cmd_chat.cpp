@@ -114,7 +114,17 @@ class LineReader {
   Status read(std::string& line, const char* prompt) {
     line.clear();
     if (!tty_) {
-      if (!std::getline(std::cin, line)) return Status::Eof;
+      // std::getline, bounded: piped from an endless source without newlines, the chat ends in an
+      // error naming it instead of filling the memory.
+      std::streambuf* in = std::cin.rdbuf();
+      int ch = EOF;
+      while ((ch = in->sbumpc()) != EOF && ch != '\n') {
+        if (line.size() == k_max_text_input)
+          throw Error("stdin: a line longer than " + std::to_string(k_max_text_input >> 30) +
+                      " GiB, the most vkllm reads as text (an endless device or pipe?)");
+        line.push_back(char(ch));
+      }
+      if (ch == EOF && line.empty()) return Status::Eof;
       if (!line.empty() && line.back() == '\r') line.pop_back();
       return Status::Line;
     }

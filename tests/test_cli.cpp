@@ -401,6 +401,25 @@ TEST(Cli, DirectoriesAndFifosWhereFilesBelong) {
   std::filesystem::remove(fifo);
 }
 
+// An endless text input (a device, a pipe that never ends) stops at 1 GiB with one line naming it,
+// status 1, instead of filling the memory.
+TEST(Cli, EndlessTextInputsEndInAnError) {
+  const std::string m = " -m " + model("stories260K.gguf");
+  const Result file = vkllm("run -n 1" + m + " -f /dev/zero");
+  EXPECT_EQ(file.status, 1) << file.err;
+  EXPECT_TRUE(file.out.empty()) << file.out;
+  EXPECT_EQ(std::count(file.err.begin(), file.err.end(), '\n'), 1) << file.err;
+  EXPECT_NE(file.err.find("vkllm: error: /dev/zero: the prompt file is longer than 1 GiB"), std::string::npos) << file.err;
+  // stdin (the helper above gives every run a file there)
+  const std::string err = testing::TempDir() + "/vkllm_cli_endless.txt";
+  const int st = std::system(("timeout 120 " + std::string(VKLLM_BINARY) + " run -n 1" + m + " </dev/zero >/dev/null 2>" + err).c_str());
+  EXPECT_EQ(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 1);
+  std::ifstream e(err, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(e)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
+  EXPECT_NE(text.find("vkllm: error: stdin: the prompt is longer than 1 GiB"), std::string::npos) << text;
+}
+
 // A bad command line (a value of the wrong type, an unknown flag, a missing required option, an
 // unknown subcommand, a negative count other than -1) is one "vkllm: error:" line and status 2.
 TEST(Cli, ParseErrorsAreOneLineWithStatus2) {

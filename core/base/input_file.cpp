@@ -45,8 +45,12 @@ std::string read_fd_input(int fd, const std::string& name, const std::string& wh
   char buf[1 << 16];
   for (;;) {
     const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n > 0) text.append(buf, size_t(n));
-    else if (n == 0) return text;
+    if (n > 0) {
+      if (text.size() + size_t(n) > k_max_text_input)
+        throw Error(name + ": " + what + " is longer than " + std::to_string(k_max_text_input >> 30) +
+                    " GiB, the most vkllm reads as text (an endless device or pipe?)");
+      text.append(buf, size_t(n));
+    } else if (n == 0) return text;
     else if (errno != EINTR) throw Error(name + ": cannot read " + what + ": " + std::strerror(errno));
   }
 }

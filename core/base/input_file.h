@@ -2,9 +2,14 @@
 // so that a directory, a FIFO where a file is written back, or a missing file is one line naming
 // it rather than an internal error or a blocked read.
 #pragma once
+#include <cstddef>
 #include <string>
 
 namespace vkllm {
+
+// The most bytes read from one text input: `-f /dev/zero` or an endless pipe ends in an error
+// naming it instead of filling the memory.
+inline constexpr size_t k_max_text_input = size_t(1) << 30;
 
 // The whole of a text input: a regular file, or a pipe or device (`-f <(cmd)`, `-f /dev/stdin`).
 // A directory is refused. `what` names the input in the error ("the prompt file").
