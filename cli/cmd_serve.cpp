@@ -76,8 +76,10 @@ void serve_forever(const ServeCommand& c) {
   so.threads = c.parallel + c.queue + k_spare_connections;
   serve::HttpServer http(so, sched, metrics, api);
   const int port = http.bind();
+  // An IPv6 address goes in brackets in a URL (http://[::1]:8080/v1).
+  const std::string url_host = so.host.find(':') != std::string::npos ? "[" + so.host + "]" : so.host;
   std::fprintf(stderr, "vkllm: serving %s on http://%s:%d/v1 (%u sequence%s of %s tokens, queue %zu)\n", so.model_name.c_str(),
-               so.host.c_str(), port, c.parallel, c.parallel == 1 ? "" : "s", with_commas(api.context).c_str(), c.queue);
+               url_host.c_str(), port, c.parallel, c.parallel == 1 ? "" : "s", with_commas(api.context).c_str(), c.queue);
   std::fflush(stderr);
 
   std::atomic<bool> run_returned{false};
@@ -113,6 +115,9 @@ void add_serve_command(CLI::App& app) {
   add_model_options(cmd, c->opts);
   add_sampling_options(cmd, c->opts.sampling);
   cmd->add_option("--host", c->server.host, "Address to listen on (default 127.0.0.1: this machine only)");
+  cmd->add_option("--allow-origin", c->server.allow_origins,
+                  "Also let browser pages from this origin (scheme://host[:port]) call the API; \"*\": any (this machine's own always may)")
+      ->allow_extra_args(false);
   cmd->add_option("--port", c->server.port, "Port (0: any free one, printed on stderr)")->check(CLI::Range(0, 65535));
   cmd->add_option("--parallel", c->parallel, "Sequences generating at once, each with its own KV cache of --ctx tokens")
       ->check(CLI::Range(1u, 64u));

@@ -17,6 +17,7 @@ struct TemplateOptions {
   std::string chat_template;
   std::string messages_file;
   bool no_generation_prompt = false;
+  bool system_into_user = false;
   std::optional<std::string> bos, eos;
   std::string date;
 };
@@ -55,6 +56,8 @@ void add_template_command(CLI::App& app) {
   cmd->add_option("--messages", o->messages_file, "JSON file: a list of {role, content} or {\"messages\": [...]}")
       ->required();
   cmd->add_flag("--no-generation-prompt", o->no_generation_prompt, "Do not open an assistant turn at the end");
+  cmd->add_flag("--system-into-user", o->system_into_user,
+                "Where the template has no system role, begin the next user message with the system text, as chat, run --chat and serve do");
   cmd->add_option("--bos", o->bos, "BOS token text (default: the model's)");
   cmd->add_option("--eos", o->eos, "EOS token text (default: the model's)");
   cmd->add_option("--date", o->date, "Date strftime_now formats, YYYY-MM-DD (default: today)")
@@ -79,6 +82,7 @@ void add_template_command(CLI::App& app) {
     r.bos_token = o->bos ? *o->bos : model ? token_text(*model, "tokenizer.ggml.bos_token_id") : "";
     r.eos_token = o->eos ? *o->eos : model ? token_text(*model, "tokenizer.ggml.eos_token_id") : "";
     r.date_override = o->date;
+    r.system_into_user = o->system_into_user;
     const nlohmann::ordered_json messages = read_messages(o->messages_file);
     std::string prompt;
     try {

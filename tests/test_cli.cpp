@@ -483,6 +483,31 @@ TEST(Cli, RunSpecialParsesSpecialTokenText) {
   EXPECT_GT(json::parse(plain.out)["prompt_tokens"].get<int>(), json::parse(special.out)["prompt_tokens"].get<int>());
 }
 
+// A system prompt on a template with no system role (Gemma 2's raises on one) begins the user's
+// message, as in llama.cpp; `vkllm template` renders as Hugging Face does unless asked.
+TEST(Cli, SystemPromptOnATemplateWithoutSystemRole) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  VKLLM_REQUIRE_SHARED("templates/unrendered/google-gemma-2-2b-it.jinja");
+  const std::string t = " --chat-template " + shared_path("templates/unrendered/google-gemma-2-2b-it.jinja");
+  const std::string m = " -m " + model("stories260K.gguf") + t;
+  const Result with = vkllm("run -q -n 6 --temp 0 --json --chat --system 'Tell a story'" + m + " -p 'Once upon a time'");
+  const std::string prompt = testing::TempDir() + "/vkllm_cli_system_prompt.txt";
+  std::ofstream(prompt) << "Tell a story\nOnce upon a time";
+  const Result joined = vkllm("run -q -n 6 --temp 0 --json --chat" + m + " -f " + prompt);
+  ASSERT_EQ(with.status, 0) << with.err;
+  ASSERT_EQ(joined.status, 0) << joined.err;
+  EXPECT_EQ(json::parse(with.out)["tokens"], json::parse(joined.out)["tokens"]);
+  EXPECT_EQ(json::parse(with.out)["prompt_tokens"], json::parse(joined.out)["prompt_tokens"]);
+  const std::string messages = testing::TempDir() + "/vkllm_cli_system.json";
+  std::ofstream(messages) << R"([{"role":"system","content":"S"},{"role":"user","content":"U"}])";
+  const Result hf = vkllm("template --bos '<bos>' --messages " + messages + t);
+  EXPECT_EQ(hf.status, 1) << hf.out;
+  EXPECT_NE(hf.err.find("System role not supported"), std::string::npos) << hf.err;
+  const Result folded = vkllm("template --bos '<bos>' --system-into-user --messages " + messages + t);
+  EXPECT_EQ(folded.status, 0) << folded.err;
+  EXPECT_EQ(folded.out, "<bos><start_of_turn>user\nS\nU<end_of_turn>\n<start_of_turn>model\n");
+}
+
 // A context past the device's grid height (65,535 workgroup rows on lavapipe): the RoPE table of
 // its positions is filled in several dispatches (it was an internal error).
 TEST(Cli, ContextsPastTheGridHeightRun) {

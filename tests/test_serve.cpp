@@ -467,6 +467,11 @@ TEST(Serve, RefusesBadRequestsAndKeepsServing) {
       {"legacy logprobs past 20", "/v1/completions", R"({"prompt":"x","logprobs":21})", 400, auth},
       {"legacy logprobs true (a count is wanted)", "/v1/completions", R"({"prompt":"x","logprobs":true})", 400, auth},
       {"top_logprobs on the legacy completions", "/v1/completions", R"({"prompt":"x","logprobs":1,"top_logprobs":2})", 400, auth},
+      {"a count with a fraction", "/v1/completions", R"({"prompt":"x","max_tokens":2.5})", 400, auth},
+      {"two choices", "/v1/completions", R"({"prompt":"x","n":2})", 400, auth},
+      {"a tool message", "/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"},{"role":"tool","content":"42"}]})", 400, auth},
+      {"an assistant's tool calls", "/v1/chat/completions",
+       R"({"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1"}]}]})", 400, auth},
   };
   for (const Case& k : cases) {
     const auto r = c.Post(k.path, k.headers, k.body, "application/json");
@@ -505,6 +510,12 @@ TEST(Serve, RefusesBadRequestsAndKeepsServing) {
                                     "GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekrit\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(kept.rfind("HTTP/1.1 401", 0), 0u) << kept;
   EXPECT_NE(kept.find("HTTP/1.1 200"), std::string::npos) << kept;
+  // Refused fields of OpenAI's API say so in their code (the clients show it).
+  for (const std::string body : {R"({"prompt":"x","n":2})", R"({"prompt":"x","echo":true})"}) {
+    const auto r = c.Post("/v1/completions", auth, body, "application/json");
+    ASSERT_TRUE(r) << body;
+    EXPECT_EQ(json::parse(r->body)["error"]["code"], "unsupported_parameter") << body << ": " << r->body;
+  }
   // OpenAI's error layout: the class of error in type, the case's name in code (or null).
   const auto too_long = c.Post("/v1/completions", auth, json({{"prompt", std::string(400, 'z') + " the end"}}).dump(), "application/json");
   ASSERT_TRUE(too_long);
@@ -513,8 +524,9 @@ TEST(Serve, RefusesBadRequestsAndKeepsServing) {
   EXPECT_EQ(too_long_error["code"], "context_length_exceeded") << too_long->body;
   EXPECT_EQ(too_long_error["param"], "prompt") << too_long->body;
   // What clients send by default passes: the unsupported fields' "off" values, a seed of -1
-  // (random) or up to 2^64 - 1, the Bearer scheme in any case.
-  for (const std::string extra : {R"("logprobs":false,"tools":[],"tool_choice":"auto","response_format":{"type":"text"})",
+  // (random) or up to 2^64 - 1, the Bearer scheme in any case; counts as floats without a
+  // fraction, top_k -1 (off, as vLLM's clients send it).
+  for (const std::string extra : {R"("n":1.0,"max_tokens":1.0,"top_k":-1)", R"("logprobs":false,"tools":[],"tool_choice":"auto","response_format":{"type":"text"})",
                                   R"("logit_bias":{},"echo":false,"best_of":1,"suffix":"","seed":-1)", R"("seed":18446744073709551615)",
                                   R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"none")",
                                   R"("best_of":1.0,"logit_bias":{"5":0},"logprobs":false)"}) {
@@ -580,6 +592,109 @@ TEST(Serve, RefusesBadRequestsAndKeepsServing) {
   const auto health = c.Get("/health");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
+// Browser pages (CORS): this machine's origins and --allow-origin ones get the Access-Control
+// headers and their preflights (which carry no key) answered; other origins 403. A known path
+// asked with another method answers 405 with its Allow header; httplib's own refusals say why.
+TEST(Serve, BrowserOriginsMethodsAndHttpRefusals) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  Server s("--ctx 128 --temp 0 --api-key sekrit --allow-origin https://ui.example");
+  ASSERT_GT(s.port(), 0) << s.log();
+  httplib::Client c = s.client();
+  const httplib::Headers auth = {{"Authorization", "Bearer sekrit"}};
+  const std::string request = R"({"prompt":"Once upon a time","max_tokens":2})";
+  for (const std::string origin : {"http://localhost:3000", "http://127.0.0.1", "https://[::1]:8443", "https://ui.example"}) {
+    const auto pre = c.Options("/v1/chat/completions", {{"Origin", origin}, {"Access-Control-Request-Method", "POST"},
+                                                        {"Access-Control-Request-Headers", "authorization,content-type"}});
+    ASSERT_TRUE(pre) << origin;
+    EXPECT_EQ(pre->status, 204) << origin << ": " << pre->body;
+    EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Origin"), origin);
+    EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Methods"), "POST, OPTIONS");
+    EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Headers"), "authorization,content-type");
+    httplib::Headers h = auth;
+    h.emplace("Origin", origin);
+    const auto r = c.Post("/v1/completions", h, request, "application/json");
+    ASSERT_TRUE(r) << origin;
+    EXPECT_EQ(r->status, 200) << origin << ": " << r->body;
+    EXPECT_EQ(r->get_header_value("Access-Control-Allow-Origin"), origin);
+  }
+  for (const std::string origin : {"https://evil.example", "null", "http://localhost.evil.example", "http://127.0.0.1:99999x"}) {
+    httplib::Headers h = auth;
+    h.emplace("Origin", origin);
+    const auto r = c.Post("/v1/completions", h, request, "application/json");
+    ASSERT_TRUE(r) << origin;
+    EXPECT_EQ(r->status, 403) << origin << ": " << r->body;
+    EXPECT_FALSE(r->has_header("Access-Control-Allow-Origin")) << origin;
+    EXPECT_NE(r->body.find("--allow-origin"), std::string::npos) << r->body;
+    const auto pre = c.Options("/v1/completions", {{"Origin", origin}, {"Access-Control-Request-Method", "POST"}});
+    ASSERT_TRUE(pre) << origin;
+    EXPECT_EQ(pre->status, 403) << origin;
+  }
+  const auto expect_405 = [&](const httplib::Result& r, const std::string& allow) {
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 405) << r->body;
+    EXPECT_EQ(r->get_header_value("Allow"), allow);
+    EXPECT_NE(r->body.find("is not allowed on"), std::string::npos) << r->body;
+  };
+  expect_405(c.Get("/v1/chat/completions", auth), "POST, OPTIONS");
+  expect_405(c.Delete("/v1/completions", auth), "POST, OPTIONS");
+  expect_405(c.Post("/v1/models", auth, "{}", "application/json"), "GET, HEAD, OPTIONS");
+  const auto no_key = c.Get("/v1/chat/completions");
+  ASSERT_TRUE(no_key);
+  EXPECT_EQ(no_key->status, 401);
+  const auto url = c.Get("/v1/models?" + std::string(9000, 'a'), auth);
+  ASSERT_TRUE(url);
+  EXPECT_EQ(url->status, 414);
+  EXPECT_NE(url->body.find("URL is longer than 8 KiB"), std::string::npos) << url->body;
+  const auto header = c.Get("/v1/models", {{"Authorization", "Bearer sekrit"}, {"X-Long", std::string(9000, 'a')}});
+  ASSERT_TRUE(header);
+  EXPECT_EQ(header->status, 400);
+  EXPECT_NE(header->body.find("header line longer than 8 KiB"), std::string::npos) << header->body;
+  const auto multipart = c.Post("/v1/completions", auth, request, "multipart/form-data; boundary=xx");
+  ASSERT_TRUE(multipart);
+  EXPECT_EQ(multipart->status, 415) << multipart->body;
+  const auto after = c.Post("/v1/completions", auth, request, "application/json");
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->status, 200) << after->body;
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
+// Messages as clients send them: text parts joined by a newline; a system message on a template
+// that has no system role (Gemma 2's raises) begins the user's message; a last assistant message
+// is the start of the reply, which goes on from it.
+TEST(Serve, TakesMessagesAsLlamaCppDoes) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  VKLLM_REQUIRE_SHARED("templates/unrendered/google-gemma-2-2b-it.jinja");
+  Server s("--ctx 256 --temp 0 --chat-template " + shared_path("templates/unrendered/google-gemma-2-2b-it.jinja"));
+  ASSERT_GT(s.port(), 0) << s.log();
+  httplib::Client c = s.client();
+  const auto chat = [&](const json& messages) {
+    int status = 0;
+    const json r = post(c, "/v1/chat/completions", {{"messages", messages}, {"max_tokens", 6}}, &status);
+    EXPECT_EQ(status, 200) << r.dump();
+    return std::make_pair(r["choices"][0]["message"]["content"].get<std::string>(), r["usage"]["prompt_tokens"].get<int>());
+  };
+  const json parts = {{"type", "text"}, {"text", "Lily had a ball"}};
+  const json parts2 = {{"type", "text"}, {"text", "The ball was red"}};
+  EXPECT_EQ(chat({{{"role", "user"}, {"content", {parts, parts2}}}}), chat({{{"role", "user"}, {"content", "Lily had a ball\nThe ball was red"}}}));
+  EXPECT_EQ(chat({{{"role", "system"}, {"content", "Tell a story"}}, {{"role", "user"}, {"content", "Once upon a time"}}}),
+            chat({{{"role", "user"}, {"content", "Tell a story\nOnce upon a time"}}}));
+  EXPECT_EQ(chat({{{"role", "developer"}, {"content", "Tell a story"}}, {{"role", "user"}, {"content", "Once upon a time"}}}),
+            chat({{{"role", "user"}, {"content", "Tell a story\nOnce upon a time"}}}));
+  // The prefill: the reply goes on from "Lily", as the whole prompt given as text (after the BOS the
+  // completions add) does.
+  const auto [text, prompt_tokens] = chat({{{"role", "user"}, {"content", "Tell a story"}}, {{"role", "assistant"}, {"content", "Lily"}}});
+  int status = 0;
+  const json raw = post(c, "/v1/completions",
+                        {{"prompt", "<start_of_turn>user\nTell a story<end_of_turn>\n<start_of_turn>model\nLily"}, {"max_tokens", 6}}, &status);
+  ASSERT_EQ(status, 200) << raw.dump();
+  EXPECT_EQ(text, raw["choices"][0]["text"]);
+  EXPECT_EQ(prompt_tokens, raw["usage"]["prompt_tokens"]);
+  // An empty last assistant message is no prefill: the conversation before it.
+  EXPECT_EQ(chat({{{"role", "user"}, {"content", "Tell a story"}}, {{"role", "assistant"}, {"content", nullptr}}}),
+            chat({{{"role", "user"}, {"content", "Tell a story"}}}));
   EXPECT_EQ(s.terminate(), 0) << s.log();
 }
 

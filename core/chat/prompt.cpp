@@ -31,6 +31,7 @@ std::vector<int32_t> tokenize_rendered(const Tokenizer& tok, const RenderedPromp
 ChatRenderOptions render_options(const Tokenizer& tok, bool add_generation_prompt) {
   ChatRenderOptions o;
   o.add_generation_prompt = add_generation_prompt;
+  o.system_into_user = true;
   if (tok.bos() >= 0) o.bos_token = tok.token_text(tok.bos());
   if (tok.eos() >= 0) o.eos_token = tok.token_text(tok.eos());
   return o;

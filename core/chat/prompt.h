@@ -26,7 +26,8 @@ std::vector<int32_t> tokenize_rendered(const Tokenizer& tok, const RenderedPromp
 // The same, locating the content by searching the text (find_content_spans).
 std::vector<int32_t> tokenize_rendered(const Tokenizer& tok, const std::string& rendered, const nlohmann::json& messages);
 
-// The BOS/EOS strings a template sees, from the vocabulary.
+// The BOS/EOS strings a template sees, from the vocabulary; system messages folded into the user's
+// where the template has no system role (ChatRenderOptions::system_into_user).
 ChatRenderOptions render_options(const Tokenizer& tok, bool add_generation_prompt);
 
 // A one-message chat prompt (with an optional system prompt) for `vkllm run --chat`.

@@ -153,6 +153,14 @@ ChatTemplate ChatTemplate::from_source(std::string source) {
   } catch (const Error& e) {
     throw Error(std::string("chat template: ") + e.what());
   }
+  // A system text no template prints by itself, after which a user message follows.
+  const std::string probe = "vkllm-system-probe-7f3a";
+  const nlohmann::ordered_json msgs = {{{"role", "system"}, {"content", probe}}, {{"role", "user"}, {"content", "Hi"}}};
+  try {
+    t.system_role_ = t.render(msgs, ChatRenderOptions{}).find(probe) != std::string::npos;
+  } catch (const Error&) {
+    t.system_role_ = false;  // raise_exception("System role not supported") and the like
+  }
   return t;
 }
 
@@ -208,14 +216,52 @@ ChatTemplate ChatTemplate::resolve(const gguf::File* model, const std::string& n
   return builtin("chatml");
 }
 
-std::string ChatTemplate::render(const nlohmann::json& messages, const ChatRenderOptions& o) const {
+namespace {
+
+// The messages with each run of system messages' text moved into the user message after it
+// ("system\nuser"), or into a user message of its own where another role, or nothing, follows.
+template <class Json>
+Json system_into_user(const Json& messages) {
+  const auto text_of = [](const Json& m, const char* role) -> const std::string* {
+    if (!m.is_object() || !m.contains("role") || m["role"] != role || !m.contains("content") || !m["content"].is_string()) return nullptr;
+    return &m["content"].template get_ref<const std::string&>();
+  };
+  Json out = Json::array();
+  std::string pending;
+  const auto flush = [&] {
+    if (!pending.empty()) out.push_back({{"role", "user"}, {"content", pending}});
+    pending.clear();
+  };
+  for (const Json& m : messages) {
+    if (const std::string* sys = text_of(m, "system")) {
+      if (!sys->empty()) pending += (pending.empty() ? "" : "\n") + *sys;
+    } else if (const std::string* user = text_of(m, "user"); user && !pending.empty()) {
+      Json joined = m;
+      joined["content"] = pending + (user->empty() ? "" : "\n" + *user);
+      out.push_back(std::move(joined));
+      pending.clear();
+    } else {
+      flush();
+      out.push_back(m);
+    }
+  }
+  flush();
+  return out;
+}
+
+}  // namespace
+
+template <class Json>
+std::string ChatTemplate::render_json(const Json& messages, const ChatRenderOptions& o) const {
   if (!messages.is_array()) throw Error("chat template: messages must be a JSON list");
+  if (o.system_into_user && !system_role_) return render_value(Value::from_json(system_into_user(messages)), o);
   return render_value(Value::from_json(messages), o);
 }
 
+std::string ChatTemplate::render(const nlohmann::json& messages, const ChatRenderOptions& o) const { return render_json(messages, o); }
+
 std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const ChatRenderOptions& o) const {
-  if (!messages.is_array()) throw Error("chat template: messages must be a JSON list");
-  return render_value(Value::from_json(messages), o);
+  return render_json(messages, o);
 }
 
 std::string ChatTemplate::render_value(const Value& messages, const ChatRenderOptions& o) const {

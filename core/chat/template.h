@@ -24,6 +24,11 @@ struct ChatRenderOptions {
   bool add_generation_prompt = true;
   std::string bos_token, eos_token;
   std::string date_override;  // "YYYY-MM-DD" for strftime_now; "" = today (local time)
+  // For a template that has no system role (it raises on a system message, as Gemma 2's does, or
+  // drops it): the system messages' text begins the next user message instead, joined by "\n"
+  // (a user message of its own where none follows), as llama.cpp's templates do. Off, the
+  // messages reach the template as given (Hugging Face's apply_chat_template, `vkllm template`).
+  bool system_into_user = false;
 };
 
 // A rendered prompt and the byte ranges [begin, end) of it that came from message content
@@ -56,9 +61,16 @@ class ChatTemplate {
   // Renders and locates the message content in the result; see RenderedPrompt.
   RenderedPrompt render_with_spans(const nlohmann::ordered_json& messages, const ChatRenderOptions& o) const;
 
+  // Whether a system message reaches the rendered text (probed once, when the template is made:
+  // a system message and a user message rendered, the system text looked for).
+  bool has_system_role() const { return system_role_; }
+
  private:
+  template <class Json>
+  std::string render_json(const Json& messages, const ChatRenderOptions& o) const;
   std::string render_value(const jinja::Value& messages, const ChatRenderOptions& o) const;
   std::shared_ptr<const jinja::Program> program_;
+  bool system_role_ = true;
 };
 
 // Byte ranges [begin, end) of the rendered text that are message content (user-controlled

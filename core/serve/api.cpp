@@ -30,6 +30,14 @@ double number(const json& body, const char* name, double lo, double hi, double f
 int64_t integer(const json& body, const char* name, int64_t lo, int64_t hi, int64_t fallback) {
   const json* v = field(body, name);
   if (!v) return fallback;
+  // A float with no fraction (2.0, as a client computing a count may send) is that integer.
+  if (v->is_number_float()) {
+    const double d = v->get<double>();
+    if (!std::isfinite(d) || d != std::floor(d)) throw ApiError(400, std::string("'") + name + "' must be an integer, got " + v->dump(), name);
+    if (d < double(lo) || d > double(hi))
+      throw ApiError(400, std::string("'") + name + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + v->dump(), name);
+    return int64_t(d);
+  }
   if (!v->is_number_integer()) throw ApiError(400, std::string("'") + name + "' must be an integer", name);
   // Stored as a signed or unsigned 64-bit value; a value above INT64_MAX is out of range too.
   if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(hi))
@@ -47,8 +55,9 @@ bool boolean(const json& body, const char* name, bool fallback) {
   return v->get<bool>();
 }
 
-// A message's content: a string, or a list of {"type": "text", "text": …} parts, joined. As in
-// OpenAI's API it is required, and may be null only in an assistant message (read as empty).
+// A message's content: a string, or a list of {"type": "text", "text": …} parts, joined by "\n"
+// (as llama.cpp's server joins them: two parts never run into one word). As in OpenAI's API it is
+// required, and may be null only in an assistant message (read as empty).
 std::string content_text(const json& m, size_t i, const std::string& role) {
   const std::string where = "messages[" + std::to_string(i) + "].content";
   const json* c = field(m, "content");
@@ -60,6 +69,7 @@ std::string content_text(const json& m, size_t i, const std::string& role) {
   for (const json& part : *c) {
     if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
       throw ApiError(400, "'" + where + "': only parts of type \"text\" with a string \"text\" are supported", where);
+    if (&part != &c->front()) text += '\n';
     text += part["text"].get<std::string>();
   }
   return text;
@@ -77,13 +87,32 @@ std::vector<int32_t> chat_tokens(const json& body, const ApiContext& ctx) {
     const json* role = field(m, "role");
     if (!role || !role->is_string()) throw ApiError(400, "'" + where + ".role' must be a string", where + ".role");
     const std::string r = role->get<std::string>();
+    // Tool results and calls belong to tool calling, which this server refuses (refuse_unsupported).
+    if (r == "tool" || r == "function")
+      throw ApiError(400, "'" + where + ".role': " + r + " messages (tool calling) are not supported by this server", where + ".role",
+                     "invalid_request_error", "unsupported_parameter");
+    if (const json* calls = field(m, "tool_calls"); calls && !(calls->is_array() && calls->empty()))
+      throw ApiError(400, "'" + where + ".tool_calls': tool calling is not supported by this server", where + ".tool_calls",
+                     "invalid_request_error", "unsupported_parameter");
     if (r != "system" && r != "user" && r != "assistant" && r != "developer")
       throw ApiError(400, "'" + where + ".role': unknown role '" + r + "' (system, developer, user or assistant)", where + ".role");
     // OpenAI's "developer" is the system prompt of newer models; templates know "system".
     messages.push_back({{"role", r == "developer" ? "system" : r}, {"content", content_text(m, i, r)}});
   }
+  // A last assistant message is the start of the reply (a prefill, as llama.cpp's server takes it):
+  // the conversation before it opens the assistant's turn, its text follows, and the model goes on.
+  std::string prefill;
+  if (messages.size() > 1 && messages.back()["role"] == "assistant") {
+    prefill = messages.back()["content"].get<std::string>();
+    messages.erase(messages.size() - 1);
+  }
   try {
-    return tokenize_rendered(*ctx.tok, ctx.chat_template->render_with_spans(messages, render_options(*ctx.tok, true)));
+    RenderedPrompt rendered = ctx.chat_template->render_with_spans(messages, render_options(*ctx.tok, true));
+    if (!prefill.empty()) {
+      rendered.content_spans.emplace_back(rendered.text.size(), rendered.text.size() + prefill.size());
+      rendered.text += prefill;
+    }
+    return tokenize_rendered(*ctx.tok, rendered);
   } catch (const Error& e) {
     throw ApiError(400, std::string("the chat template refused the messages: ") + e.what(), "messages");
   }
@@ -220,8 +249,8 @@ ApiRequest parse_request(Endpoint e, const std::string& body_text, const ApiCont
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
   ApiRequest r;
   r.endpoint = e;
-  if (const json* n = field(body, "n"); n && (!n->is_number_integer() || n->get<int64_t>() != 1))
-    throw ApiError(400, "'n': only one choice per request is supported", "n");
+  if (const json* n = field(body, "n"); n && !(n->is_number() && n->get<double>() == 1))
+    throw ApiError(400, "'n': only one choice per request is supported", "n", "invalid_request_error", "unsupported_parameter");
   if (const json* m = field(body, "model"); m && !m->is_string()) throw ApiError(400, "'model' must be a string", "model");
   refuse_unsupported(body, e);
 
@@ -229,7 +258,7 @@ ApiRequest parse_request(Endpoint e, const std::string& body_text, const ApiCont
   s = ctx.defaults;
   s.temp = float(number(body, "temperature", 0.0, 100.0, s.temp));
   s.top_p = float(number(body, "top_p", 0.0, 1.0, s.top_p));
-  s.top_k = int32_t(integer(body, "top_k", 0, 1 << 30, s.top_k));
+  s.top_k = int32_t(integer(body, "top_k", -(1 << 30), 1 << 30, s.top_k));  // ≤ 0: off (-1 in vLLM's clients)
   s.min_p = float(number(body, "min_p", 0.0, 1.0, s.min_p));
   s.frequency_penalty = float(number(body, "frequency_penalty", -2.0, 2.0, s.frequency_penalty));
   s.presence_penalty = float(number(body, "presence_penalty", -2.0, 2.0, s.presence_penalty));

@@ -2,8 +2,10 @@
 #include "serve/server.h"
 
 #include <httplib.h>
+#include <netdb.h>
 #include <strings.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <ctime>
@@ -45,10 +47,10 @@ void send_error(httplib::Response& res, int status, const std::string& message, 
 // that is not a count, two that differ), so what follows the headers must not be read as the next
 // request. cpp-httplib 0.11 keeps a connection open whatever the response's Connection header says;
 // a content provider that reports failure once it has written the body makes it close the socket.
-void send_error_and_close(httplib::Response& res, int status, const std::string& message) {
+void send_error_and_close(httplib::Response& res, int status, const std::string& message, const std::string& type = "invalid_request_error") {
   res.status = status;
   res.set_header("Connection", "close");
-  const std::string body = dump(error_body(message, "invalid_request_error", ""));
+  const std::string body = dump(error_body(message, type, ""));
   res.set_content_provider(body.size(), "application/json", [body](size_t offset, size_t length, httplib::DataSink& sink) {
     sink.write(body.data() + offset, length);
     return false;
@@ -142,7 +144,30 @@ class ConnectionThreads : public httplib::TaskQueue {
   bool stopping_ = false;
 };
 
+// The methods a route answers (its Allow header), by path; "" for a path the server has not.
+const char* allowed_methods(const std::string& path) {
+  if (path == "/v1/chat/completions" || path == "/v1/completions") return "POST, OPTIONS";
+  if (path == "/health" || path == "/metrics" || path == "/v1/models") return "GET, HEAD, OPTIONS";
+  return "";
+}
+
 }  // namespace
+
+bool origin_allowed(const std::string& origin, const std::vector<std::string>& allowed) {
+  if (std::find(allowed.begin(), allowed.end(), origin) != allowed.end() || std::find(allowed.begin(), allowed.end(), "*") != allowed.end())
+    return true;
+  // This machine's own pages: http(s)://localhost, 127.0.0.1 or [::1], with any port.
+  for (const std::string scheme : {"http://", "https://"}) {
+    if (!origin.starts_with(scheme)) continue;
+    const std::string rest = origin.substr(scheme.size());
+    const size_t colon = rest.starts_with("[") ? rest.find("]:") + 1 : rest.find(':');
+    const std::string host = rest.substr(0, colon), port = colon == std::string::npos ? "" : rest.substr(colon + 1);
+    if (colon != std::string::npos && (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos))
+      return false;
+    return host == "localhost" || host == "127.0.0.1" || host == "[::1]";
+  }
+  return false;
+}
 
 HttpServer::HttpServer(const ServerOptions& o, Scheduler& scheduler, Metrics& metrics, const ApiContext& api)
     : opts_(o), sched_(scheduler), metrics_(metrics), api_(api), svr_(std::make_unique<httplib::Server>()) {
@@ -178,7 +203,35 @@ void HttpServer::refuse_unauthorized(httplib::Response& res) {
   send_error(res, 401, "missing or wrong API key (send \"Authorization: Bearer KEY\")", "authentication_error");
 }
 
+bool HttpServer::cross_origin(const httplib::Request& req, httplib::Response& res) const {
+  if (!req.has_header("Origin")) return false;  // not a browser page (curl, the SDKs)
+  const std::string origin = req.get_header_value("Origin");
+  if (!origin_allowed(origin, opts_.allow_origins)) {
+    const std::string what = "pages from origin '" + origin + "' may not call this server (start it with --allow-origin " + origin + ")";
+    if (req.method == "POST") send_error_and_close(res, 403, what, "permission_error");  // its body is left unread
+    else send_error(res, 403, what, "permission_error");
+    return true;
+  }
+  res.set_header("Access-Control-Allow-Origin", origin);
+  res.set_header("Vary", "Origin");
+  if (req.method != "OPTIONS") return false;
+  // A preflight: no API key comes with it (the request it asks about carries one).
+  if (*allowed_methods(req.path) == '\0') return false;  // 404
+  res.status = 204;
+  res.set_header("Access-Control-Allow-Methods", allowed_methods(req.path));
+  const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+  res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
+  res.set_header("Access-Control-Max-Age", "600");
+  return true;
+}
+
 int HttpServer::bind() {
+  // A name that does not resolve says so (httplib's bind only fails).
+  addrinfo hints{}, *found = nullptr;
+  hints.ai_socktype = SOCK_STREAM;
+  if (const int rc = getaddrinfo(opts_.host.c_str(), nullptr, &hints, &found); rc != 0)
+    throw Error("cannot listen on " + opts_.host + ": " + gai_strerror(rc));
+  freeaddrinfo(found);
   const int port = opts_.port == 0 ? svr_->bind_to_any_port(opts_.host) : (svr_->bind_to_port(opts_.host, opts_.port) ? opts_.port : -1);
   if (port <= 0)
     throw Error("cannot listen on " + opts_.host + ":" + std::to_string(opts_.port) + ": the address is in use, not local, or not allowed");
@@ -207,6 +260,7 @@ void HttpServer::routes() {
         send_error_and_close(res, 400, "the request has Content-Length headers that differ");
         return httplib::Server::HandlerResponse::Handled;
       }
+    if (cross_origin(req, res)) return httplib::Server::HandlerResponse::Handled;
     // A POST's key is checked once its body is read (post(), below), so the connection stays in step.
     if (req.method == "POST" || authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
     refuse_unauthorized(res);
@@ -219,11 +273,14 @@ void HttpServer::routes() {
     // Ours already (a body, or send_error_and_close's provider: httplib's public content_length_).
     if (!res.body.empty() || res.content_length_ > 0) return httplib::Server::HandlerResponse::Unhandled;
     if (res.status == 400 || res.status == 413) {
-      send_error_and_close(res, res.status, res.status == 413 ? k_body_too_large : "bad request");
+      send_error_and_close(res, res.status,
+                           res.status == 413 ? k_body_too_large
+                                             : "the request could not be parsed: a malformed request line or header, or a header line longer than " +
+                                                   std::to_string(CPPHTTPLIB_HEADER_MAX_LENGTH / 1024) + " KiB");
       return httplib::Server::HandlerResponse::Handled;
     }
-    const std::string what = res.status == 404 ? "no such endpoint: " + req.method + " " + req.path
-                             : res.status == 405 ? "method not allowed"
+    const std::string what = res.status == 404   ? "no such endpoint: " + req.method + " " + req.path
+                             : res.status == 414 ? "the request's URL is longer than " + std::to_string(CPPHTTPLIB_REQUEST_URI_MAX_LENGTH / 1024) + " KiB"
                                                  : "request refused";
     send_error(res, res.status, what, res.status == 404 ? "not_found_error" : "invalid_request_error");
     return httplib::Server::HandlerResponse::Handled;
@@ -362,7 +419,8 @@ void HttpServer::routes() {
           if (!success) job->cancel();
         });
   };
-  // The body is read through a content reader, whatever its Content-Type: httplib's own reading
+  // The body is read through a content reader, whatever its Content-Type (but multipart/form-data,
+  // refused with a 415): httplib's own reading
   // refuses a form-urlencoded body (curl -d's default type) over 8 KiB with a 413, whatever
   // --max-body says. The reader stops at --max-body (413): httplib checks a Content-Length against
   // it, the count here a chunked body, which httplib reads whole otherwise.
@@ -371,6 +429,10 @@ void HttpServer::routes() {
       // A chunked body past --max-body is read on and dropped, up to k_drain_bytes more, so that the
       // 413 is answered on a connection whose framing holds (its rest was read as requests: 414s and
       // 400s, and a client still sending got EPIPE); past that the connection is closed.
+      if (req.is_multipart_form_data()) {  // httplib would split it into parts; its body is left unread
+        send_error_and_close(res, 415, "a multipart/form-data body is not read: send the JSON request itself as the body");
+        return;
+      }
       std::string body;
       bool too_large = false;
       size_t dropped = 0;  // bytes past --max-body
@@ -396,6 +458,32 @@ void HttpServer::routes() {
   };
   s.Post("/v1/chat/completions", post(Endpoint::Chat));
   s.Post("/v1/completions", post(Endpoint::Completion));
+
+  // A known path asked with a method it does not answer: 405 with the ones it does (after the
+  // key, as every route); OPTIONS without an Origin (no preflight) just lists them.
+  const auto not_allowed = [this](const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req)) return refuse_unauthorized(res);
+    res.set_header("Allow", allowed_methods(req.path));
+    if (req.method == "OPTIONS") {
+      res.status = 204;
+      return;
+    }
+    send_error(res, 405, req.method + " is not allowed on " + req.path + " (" + allowed_methods(req.path) + ")", "invalid_request_error");
+  };
+  for (const char* path : {"/v1/chat/completions", "/v1/completions"}) {
+    s.Get(path, not_allowed);
+    s.Put(path, not_allowed);
+    s.Patch(path, not_allowed);
+    s.Delete(path, not_allowed);
+    s.Options(path, not_allowed);
+  }
+  for (const char* path : {"/health", "/metrics", "/v1/models"}) {
+    s.Post(path, not_allowed);
+    s.Put(path, not_allowed);
+    s.Patch(path, not_allowed);
+    s.Delete(path, not_allowed);
+    s.Options(path, not_allowed);
+  }
 }
 
 }  // namespace vkllm::serve

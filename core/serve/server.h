@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "serve/api.h"
 #include "serve/metrics.h"
@@ -24,7 +25,14 @@ struct ServerOptions {
   size_t max_body = 1 << 20;        // bytes of a request body
   std::string model_name;           // what /v1/models lists and responses echo
   size_t threads = 8;               // most HTTP connection threads at once (each serves one connection)
+  // Browser origins (scheme://host[:port]) whose pages may call the API, besides this machine's
+  // own (localhost, 127.0.0.1, [::1], any port); "*" lets every origin in (docs/server.md, "CORS").
+  std::vector<std::string> allow_origins;
 };
+
+// Whether a browser page from `origin` (the Origin header) may call the server: one of this
+// machine's own origins, or one of `allowed` ("*": any).
+bool origin_allowed(const std::string& origin, const std::vector<std::string>& allowed);
 
 class HttpServer {
  public:
@@ -41,6 +49,9 @@ class HttpServer {
   void routes();
   // Whether a request may use its route (--api-key); the 401 for one that may not.
   bool authorized(const httplib::Request& req) const;
+  // CORS: a request from a browser page whose origin may not call the server is refused (403);
+  // one that may gets the Access-Control headers, and a preflight its answer. True when handled.
+  bool cross_origin(const httplib::Request& req, httplib::Response& res) const;
   static void refuse_unauthorized(httplib::Response& res);
 
   ServerOptions opts_;
