@@ -2,6 +2,7 @@
 // streamed to stdout; slash commands; Ctrl+C stops a reply. The chat state lives in
 // core/chat/conversation.h; this file owns the terminal. Design in docs/chat.md.
 #include <histedit.h>
+#include <langinfo.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -10,8 +11,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <clocale>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -75,6 +78,10 @@ class LineReader {
 
   explicit LineReader(bool tty) : tty_(tty) {
     if (!tty_) return;
+    // libedit takes multibyte (UTF-8) input only under a UTF-8 LC_CTYPE: in the "C" locale every
+    // non-ASCII character typed was dropped, and a paste holding one was lost whole. The
+    // environment's, else C.UTF-8; LC_CTYPE alone, so numbers keep their format.
+    if (!std::setlocale(LC_CTYPE, "") || std::strcmp(nl_langinfo(CODESET), "UTF-8") != 0) std::setlocale(LC_CTYPE, "C.UTF-8");
     hist_ = history_init();
     HistEvent ev;
     history(hist_, &ev, H_SETSIZE, 1000);
@@ -374,7 +381,8 @@ void ChatSession::print_stats() const {
                st.stop_reason.empty() ? "-" : st.stop_reason.c_str());
   std::fprintf(out, "speed       TTFT %s · prefill %.1f tok/s · decode %.1f tok/s\n", fmt_ms(st.ttft_ms).c_str(),
                st.prefill_tok_s(), st.decode_tok_s());
-  std::fprintf(out, "messages    %zu exchanges%s\n", conv_.n_exchanges(), conv_.system().empty() ? "" : " + system prompt");
+  std::fprintf(out, "messages    %zu exchange%s%s\n", conv_.n_exchanges(), conv_.n_exchanges() == 1 ? "" : "s",
+               conv_.system().empty() ? "" : " + system prompt");
 }
 
 // The KV table of `vkllm info`, for this run's context and cache types.
