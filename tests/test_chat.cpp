@@ -534,6 +534,17 @@ TEST(ChatCli, PipedFailuresSetTheStatus) {
   const Piped full = piped(tmp, chat_cmd("-q --ctx 64"), longer + "\n");
   EXPECT_EQ(full.status, 1) << full.err;
   EXPECT_NE(full.err.find("fills --ctx 64: no room for a reply"), std::string::npos) << full.err;
+  // Once the ring has wrapped, a turn that refills it (a new system prompt, an /undo back past
+  // what it dropped) still has room for a reply: its budget counted the refilled earlier turns as
+  // its own ("the message fills --ctx 128", an empty reply, status 1).
+  std::string turns;
+  for (int i = 1; i <= 8; ++i) turns += "Tell me part " + std::to_string(i) + "\n";
+  for (const std::string then : {"/system You are a storyteller.\n", "/undo\n/undo\n"}) {
+    const Piped refill = piped(tmp, chat_cmd("-q --ctx 128"), turns + then + "Now part 9\n/stats\n");
+    EXPECT_EQ(refill.status, 0) << then << refill.err;
+    EXPECT_EQ(refill.err.find("no room"), std::string::npos) << then << refill.err;
+    EXPECT_EQ(refill.err.find(" 0 generated"), std::string::npos) << then << refill.err;
+  }
 }
 
 // A """ block closed by a line of """ alone is the lines between, without a trailing newline.

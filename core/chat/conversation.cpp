@@ -212,10 +212,13 @@ const GenerationStats& Conversation::reply(const std::vector<int32_t>& target, c
   t.tokens_at_reply = n_tokens_;
   t.text_at_reply = text_.size();
   std::string reply;
+  // A refilled ring ran earlier turns again: the reply's room counts this turn's tokens only.
+  GenerateOptions go = o;
+  if (go.n_predict == GenerateOptions::kUntilFull) go.turn_tokens = own_tokens(target);
   try {
     if (hooks.on_reply) hooks.on_reply();
     gen_.generate(
-        o,
+        go,
         [&](const std::string& piece) {
           reply += piece;
           return on_text(piece);
@@ -233,6 +236,20 @@ const GenerationStats& Conversation::reply(const std::vector<int32_t>& target, c
   if (!text_.empty()) text_ += reply;
   messages_.push_back({{"role", "assistant"}, {"content", reply}});
   return gen_.stats();
+}
+
+uint32_t Conversation::own_tokens(const std::vector<int32_t>& target) const {
+  nlohmann::json before = messages();
+  if (before.empty() || before.back()["role"] != "user") return uint32_t(target.size());
+  before.erase(before.size() - 1);
+  if (before.empty()) return uint32_t(target.size());
+  std::string text;
+  try {
+    text = tmpl_.render(before, render_options(tok_, false));
+  } catch (const Error&) {
+    return uint32_t(target.size());  // a template that refuses a conversation ending in a reply
+  }
+  return uint32_t(target.size() - common_prefix(tokenize_rendered(tok_, text, before), target));
 }
 
 const GenerationStats& Conversation::say(const std::string& user, const GenerateOptions& o, const TextFn& on_text,

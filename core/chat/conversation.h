@@ -99,6 +99,9 @@ class Conversation {
   void sync(const std::vector<int32_t>& target, const ProgressFn& progress);
   // Leading tokens of `target` to pin; sets pinned_text_.
   uint32_t pin_count(const std::vector<int32_t>& target);
+  // Tokens of `target` (the conversation up to this turn's user message, the reply's turn opened)
+  // past what the conversation before that message renders to: the turn's own.
+  uint32_t own_tokens(const std::vector<int32_t>& target) const;
   // Drops cached tokens after the first n when the cache can do so now.
   void trim_cache(size_t n);
   // Forgets the cache entirely (after an error, or a new system prompt).

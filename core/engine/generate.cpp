@@ -156,7 +156,8 @@ void Generator::start(const GenerateOptions& o) {
   // Reaching the limit is the stop reason unless another one (eos, stop string, interrupt) comes first.
   stats_.stop_reason = "length";
   if (o.n_predict == GenerateOptions::kUntilFull) {
-    run_->limit = generation_budget(engine_.cache(), stats_.prompt_tokens - stats_.cached_tokens);
+    const uint32_t ran = stats_.prompt_tokens - stats_.cached_tokens;
+    run_->limit = generation_budget(engine_.cache(), o.turn_tokens >= 0 ? std::min<uint32_t>(ran, uint32_t(o.turn_tokens)) : ran);
     stats_.stop_reason = "context full";  // one more token would evict this turn's
   } else {
     VKLLM_CHECK(o.n_predict >= GenerateOptions::kEndless, "n_predict below -1 is refused by the front end");

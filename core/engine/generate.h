@@ -23,6 +23,9 @@ struct GenerateOptions {
   bool ignore_eos = false;
   bool logprobs = false;              // record each generated token's log-probability (GenerationStats::logprobs)
   uint32_t top_logprobs = 0;          // with logprobs: also each step's this many most likely tokens
+  // kUntilFull: this turn's own prompt tokens, where the prefill ran more than them (a chat that
+  // refilled its ring with earlier turns); -1: the tokens the prefill ran (generation_budget).
+  int64_t turn_tokens = -1;
 };
 
 // A token and its log-probability under the model's logits (before penalties and temperature).
