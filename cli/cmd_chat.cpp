@@ -43,14 +43,39 @@ struct ChatCommand {
 // Ctrl+C: counted by the handler, read by the reply callback and the input loop.
 std::atomic<int> g_sigint{0};
 extern "C" void on_sigint(int) { g_sigint.fetch_add(1); }
-
-void install_sigint() {
-  struct sigaction sa {};
-  sa.sa_handler = on_sigint;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;  // no SA_RESTART: a pending read returns EINTR so the prompt sees the key
-  sigaction(SIGINT, &sa, nullptr);
+// SIGTERM or SIGHUP (a closed terminal): the chat ends as at Ctrl+D, the reply stopped, the
+// session saved and the terminal restored, status 128 + the signal. A second one ends it at once.
+std::atomic<int> g_end_signal{0};
+extern "C" void on_end_signal(int sig) {
+  int none = 0;
+  g_end_signal.compare_exchange_strong(none, sig);
 }
+// SIGCONT (`fg` after Ctrl+Z) and SIGWINCH (a resized terminal) while a line is edited: the line
+// editor takes the terminal again and redraws (LineReader::read).
+std::atomic<bool> g_redraw{false};
+extern "C" void on_redraw(int) { g_redraw = true; }
+
+// No SA_RESTART: a pending read returns EINTR, so the prompt sees the key or the signal. A signal
+// the process was started ignoring (SIGHUP under nohup) stays ignored.
+void install_signals() {
+  const auto install = [](int sig, void (*fn)(int), int flags) {
+    struct sigaction old {};
+    sigaction(sig, nullptr, &old);
+    if (old.sa_handler == SIG_IGN && sig != SIGINT) return;
+    struct sigaction sa {};
+    sa.sa_handler = fn;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = flags;
+    sigaction(sig, &sa, nullptr);
+  };
+  install(SIGINT, on_sigint, 0);
+  install(SIGTERM, on_end_signal, SA_RESETHAND);
+  install(SIGHUP, on_end_signal, SA_RESETHAND);
+  install(SIGCONT, on_redraw, 0);
+  install(SIGWINCH, on_redraw, 0);
+}
+
+bool ending() { return g_end_signal.load() != 0; }
 
 // Where the prompt and the echo of the line go (see LineReader).
 FILE* term_out() { return stdout_is_tty() ? stdout : stderr; }
@@ -74,7 +99,7 @@ std::string history_path() {
 // Where input lines come from: libedit on a terminal, plain lines otherwise.
 class LineReader {
  public:
-  enum class Status { Line, Eof, Interrupted };
+  enum class Status { Line, Eof, Interrupted, Ended };
 
   explicit LineReader(bool tty) : tty_(tty) {
     if (!tty_) return;
@@ -100,6 +125,9 @@ class LineReader {
     // paste, newlines included, goes into the line instead of sending each line.
     el_set(el_, EL_ADDFN, "vkllm-paste", "insert bracketed paste", &LineReader::paste_fn);
     el_set(el_, EL_BIND, "\033[200~", "vkllm-paste", nullptr);
+    // The line being edited when a redraw interrupted it, put back by a key the reader pushes.
+    el_set(el_, EL_ADDFN, "vkllm-restore", "restore the line after a redraw", &LineReader::restore_fn);
+    el_set(el_, EL_BIND, k_restore_key, "vkllm-restore", nullptr);
     if (isatty(fileno(term_out())) == 1) {
       std::fputs("\033[?2004h", term_out());
       std::fflush(term_out());
@@ -131,15 +159,28 @@ class LineReader {
                       " GiB, the most vkllm reads as text (an endless device or pipe?)");
         line.push_back(char(ch));
       }
+      if (ending()) return Status::Ended;
       if (ch == EOF && line.empty()) return Status::Eof;
       if (!line.empty() && line.back() == '\r') line.pop_back();
       return Status::Line;
     }
     prompt_ = prompt;
     g_sigint = 0;
+    g_redraw = false;
     int count = 0;
-    const char* s = el_gets(el_, &count);
+    const char* s = nullptr;
+    for (;;) {
+      s = el_gets(el_, &count);
+      if (s || !g_redraw.exchange(false) || ending() || g_sigint.load() > 0) break;
+      // Back from Ctrl+Z, or resized: el_gets puts the terminal in its mode again and redraws the
+      // prompt; the line typed so far comes back through the restore key.
+      const LineInfo* li = el_line(el_);
+      restore_.assign(li && li->lastchar > li->buffer ? std::string(li->buffer, size_t(li->lastchar - li->buffer)) : "");
+      el_reset(el_);
+      if (!restore_.empty()) el_push(el_, k_restore_key);
+    }
     if (!s) {
+      if (ending()) return Status::Ended;
       // libedit's cleanup after EINTR may change errno; the handler's count is what tells.
       if (g_sigint.load() > 0) {
         const LineInfo* li = el_line(el_);  // what was typed before Ctrl+C
@@ -186,6 +227,14 @@ class LineReader {
     return CC_REFRESH;
   }
 
+  static unsigned char restore_fn(EditLine* el, int) {
+    void* self = nullptr;
+    el_get(el, EL_CLIENTDATA, &self);
+    const std::string& text = static_cast<LineReader*>(self)->restore_;
+    if (!text.empty()) el_insertstr(el, text.c_str());
+    return CC_REFRESH;
+  }
+
   static const char* prompt_fn(EditLine* el) {
     void* self = nullptr;
     el_get(el, EL_CLIENTDATA, &self);
@@ -198,6 +247,8 @@ class LineReader {
   std::string path_;
   const char* prompt_ = "> ";
   bool paste_mode_ = false;
+  std::string restore_;
+  static constexpr const char* k_restore_key = "\033[99999~";  // no terminal sends it
 };
 
 class ChatSession {
@@ -233,8 +284,8 @@ class ChatSession {
   Conversation& conv_;
   bool tty_in_;
   // Where a command's output goes: stdout in a terminal, stderr for a script (stdin not a
-  // terminal), whose stdout carries nothing but the replies.
-  FILE* command_out() const { return tty_in_ ? stdout : stderr; }
+  // terminal) or when stdout is redirected: stdout then carries nothing but the replies.
+  FILE* command_out() const { return tty_in_ && stdout_is_tty() ? stdout : stderr; }
   LineReader reader_;
   bool last_interrupted_ = false;  // the previous event was a Ctrl+C
   int exit_code_ = -1;
@@ -249,6 +300,11 @@ std::optional<std::string> ChatSession::read_message() {
   for (;;) {
     g_sigint = 0;
     const auto st = reader_.read(line, "> ");
+    if (st == LineReader::Status::Ended) {
+      if (tty_in_) std::fputc('\n', term_out());
+      exit_code_ = 128 + g_end_signal.load();
+      return std::nullopt;
+    }
     if (st == LineReader::Status::Eof) {
       if (tty_in_) std::fputc('\n', term_out());
       exit_code_ = 0;
@@ -276,6 +332,10 @@ std::optional<std::string> ChatSession::read_message() {
     if (closed_at_once) return block.substr(0, block.size() - 3);
     for (;;) {
       const auto st = reader_.read(line2, "... ");
+      if (st == LineReader::Status::Ended) {
+        exit_code_ = 128 + g_end_signal.load();
+        return std::nullopt;
+      }
       if (st == LineReader::Status::Interrupted) {  // Ctrl+C drops the unfinished block
         std::fputc('\n', term_out());
         last_interrupted_ = true;
@@ -315,7 +375,7 @@ void ChatSession::status_line() const {
 }
 
 // Turns the terminal's echo off while a reply streams, so keys typed meanwhile do not mix into
-// it (ISIG stays on: Ctrl+C still interrupts).
+// it (ISIG stays on: Ctrl+C still interrupts), and drops them when it ends.
 class EchoOff {
  public:
   explicit EchoOff(bool tty) : on_(tty && tcgetattr(STDIN_FILENO, &saved_) == 0) {
@@ -324,8 +384,9 @@ class EchoOff {
     t.c_lflag &= ~tcflag_t(ECHO);
     tcsetattr(STDIN_FILENO, TCSANOW, &t);
   }
+  // Keys typed during the reply are dropped (they were sent as the next message once it ended).
   ~EchoOff() {
-    if (on_) tcsetattr(STDIN_FILENO, TCSANOW, &saved_);
+    if (on_) tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved_);
   }
   EchoOff(const EchoOff&) = delete;
   EchoOff& operator=(const EchoOff&) = delete;
@@ -342,13 +403,28 @@ void ChatSession::stream_reply(bool regen, const std::string& text) {
   g_sigint = 0;
   const auto on_text = [](const std::string& piece) {
     // A reply nobody can read (a closed pipe, a full disk) stops; main() reports it, status 1.
-    return write_stdout(piece) && g_sigint.load() == 0;
+    return write_stdout(piece) && g_sigint.load() == 0 && !ending();
   };
   ProgressBar bar("prefill", "tok");
-  const auto progress = [&](uint64_t done, uint64_t total) { bar.update(done, total); };
+  // Ctrl+C (or SIGTERM) during the prefill drops the message at the next chunk, as a reply stops
+  // at its next token (it went on to the first token of the reply).
+  struct PrefillInterrupted {};
+  const auto progress = [&](uint64_t done, uint64_t total) {
+    if (g_sigint.load() > 0 || ending()) throw PrefillInterrupted{};
+    bar.update(done, total);
+  };
   // The bar ends before the reply (its line would be cleared under the reply's last line).
   const Conversation::ReplyHooks hooks{[&] { bar.finish(); }, {}};
-  const GenerationStats& st = regen ? conv_.regen(go, on_text, progress, hooks) : conv_.say(text, go, on_text, progress, hooks);
+  const GenerationStats* reply = nullptr;
+  try {
+    reply = &(regen ? conv_.regen(go, on_text, progress, hooks) : conv_.say(text, go, on_text, progress, hooks));
+  } catch (const PrefillInterrupted&) {
+    bar.finish();
+    last_interrupted_ = true;
+    if (tty_in_ && !ending()) std::fprintf(stderr, "%s\n", no_color() || !stderr_is_tty() ? "[interrupted: message dropped]" : "\033[2m[interrupted: message dropped]\033[0m");
+    return;
+  }
+  const GenerationStats& st = *reply;
   std::fputc('\n', stdout);
   std::fflush(stdout);
   last_interrupted_ = st.stop_reason == "interrupted";
@@ -531,12 +607,14 @@ int ChatSession::run() {
     if (msg->starts_with("/") && !msg->starts_with("//")) {
       last_interrupted_ = false;
       if (!command(*msg)) return exit_status(0);
+      if (ending()) return 128 + g_end_signal.load();
       continue;
     }
     if (msg->starts_with("//")) msg->erase(0, 1);
     try {
       stream_reply(false, *msg);
       autosave();
+      if (ending()) return 128 + g_end_signal.load();
       // Replies nobody can read (stdout failed): the chat ends, status 1 (main() says why); it
       // prefilled every later message for a reply of one token.
       if (noted_stdout_error() != 0) return 1;
@@ -559,7 +637,7 @@ int chat(const ChatCommand& c) {
   ChatTemplate tmpl = ChatTemplate::resolve(&s.file, c.chat_template);
   Sampler sampler(c.opts.sampling);
   Conversation conv(*s.engine, *s.tokenizer, sampler, std::move(tmpl), system, c.opts.keep);
-  install_sigint();
+  install_signals();
   ChatSession session(c, s, sampler, conv);
   session.start_session(system);
   const int code = session.run();
