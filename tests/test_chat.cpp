@@ -827,6 +827,27 @@ TEST(ChatCli, TerminalSession) {
     EXPECT_EQ(saved["messages"][2]["content"], "Go on");
     EXPECT_FALSE(saved["messages"][3]["content"].get<std::string>().empty());
   }
+  {
+    // SIGTERM while a reply streams ends the chat as Ctrl+D: the reply kept and saved, status 143,
+    // and the terminal back in the shell's modes (it was left without echo).
+    TempDir tmp;
+    const std::string session = tmp.path("term.vkv");
+    Tmux t(chat_cmd("-n 5000 --session " + session) + "; echo CHAT=\\$?; stty -a | tr ' ' '\\n' | grep -x -e -echo -e -icanon; echo MODES");
+    ASSERT_TRUE(t.wait(at_prompt, 20)) << t.screen();
+    t.keys("'Tell me a long story' Enter");
+    ASSERT_TRUE(t.wait([](const std::string& s) {
+      const size_t at = s.find("> Tell me a long story\n");
+      return at != std::string::npos && s.size() > at + 40 && s.find_first_not_of("\n ", at + 23) != std::string::npos;
+    }, 15)) << t.screen();
+    // The chat process alone (env exec'd it): not the tmux server or this shell, whose lines hold it too.
+    ASSERT_EQ(run_shell("pkill -TERM -f '^" + std::string(VKLLM_BINARY) + " chat .*" + session + "'").status, 0);
+    ASSERT_TRUE(t.wait([](const std::string& s) { return s.find("MODES") != std::string::npos; }, 10)) << t.screen();
+    EXPECT_NE(t.screen().find("CHAT=143"), std::string::npos) << t.screen();
+    EXPECT_EQ(t.screen().find("-echo"), std::string::npos) << t.screen();
+    const nlohmann::json saved = nlohmann::json::parse(read_session_info(session).conversation);
+    ASSERT_EQ(saved.at("messages").size(), 2u) << saved.dump();
+    EXPECT_FALSE(saved["messages"][1]["content"].get<std::string>().empty());
+  }
 }
 
 }  // namespace
