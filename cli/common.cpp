@@ -1,6 +1,7 @@
 // Model loading for the CLI: flags, memory plan, progress bar.
 #include "common.h"
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -272,8 +273,15 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
         shown = -1;
       } else if (long(seconds) != shown) {
         shown = long(seconds);
-        std::fprintf(stderr, "\rvkllm: first run of the GPU kernels on %s (a CPU driver compiles them now; cached afterwards): %ld s",
-                     device.c_str(), shown);
+        // One row: a line wider than the terminal wraps, and each redraw then left a row behind.
+        std::string line = "vkllm: compiling the GPU kernels for " + device + " (first run; cached afterwards): " + std::to_string(shown) + " s";
+        winsize ws{};
+        if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1 && line.size() >= ws.ws_col) {
+          line.resize(ws.ws_col - 1);
+          while (!line.empty() && (static_cast<unsigned char>(line.back()) & 0xC0) == 0x80) line.pop_back();  // no torn character
+          if (!line.empty() && static_cast<unsigned char>(line.back()) >= 0xC0) line.pop_back();
+        }
+        std::fprintf(stderr, "\r%s\033[K", line.c_str());
       }
       std::fflush(stderr);
     });
