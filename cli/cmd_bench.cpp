@@ -26,7 +26,7 @@ struct BenchCommand {
   uint32_t parallel = 1;  // sequences decoded in one step (decode_batch), as `serve --parallel` runs them
   bool json = false, ops = false;
   uint32_t ops_size = 4096;
-  bool ops_matmul = true;
+  bool no_matmul = false;  // --ops: matvec and the read ceilings only
   std::vector<std::string> ops_types = {"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
                                           "iq4_nl", "iq4_xs"};
   std::string attention = "auto";
@@ -39,9 +39,11 @@ double seconds(Clock::time_point t0) { return std::chrono::duration<double>(Cloc
 struct Stat {
   double median = 0, min = 0, max = 0;
 };
+// The median of an even count is the mean of the two middle values.
 Stat stat_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  return {v[v.size() / 2], v.front(), v.back()};
+  const size_t m = v.size() / 2;
+  return {v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2, v.front(), v.back()};
 }
 
 std::vector<int32_t> random_tokens(uint32_t n, uint32_t n_vocab, uint32_t seed) {
@@ -249,7 +251,7 @@ void bench_ops(const BenchCommand& c) {
   std::vector<gguf::TensorType> types;
   for (const std::string& name : c.ops_types) {
     const std::optional<gguf::TensorType> t = gguf::type_from_name(name);
-    if (!t || !weight_type_supported(*t)) throw Error("--ops-types: '" + name + "' is not a weight type vkllm runs");
+    if (!t || !weight_type_supported(*t)) throw CLI::ValidationError("--ops-types: '" + name + "' is not a weight type vkllm runs");
     const uint32_t block = gguf::type_info(static_cast<uint32_t>(*t))->block_size;
     if (n % block != 0)
       throw Error("--ops-size " + std::to_string(n) + " is not a multiple of " + gguf::type_name(*t) + "'s block of " + std::to_string(block) +
@@ -308,7 +310,7 @@ void bench_ops(const BenchCommand& c) {
       mv = std::min(mv, time_it([&] { record_matmul(rec, w, x.view(), n, 1, y.view(), n); }, 3));
       mv4 = std::min(mv4, time_it([&] { record_matmul(rec, w, x.view(), n, 4, y.view(), n, MatmulStore::Overwrite, MatmulKernel::Columns); }, 3));
     }
-    const double mm = c.ops_matmul ? time_it([&] { record_matmul(rec, w, x.view(), n, n_tok, y.view(), n); }, 1) : 0;
+    const double mm = !c.no_matmul ? time_it([&] { record_matmul(rec, w, x.view(), n, n_tok, y.view(), n); }, 1) : 0;
     const double gbs = double(bytes) / mv / 1e9, gflops = mm > 0 ? 2.0 * n * n * n_tok / mm / 1e9 : 0, columns4 = 4 * mv / mv4;
     out["types"].push_back({{"type", gguf::type_name(t)}, {"matvec_gb_s", gbs}, {"matvec_of_ceiling", gbs / ceiling},
                             {"matvec_of_texel_ceiling", gbs / texel_ceiling},
@@ -334,9 +336,9 @@ void add_bench_command(CLI::App& app) {
   std::vector<CLI::Option*> model_run;  // what --ops does not take
   model_run.push_back(cmd->add_option("-m,--model", c->opts.model, "GGUF model file"));
   cmd->add_option("--device", c->device, "Vulkan device index");
-  model_run.push_back(cmd->add_option("-p,--n-prompt", c->n_prompt, "Prompt tokens for the prefill test (0: skip)"));
-  model_run.push_back(cmd->add_option("-n,--n-gen", c->n_gen, "Tokens for the decode test (0: skip)"));
-  model_run.push_back(cmd->add_option("-r,--reps", c->reps, "Measured repetitions")->check(CLI::Range(1u, 100u)));
+  model_run.push_back(cmd->add_option("-p,--n-prompt", c->n_prompt, "Prompt tokens for the prefill test (default 512; 0: skip)"));
+  model_run.push_back(cmd->add_option("-n,--n-gen", c->n_gen, "Tokens for the decode test (default 128; 0: skip)"));
+  model_run.push_back(cmd->add_option("-r,--reps", c->reps, "Measured repetitions (default 3)")->check(CLI::Range(1u, 100u)));
   model_run.push_back(cmd->add_option("--ctx-fill", c->ctx_fill,
                                       "Tokens already in the cache before the prefill and decode tests; several (0,4096) run in "
                                       "turn in each repetition, each on its own caches, and decode at each is compared with the first")
@@ -348,11 +350,12 @@ void add_bench_command(CLI::App& app) {
   model_run.push_back(cmd->add_option("--cache-type", c->opts.cache_type, "KV cache type: f16, q8_0, q4_0")
                           ->check(CLI::IsMember({"f16", "q8_0", "q4_0"})));
   model_run.push_back(
-      cmd->add_option("--ubatch", c->opts.ubatch, "Prompt tokens per prefill chunk (default: 512 on GPUs, 64 on CPU drivers)"));
+      cmd->add_option("--ubatch", c->opts.ubatch, "Prompt tokens per prefill chunk (default: 512 on GPUs, 64 on CPU drivers)")
+          ->check(CLI::Range(1u, 8192u)));
   CLI::Option* ops = cmd->add_flag("--ops", c->ops, "Benchmark the matvec/matmul kernels for every weight type instead");
   cmd->add_option("--ops-size", c->ops_size, "Matrix size for --ops")->check(CLI::Range(64u, 16384u))->needs(ops);
   cmd->add_option("--ops-types", c->ops_types, "Weight types for --ops (default: all)")->delimiter(',')->needs(ops);
-  cmd->add_flag("!--no-matmul", c->ops_matmul, "--ops: matvec and the read ceiling only")->needs(ops);
+  cmd->add_flag("--no-matmul", c->no_matmul, "--ops: matvec and the read ceiling only")->needs(ops);
   model_run.push_back(cmd->add_option("--parallel", c->parallel,
                                       "Sequences decoded together in each decode step (as serve --parallel); tok/s of all")
                           ->check(CLI::Range(1u, 64u)));
@@ -362,8 +365,8 @@ void add_bench_command(CLI::App& app) {
   for (CLI::Option* o : model_run) ops->excludes(o);
   cmd->callback([c] {
     if (c->ops) return bench_ops(*c);
-    if (c->opts.model.empty()) throw Error("bench needs -m MODEL (or --ops)");
-    if (c->n_prompt == 0 && c->n_gen == 0) throw Error("bench: -p 0 and -n 0 leave nothing to measure");
+    if (c->opts.model.empty()) throw CLI::ValidationError("bench needs -m MODEL (or --ops)");
+    if (c->n_prompt == 0 && c->n_gen == 0) throw CLI::ValidationError("bench: -p 0 and -n 0 leave nothing to measure");
     c->opts.device = c->device;
     bench_model(*c);
   });

@@ -84,7 +84,7 @@ void add_sampling_options(CLI::App* cmd, SamplerParams& s) {
            if (used == 0 || used != v.size()) throw CLI::ValidationError("--seed", v + " is not a seed (0 to 2^64 - 1, or -1: random)");
            s.seed = x;
          },
-         "RNG seed, 0 to 2^64 - 1 (default, -1 or 4294967295 as in llama.cpp: random; --json reports the one drawn)")
+         "RNG seed, 0 to 2^64 - 1 (default, -1 or 4294967295 as in llama.cpp: random; run --json reports the one drawn)")
       ->type_name("UINT");
 }
 

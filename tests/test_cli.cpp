@@ -445,7 +445,10 @@ TEST(Cli, ParseErrorsAreOneLineWithStatus2) {
                                   "bench -p 8 -n 8 -r 1 --ctx 64 --ctx-fill 100" + m,
                                   // an unknown word one level down (CLI11 said "A subcommand is required"), a
                                   // --keep chunked perplexity has no ring for (was ignored)
-                                  std::string("cache bogus"), "perplexity --keep 3 -f /dev/null" + m}) {
+                                  std::string("cache bogus"), "perplexity --keep 3 -f /dev/null" + m,
+                                  // bench's own command-line errors (were status 1), a --ubatch out of range (was taken)
+                                  std::string("bench"), std::string("bench --ops --ops-types q9_9"), "bench -p 0 -n 0" + m,
+                                  "bench --ubatch 0" + m}) {
     const Result r = vkllm(args);
     EXPECT_EQ(r.status, 2) << args << ": " << r.err;
     EXPECT_TRUE(r.out.empty()) << args << ": " << r.out;
