@@ -37,6 +37,16 @@ uint64_t kv_total(uint64_t per_seq, uint32_t seqs, uint32_t ctx) {
   return per_seq * seqs;
 }
 
+// On CPU drivers an f16 K cache of --ctx ≥ 256 also keeps a copy of K rotated by RoPE for the
+// decode kernel (docs/kv-cache.md, "The rotated copy of K"): one more f16 K row per slot of each
+// global layer, per sequence. 0 where the kernel cannot take the shape (head dim not a multiple
+// of 32, more than 8 query heads per KV head); `run` prints what the device keeps.
+uint64_t rotated_k_copy_bytes(const ModelConfig& c, uint32_t ctx) {
+  const uint32_t group = c.n_head / std::max(c.n_head_kv, 1u);
+  if (ctx < 256 || c.head_dim % 32 != 0 || group > 8) return 0;
+  return uint64_t{2} * c.n_head_kv * c.head_dim * (c.n_layer - window_layers(c)) * ctx;
+}
+
 nlohmann::json to_json(const ModelSummary& s, const InfoOptions& o, uint32_t ctx, CacheType chosen) {
   const ModelConfig& c = s.config;
   nlohmann::json types = nlohmann::json::object();
@@ -75,7 +85,8 @@ nlohmann::json to_json(const ModelSummary& s, const InfoOptions& o, uint32_t ctx
                 {"freq_base", c.rope_freq_base},
                 {"freq_scale", c.rope_freq_scale}}},
       {"sliding_window", {{"window", c.has_swa() ? c.n_swa : 0}, {"window_layers", window_layers(c)}}},
-      {"kv_cache", {{"ctx", ctx}, {"window_ring_slots", window_ring_slots(c, ctx, k_ubatch)}, {"seqs", o.seqs}, {"cache_type", cache_type_name(chosen)}, {"types", kv}}},
+      {"kv_cache", {{"ctx", ctx}, {"window_ring_slots", window_ring_slots(c, ctx, k_ubatch)}, {"seqs", o.seqs}, {"cache_type", cache_type_name(chosen)}, {"types", kv},
+                    {"cpu_rotated_k_bytes_per_seq", rotated_k_copy_bytes(c, ctx)}}},
   };
 }
 
@@ -109,6 +120,9 @@ void print_human(const ModelSummary& s, const InfoOptions& o, uint32_t ctx, Cach
     std::printf("%s %-6s %14s %14s %14s\n", t == chosen ? "*" : " ", cache_type_name(t), human_bytes(per_token).c_str(),
                 human_bytes(per_seq).c_str(), human_bytes(kv_total(per_seq, o.seqs, ctx)).c_str());
   }
+  if (const uint64_t copy = rotated_k_copy_bytes(c, ctx))
+    std::printf("  CPU drivers (lavapipe): an f16 K cache adds a copy of K rotated by RoPE, %s per seq (%s in all)\n",
+                human_bytes(copy).c_str(), human_bytes(kv_total(copy, o.seqs, ctx)).c_str());
   if (const uint32_t ring = window_ring_slots(c, ctx, k_ubatch))
     std::printf("  per token: every layer; × tokens: the %u window layers keep only a ring of %s slots each (window %s\n"
                 "  + one %u-token prefill chunk, a GPU's default), the %u global layers all %s\n",

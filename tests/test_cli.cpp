@@ -98,6 +98,23 @@ TEST(Cli, InfoReportsStories260K) {
   EXPECT_EQ(j["n_vocab"], 512);
   EXPECT_EQ(j["kv_cache"]["types"]["f16"]["bytes_per_token"], 640);
   EXPECT_EQ(j["kv_cache"]["types"]["f16"]["bytes_total"], 640ull * 8192 * 8);
+  EXPECT_EQ(j["kv_cache"]["cpu_rotated_k_bytes_per_seq"], 0);  // head dim 8: the decode kernel takes no copy
+}
+
+// On this CPU driver `info`'s f16 cache plus its rotated-K line is the KV figure of run's memory
+// plan (info printed the cache rows alone).
+TEST(Cli, InfoCountsTheRotatedCopyOfK) {
+  VKLLM_REQUIRE_SHARED("models/synth-llama-f16.gguf");
+  const std::string m = " -m " + model("synth-llama-f16.gguf");
+  const Result info = vkllm("info --json --ctx 4096" + m);
+  ASSERT_EQ(info.status, 0) << info.err;
+  const json kv = json::parse(info.out)["kv_cache"];
+  EXPECT_EQ(kv["cpu_rotated_k_bytes_per_seq"], 4u << 20);
+  const Result run = vkllm("run -n 1 --ctx 4096 -p Once" + m);
+  ASSERT_EQ(run.status, 0) << run.err;
+  const uint64_t total = kv["types"]["f16"]["bytes_per_seq"].get<uint64_t>() + kv["cpu_rotated_k_bytes_per_seq"].get<uint64_t>();
+  EXPECT_EQ(total, 12u << 20);
+  EXPECT_NE(run.err.find("KV cache 12.0 MiB"), std::string::npos) << run.err;
 }
 
 // `devices`: the JSON carries the int64 features; wide_int64 (four Q4_0 columns per 64-bit multiply)
