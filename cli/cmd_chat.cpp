@@ -38,6 +38,7 @@ struct ChatCommand {
   std::string system, system_file, chat_template;
   std::string session;  // --session FILE ("" = none)
   int32_t n_predict = GenerateOptions::kUntilFull;
+  std::vector<CLI::Option*> sampling_flags;  // which a resumed session takes (apply_sampling_flags)
 };
 
 // Ctrl+C: counted by the handler, read by the reply callback and the input loop.
@@ -253,7 +254,7 @@ class LineReader {
 
 class ChatSession {
  public:
-  ChatSession(const ChatCommand& c, Session& s, const Sampler& sampler, Conversation& conv)
+  ChatSession(const ChatCommand& c, Session& s, Sampler& sampler, Conversation& conv)
       : c_(c), s_(s), sampler_(sampler), conv_(conv), tty_in_(isatty(STDIN_FILENO) == 1), reader_(tty_in_) {}
 
   // --session: loads the file when it exists (an Error ends the chat before it starts).
@@ -280,7 +281,7 @@ class ChatSession {
 
   const ChatCommand& c_;
   Session& s_;
-  const Sampler& sampler_;  // the conversation's; a load replaces its state
+  Sampler& sampler_;  // the conversation's; a load replaces its state
   Conversation& conv_;
   bool tty_in_;
   // Where a command's output goes: stdout in a terminal, stderr for a script (stdin not a
@@ -512,7 +513,7 @@ void ChatSession::restore(const std::string& file, const std::string& label, boo
   summary += took;
   if (!r.chat_state) summary += "; no chat state in the file (vkllm run --chat): rebuilt from the messages";
   if (!quiet) std::fprintf(stderr, "vkllm: %s: %s\n", label.c_str(), summary.c_str());
-  if (const std::string note = sampler_note(file, sampler_, c_.opts.sampling); !c_.opts.quiet && !note.empty())
+  if (const std::string note = apply_sampling_flags(file, sampler_, c_.opts.sampling, c_.sampling_flags); !c_.opts.quiet && !note.empty())
     std::fprintf(stderr, "vkllm: %s\n", note.c_str());
 }
 
@@ -652,7 +653,7 @@ void add_chat_command(CLI::App& app) {
   auto c = std::make_shared<ChatCommand>();
   CLI::App* cmd = app.add_subcommand("chat", "Chat with a model in the terminal (or one message per line from stdin)");
   add_model_options(cmd, c->opts);
-  add_sampling_options(cmd, c->opts.sampling);
+  c->sampling_flags = add_sampling_options(cmd, c->opts.sampling);
   auto* sys = cmd->add_option("--system", c->system, "System prompt");
   cmd->add_option("--system-file", c->system_file, "Read the system prompt from a file")->excludes(sys);
   cmd->add_option("--chat-template", c->chat_template, "Chat template: a built-in name or a Jinja file");

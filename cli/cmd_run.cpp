@@ -33,6 +33,7 @@ struct RunCommand {
   int32_t n_predict = GenerateOptions::kUntilFull;
   std::vector<std::string> stop;
   PersistenceOptions persist;
+  std::vector<CLI::Option*> sampling_flags;  // which a resumed session takes (apply_sampling_flags)
 };
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
@@ -180,8 +181,9 @@ int run(const RunCommand& c) {
                    chat_state ? ""
                    : kept_cache ? "; no chat state in the file (its first turn): rebuilt from the messages"
                                 : "; no chat state in the file and its ring had evicted: the conversation runs again");
-    // The saved sampler (parameters and RNG) continues the session; say so when the flags differ.
-    if (const std::string note = sampler_note(c.persist.session, sampler, c.opts.sampling); !c.opts.quiet && !note.empty())
+    // The saved sampler (parameters and RNG) continues the session, but for the sampling flags given.
+    if (const std::string note = apply_sampling_flags(c.persist.session, sampler, c.opts.sampling, c.sampling_flags);
+        !c.opts.quiet && !note.empty())
       std::fprintf(stderr, "vkllm: %s\n", note.c_str());
     // The pin is the session's too (its ring was built around it).
     if (!c.opts.quiet && kept_cache && c.opts.keep >= 0 && uint32_t(c.opts.keep) != s.engine->cache().keep())
@@ -361,7 +363,7 @@ void add_run_command(CLI::App& app) {
   auto c = std::make_shared<RunCommand>();
   CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt (stdin, -f FILE and -p TEXT, in that order)");
   add_model_options(cmd, c->opts);
-  add_sampling_options(cmd, c->opts.sampling);
+  c->sampling_flags = add_sampling_options(cmd, c->opts.sampling);
   cmd->add_option("-p,--prompt", c->prompt, "Prompt text (after stdin and -f)");
   cmd->add_option("-f,--file", c->prompt_file, "Read the prompt from a file");
   add_n_predict_option(cmd, c->n_predict, "Tokens to generate");

@@ -56,18 +56,19 @@ void add_n_predict_option(CLI::App* cmd, int32_t& n_predict, const std::string& 
       ->check(count_or_endless);
 }
 
-void add_sampling_options(CLI::App* cmd, SamplerParams& s) {
-  cmd->add_option("--temp", s.temp, "Temperature (0: greedy)");
-  cmd->add_option("--top-k", s.top_k, "Top-k (0: off)");
-  cmd->add_option("--top-p", s.top_p, "Top-p, 0 to 1 (1: off)");
-  cmd->add_option("--min-p", s.min_p, "Min-p, 0 to 1 (0: off)");
-  cmd->add_option("--repeat-penalty", s.repeat_penalty, "Repetition penalty (1: off)");
-  cmd->add_option("--repeat-last-n", s.repeat_last_n, "Tokens the penalties look back over (-1: all)");
-  cmd->add_option("--frequency-penalty", s.frequency_penalty, "Frequency penalty");
-  cmd->add_option("--presence-penalty", s.presence_penalty, "Presence penalty");
+std::vector<CLI::Option*> add_sampling_options(CLI::App* cmd, SamplerParams& s) {
+  std::vector<CLI::Option*> opts;
+  opts.push_back(cmd->add_option("--temp", s.temp, "Temperature (0: greedy)"));
+  opts.push_back(cmd->add_option("--top-k", s.top_k, "Top-k (0: off)"));
+  opts.push_back(cmd->add_option("--top-p", s.top_p, "Top-p, 0 to 1 (1: off)"));
+  opts.push_back(cmd->add_option("--min-p", s.min_p, "Min-p, 0 to 1 (0: off)"));
+  opts.push_back(cmd->add_option("--repeat-penalty", s.repeat_penalty, "Repetition penalty (1: off)"));
+  opts.push_back(cmd->add_option("--repeat-last-n", s.repeat_last_n, "Tokens the penalties look back over (-1: all)"));
+  opts.push_back(cmd->add_option("--frequency-penalty", s.frequency_penalty, "Frequency penalty"));
+  opts.push_back(cmd->add_option("--presence-penalty", s.presence_penalty, "Presence penalty"));
   // -1 asks for a random seed, as llama.cpp's --seed does; other negatives and values past 64 bits
   // are refused rather than wrapped.
-  cmd->add_option_function<std::string>(
+  opts.push_back(cmd->add_option_function<std::string>(
          "--seed",
          [&s](const std::string& v) {
            if (v == "-1") {
@@ -85,7 +86,8 @@ void add_sampling_options(CLI::App* cmd, SamplerParams& s) {
            s.seed = x;
          },
          "RNG seed, 0 to 2^64 - 1 (default, -1 or 4294967295 as in llama.cpp: random; run --json reports the one drawn)")
-      ->type_name("UINT");
+      ->type_name("UINT"));
+  return opts;
 }
 
 ProgressBar::ProgressBar(std::string label, std::string unit)

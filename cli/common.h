@@ -37,8 +37,9 @@ struct RunOptions {
 // -m, --device, --ctx, --cache-type[-k|-v], --keep, --ubatch, --swa-full, --quiet, --profile
 void add_model_options(CLI::App* cmd, RunOptions& o);
 // --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n, --frequency-penalty,
-// --presence-penalty, --seed
-void add_sampling_options(CLI::App* cmd, SamplerParams& s);
+// --presence-penalty, --seed. Returns the options, whose count() says which the command line gave
+// (a resumed session takes those: apply_sampling_flags).
+std::vector<CLI::Option*> add_sampling_options(CLI::App* cmd, SamplerParams& s);
 
 // -n, --n-predict for run and chat: a count ≥ 0, -1 for endless generation through the ring, or
 // unset (GenerateOptions::kUntilFull: stop when the cache is full). `what` names the unit.

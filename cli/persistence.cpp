@@ -99,17 +99,30 @@ std::string divergence_message(const Tokenizer& tok, std::span<const int32_t> pr
          with_commas(d) + ", '" + (cut_before ? "…" : "") + shown + (cut_after ? "…" : "") + "'";
 }
 
-std::string sampler_note(const std::string& session, const Sampler& restored, const SamplerParams& flags) {
-  const SamplerParams& sp = restored.params();
-  if (sp.temp == flags.temp && sp.top_k == flags.top_k && sp.top_p == flags.top_p && sp.min_p == flags.min_p &&
-      sp.repeat_penalty == flags.repeat_penalty && sp.repeat_last_n == flags.repeat_last_n &&
-      sp.frequency_penalty == flags.frequency_penalty && sp.presence_penalty == flags.presence_penalty &&
-      (flags.seed == Sampler::kRandomSeed || flags.seed == sp.seed))
-    return "";
-  char line[512];
-  std::snprintf(line, sizeof line, "session %s: sampling continues with the session's saved sampler (temp %.2f, seed %llu); sampling flags do not change a resumed session",
-                session.c_str(), sp.temp, static_cast<unsigned long long>(restored.seed()));
-  return line;
+std::string apply_sampling_flags(const std::string& session, Sampler& restored, const SamplerParams& flags,
+                                 std::span<CLI::Option* const> given) {
+  SamplerParams p = restored.params();
+  std::string names;
+  bool reseed = false;
+  for (const CLI::Option* o : given) {
+    if (o->count() == 0) continue;
+    const std::string& n = o->get_name();
+    if (n == "--temp") p.temp = flags.temp;
+    else if (n == "--top-k") p.top_k = flags.top_k;
+    else if (n == "--top-p") p.top_p = flags.top_p;
+    else if (n == "--min-p") p.min_p = flags.min_p;
+    else if (n == "--repeat-penalty") p.repeat_penalty = flags.repeat_penalty;
+    else if (n == "--repeat-last-n") p.repeat_last_n = flags.repeat_last_n;
+    else if (n == "--frequency-penalty") p.frequency_penalty = flags.frequency_penalty;
+    else if (n == "--presence-penalty") p.presence_penalty = flags.presence_penalty;
+    else if (n == "--seed") p.seed = flags.seed, reseed = true;
+    else continue;
+    names += (names.empty() ? "" : ", ") + n;
+  }
+  if (names.empty()) return "";
+  restored.set_params(p, reseed);
+  return "session " + session + ": " + names + " as given; the other sampling settings" + (reseed ? "" : " and the RNG") +
+         " go on from the file";
 }
 
 void print_cache_warnings(PromptCache& pc) {

@@ -37,7 +37,11 @@ uint64_t parse_size(const std::string& flag, const std::string& text);
 std::string divergence_message(const Tokenizer& tok, std::span<const int32_t> prompt, const PromptCacheMatch& m);
 // A restored session samples with its saved sampler (parameters and RNG): the line that says so
 // when the flags asked for another one, or "" when they agree.
-std::string sampler_note(const std::string& session, const Sampler& restored, const SamplerParams& flags);
+// A resumed session's sampler goes on with its saved parameters and RNG, but for the sampling
+// flags the command line gave (`given`, add_sampling_options' options): those replace the saved
+// values, and --seed reseeds the RNG. Returns the line to print, "" when none was given.
+std::string apply_sampling_flags(const std::string& session, Sampler& restored, const SamplerParams& flags,
+                                 std::span<CLI::Option* const> given);
 // "vkllm: warning: …" for each warning not printed yet.
 void print_cache_warnings(PromptCache& pc);
 

@@ -528,6 +528,29 @@ TEST(Cli, SystemPromptOnATemplateWithoutSystemRole) {
   EXPECT_EQ(folded.out, "<bos><start_of_turn>user\nS\nU<end_of_turn>\n<start_of_turn>model\n");
 }
 
+// A resumed session samples with its saved sampler, but for the sampling flags given: `--temp 0`
+// on a session saved at 0.8 gives greedy tokens (it went on sampling at 0.8, with a note).
+TEST(Cli, SamplingFlagsGivenOverrideAResumedSession) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const std::string m = " -m " + model("stories260K.gguf");
+  const std::string session = testing::TempDir() + "/vkllm_cli_resume_temp.vkv";
+  std::filesystem::remove(session);
+  ASSERT_EQ(vkllm("run -q -n 4 --seed 7 -p 'Once upon'" + m + " --session " + session).status, 0);
+  const Result greedy = vkllm("run -n 16 --temp 0 --json --logprobs --top-logprobs 1" + m + " --session " + session);
+  ASSERT_EQ(greedy.status, 0) << greedy.err;
+  EXPECT_NE(greedy.err.find("--temp as given; the other sampling settings and the RNG go on from the file"), std::string::npos) << greedy.err;
+  const json j = json::parse(greedy.out);
+  ASSERT_EQ(j["tokens"].size(), 16u);
+  for (size_t i = 0; i < 16; ++i) EXPECT_EQ(j["tokens"][i], j["top_logprobs"][i][0]["token"]) << "token " << i;
+  // Saved with it: the next resume without flags is greedy too, and says nothing of sampling.
+  const Result again = vkllm("run -n 4 --json --logprobs --top-logprobs 1" + m + " --session " + session);
+  ASSERT_EQ(again.status, 0) << again.err;
+  EXPECT_EQ(again.err.find("as given"), std::string::npos) << again.err;
+  const json k = json::parse(again.out);
+  for (size_t i = 0; i < k["tokens"].size(); ++i) EXPECT_EQ(k["tokens"][i], k["top_logprobs"][i][0]["token"]) << "token " << i;
+  std::filesystem::remove(session);
+}
+
 // A context past the device's grid height (65,535 workgroup rows on lavapipe): the RoPE table of
 // its positions is filled in several dispatches (it was an internal error).
 TEST(Cli, ContextsPastTheGridHeightRun) {

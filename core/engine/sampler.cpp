@@ -139,7 +139,11 @@ void Sampler::validate(const SamplerParams& p) { validate_params(p); }
 
 Sampler::Sampler(const SamplerParams& p) : params_(p) {
   validate_params(p);
-  seed_ = p.seed;
+  seed_rng(p.seed);
+}
+
+void Sampler::seed_rng(uint64_t seed) {
+  seed_ = seed;
   if (seed_ == kRandomSeed) {
     std::random_device rd;
     do seed_ = rd(); while (seed_ == kRandomSeed);
@@ -150,6 +154,18 @@ Sampler::Sampler(const SamplerParams& p) : params_(p) {
   } else {
     std::seed_seq seq{static_cast<uint32_t>(seed_), static_cast<uint32_t>(seed_ >> 32)};
     rng_.seed(seq);
+  }
+}
+
+void Sampler::set_params(const SamplerParams& p, bool reseed) {
+  validate_params(p);
+  params_ = p;
+  if (reseed) seed_rng(p.seed);
+  if (p.repeat_last_n == 0) reset();
+  while (p.repeat_last_n > 0 && history_.size() > static_cast<size_t>(p.repeat_last_n)) {
+    const int32_t old = history_.front();
+    history_.pop_front();
+    if (--counts_[old] == 0) counts_.erase(old);
   }
 }
 

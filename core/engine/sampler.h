@@ -61,12 +61,19 @@ class Sampler {
   std::vector<uint8_t> save_state() const;
   void restore_state(std::span<const uint8_t> blob);
 
+  // New parameters for what comes next (a resumed session's sampling flags): validated first
+  // (throws, unchanged); the penalty history is cut to a shorter repeat_last_n; `reseed` draws
+  // the RNG from p.seed as the constructor does, else it goes on where it was.
+  void set_params(const SamplerParams& p, bool reseed);
+
   const SamplerParams& params() const { return params_; }
   uint64_t seed() const { return seed_; }  // the seed actually used
 
  private:
   void apply_penalties(std::span<float> logits) const;
   bool penalties_on() const;
+
+  void seed_rng(uint64_t seed);
 
   SamplerParams params_;
   uint64_t seed_ = 0;
