@@ -126,6 +126,7 @@ class LineReader {
     // paste, newlines included, goes into the line instead of sending each line.
     el_set(el_, EL_ADDFN, "vkllm-paste", "insert bracketed paste", &LineReader::paste_fn);
     el_set(el_, EL_BIND, "\033[200~", "vkllm-paste", nullptr);
+    el_set(el_, EL_BIND, "^I", "ed-insert", nullptr);  // a Tab is text (there is nothing to complete)
     // The line being edited when a redraw interrupted it, put back by a key the reader pushes.
     el_set(el_, EL_ADDFN, "vkllm-restore", "restore the line after a redraw", &LineReader::restore_fn);
     el_set(el_, EL_BIND, k_restore_key, "vkllm-restore", nullptr);
@@ -222,8 +223,10 @@ class LineReader {
         break;
       }
     }
+    // Terminals send Enter in a paste as CR; a pasted CRLF is one line break, not two.
+    for (size_t at; (at = text.find("\r\n")) != std::string::npos;) text.erase(at, 1);
     for (char& ch : text)
-      if (ch == '\r') ch = '\n';  // terminals send Enter in a paste as CR
+      if (ch == '\r') ch = '\n';
     if (!text.empty()) el_insertstr(el, text.c_str());
     return CC_REFRESH;
   }
@@ -558,7 +561,12 @@ bool ChatSession::command(const std::string& line) {
   const std::string name = line.substr(0, sp);
   std::string arg = sp == std::string::npos ? "" : line.substr(sp + 1);
   while (!arg.empty() && arg.front() == ' ') arg.erase(0, 1);
+  while (!arg.empty() && arg.back() == ' ') arg.pop_back();
   try {
+    // A word after a command that takes none is a typo, not something to ignore (/clear now).
+    if (!arg.empty() && (name == "/exit" || name == "/quit" || name == "/help" || name == "/clear" || name == "/regen" ||
+                         name == "/undo" || name == "/stats" || name == "/kv"))
+      throw Error(name + " takes no argument (got '" + arg + "'): nothing done");
     if (name == "/exit" || name == "/quit") return false;
     if (name == "/help") std::fprintf(command_out(), "%s", k_help);
     else if (name == "/clear") {
