@@ -104,20 +104,29 @@ std::string apply_sampling_flags(const std::string& session, Sampler& restored, 
   SamplerParams p = restored.params();
   std::string names;
   bool reseed = false;
+  // A flag given with the value the file holds changes nothing: a script that passes the same
+  // flags on every call continues exactly (the same --seed does not restart the RNG).
+  const auto take = [&](const CLI::Option* o, auto& saved, const auto& value) {
+    if (saved == value) return;
+    saved = value;
+    names += (names.empty() ? "" : ", ") + o->get_name();
+  };
   for (const CLI::Option* o : given) {
     if (o->count() == 0) continue;
     const std::string& n = o->get_name();
-    if (n == "--temp") p.temp = flags.temp;
-    else if (n == "--top-k") p.top_k = flags.top_k;
-    else if (n == "--top-p") p.top_p = flags.top_p;
-    else if (n == "--min-p") p.min_p = flags.min_p;
-    else if (n == "--repeat-penalty") p.repeat_penalty = flags.repeat_penalty;
-    else if (n == "--repeat-last-n") p.repeat_last_n = flags.repeat_last_n;
-    else if (n == "--frequency-penalty") p.frequency_penalty = flags.frequency_penalty;
-    else if (n == "--presence-penalty") p.presence_penalty = flags.presence_penalty;
-    else if (n == "--seed") p.seed = flags.seed, reseed = true;
-    else continue;
-    names += (names.empty() ? "" : ", ") + n;
+    if (n == "--temp") take(o, p.temp, flags.temp);
+    else if (n == "--top-k") take(o, p.top_k, flags.top_k);
+    else if (n == "--top-p") take(o, p.top_p, flags.top_p);
+    else if (n == "--min-p") take(o, p.min_p, flags.min_p);
+    else if (n == "--repeat-penalty") take(o, p.repeat_penalty, flags.repeat_penalty);
+    else if (n == "--repeat-last-n") take(o, p.repeat_last_n, flags.repeat_last_n);
+    else if (n == "--frequency-penalty") take(o, p.frequency_penalty, flags.frequency_penalty);
+    else if (n == "--presence-penalty") take(o, p.presence_penalty, flags.presence_penalty);
+    else if (n == "--seed" && (flags.seed == Sampler::kRandomSeed || flags.seed != restored.seed())) {
+      p.seed = flags.seed;  // -1: a new random one
+      reseed = true;
+      names += (names.empty() ? "" : ", ") + n;
+    }
   }
   if (names.empty()) return "";
   restored.set_params(p, reseed);

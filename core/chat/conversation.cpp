@@ -158,6 +158,8 @@ void Conversation::sync(const std::vector<int32_t>& target, const ProgressFn& pr
   }
   // A sliding-window model's rings may no longer hold what the kept tokens' window reads.
   fresh = fresh || cache.reusable(kept) != kept;
+  // Whether this turn runs earlier turns again (a refill, or a fresh start of a conversation).
+  reran_ = fresh ? turns_.size() > 1 : from < same;
   if (fresh) {
     // A fresh start, or the pinned prefix itself changed: pin again while the ring is empty.
     cache.truncate(0);
@@ -214,7 +216,7 @@ const GenerationStats& Conversation::reply(const std::vector<int32_t>& target, c
   std::string reply;
   // A refilled ring ran earlier turns again: the reply's room counts this turn's tokens only.
   GenerateOptions go = o;
-  if (go.n_predict == GenerateOptions::kUntilFull) go.turn_tokens = own_tokens(target);
+  if (go.n_predict == GenerateOptions::kUntilFull && reran_) go.turn_tokens = own_tokens(target);
   try {
     if (hooks.on_reply) hooks.on_reply();
     gen_.generate(

@@ -140,6 +140,7 @@ class Conversation {
   std::string text_;             // the rendered text of those tokens; "" when not known
   size_t reply_at_ = 0;          // when text_ ends with a reply: where it starts (0: it does not)
   uint32_t pinned_ = 0;
+  bool reran_ = false;  // the last sync ran earlier turns again (the reply's budget counts its own tokens)
   std::string pinned_text_;      // the rendered text of the pinned tokens; "" when not known
 };
 
