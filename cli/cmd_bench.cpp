@@ -254,7 +254,7 @@ void bench_ops(const BenchCommand& c) {
     if (!t || !weight_type_supported(*t)) throw CLI::ValidationError("--ops-types: '" + name + "' is not a weight type vkllm runs");
     const uint32_t block = gguf::type_info(static_cast<uint32_t>(*t))->block_size;
     if (n % block != 0)
-      throw Error("--ops-size " + std::to_string(n) + " is not a multiple of " + gguf::type_name(*t) + "'s block of " + std::to_string(block) +
+      throw CLI::ValidationError("--ops-size " + std::to_string(n) + " is not a multiple of " + gguf::type_name(*t) + "'s block of " + std::to_string(block) +
                   " elements");
     if (std::find(types.begin(), types.end(), *t) == types.end()) types.push_back(*t);
   }

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <clocale>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -56,27 +57,56 @@ extern "C" void on_end_signal(int sig) {
 std::atomic<bool> g_redraw{false};
 extern "C" void on_redraw(int) { g_redraw = true; }
 
-// No SA_RESTART: a pending read returns EINTR, so the prompt sees the key or the signal. A signal
-// the process was started ignoring (SIGHUP under nohup) stays ignored.
-void install_signals() {
-  const auto install = [](int sig, void (*fn)(int), int flags) {
-    struct sigaction old {};
-    sigaction(sig, nullptr, &old);
-    if (old.sa_handler == SIG_IGN && sig != SIGINT) return;
-    struct sigaction sa {};
-    sa.sa_handler = fn;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = flags;
-    sigaction(sig, &sa, nullptr);
-  };
-  install(SIGINT, on_sigint, 0);
-  install(SIGTERM, on_end_signal, SA_RESETHAND);
-  install(SIGHUP, on_end_signal, SA_RESETHAND);
-  install(SIGCONT, on_redraw, 0);
-  install(SIGWINCH, on_redraw, 0);
+bool ending() { return g_end_signal.load() != 0; }
+int end_status() { return 128 + g_end_signal.load(); }
+
+// Ctrl+C without SA_RESTART: a pending read or write returns EINTR, so the prompt sees the key and
+// a reply stops. SIGTERM and SIGHUP restart the calls they interrupt (a write to a full pipe is
+// not cut short) but while the chat waits for input (WaitingForInput). A signal the process was
+// started ignoring (SIGHUP under nohup) stays ignored.
+bool install(int sig, void (*fn)(int), int flags, struct sigaction* old = nullptr) {
+  struct sigaction prev {};
+  sigaction(sig, nullptr, &prev);
+  if (old) *old = prev;
+  if (prev.sa_handler == SIG_IGN && sig != SIGINT) return false;
+  struct sigaction sa {};
+  sa.sa_handler = fn;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = flags;
+  sigaction(sig, &sa, nullptr);
+  return true;
 }
 
-bool ending() { return g_end_signal.load() != 0; }
+void install_signals() {
+  install(SIGINT, on_sigint, 0);
+  install(SIGTERM, on_end_signal, SA_RESETHAND | SA_RESTART);
+  install(SIGHUP, on_end_signal, SA_RESETHAND | SA_RESTART);
+}
+
+// While the chat blocks for input: SIGTERM and SIGHUP interrupt the read (EINTR), and in a terminal
+// so do SIGCONT and SIGWINCH, which nothing else may see interrupted (a write to a pipe, a paste).
+class WaitingForInput {
+ public:
+  explicit WaitingForInput(bool tty) {
+    for (size_t i = 0; i < 2; ++i)
+      if (!ending()) set_[i] = install(kEnd[i], on_end_signal, SA_RESETHAND, &old_[i]);
+    if (tty)
+      for (size_t i = 2; i < 4; ++i) set_[i] = install(kRedraw[i - 2], on_redraw, 0, &old_[i]);
+  }
+  ~WaitingForInput() {
+    for (size_t i = 0; i < 4; ++i) {
+      const int sig = i < 2 ? kEnd[i] : kRedraw[i - 2];
+      if (set_[i] && !(i < 2 && ending())) sigaction(sig, &old_[i], nullptr);  // a delivered SIGTERM stays reset
+    }
+  }
+  WaitingForInput(const WaitingForInput&) = delete;
+  WaitingForInput& operator=(const WaitingForInput&) = delete;
+
+ private:
+  static constexpr int kEnd[2] = {SIGTERM, SIGHUP}, kRedraw[2] = {SIGCONT, SIGWINCH};
+  struct sigaction old_[4] {};
+  bool set_[4] = {};
+};
 
 // Where the prompt and the echo of the line go (see LineReader).
 FILE* term_out() { return stdout_is_tty() ? stdout : stderr; }
@@ -150,15 +180,15 @@ class LineReader {
   // One line without its newline.
   Status read(std::string& line, const char* prompt) {
     line.clear();
+    if (ending()) return Status::Ended;
+    const WaitingForInput waiting(tty_);
     if (!tty_) {
       // std::getline, bounded: piped from an endless source without newlines, the chat ends in an
       // error naming it instead of filling the memory.
       std::streambuf* in = std::cin.rdbuf();
       int ch = EOF;
       while ((ch = in->sbumpc()) != EOF && ch != '\n') {
-        if (line.size() == k_max_text_input)
-          throw Error("stdin: a line longer than " + std::to_string(k_max_text_input >> 30) +
-                      " GiB, the most vkllm reads as text (an endless device or pipe?)");
+        if (line.size() == k_max_text_input) refuse_endless_input("stdin", "a line");
         line.push_back(char(ch));
       }
       if (ending()) return Status::Ended;
@@ -173,12 +203,15 @@ class LineReader {
     const char* s = nullptr;
     for (;;) {
       s = el_gets(el_, &count);
-      if (s || !g_redraw.exchange(false) || ending() || g_sigint.load() > 0) break;
+      // (count -1: el_gets was interrupted; 0 with no line is Ctrl+D)
+      if (s || count != -1 || !g_redraw.exchange(false) || ending() || g_sigint.load() > 0) break;
       // Back from Ctrl+Z, or resized: el_gets puts the terminal in its mode again and redraws the
-      // prompt; the line typed so far comes back through the restore key.
+      // prompt, from the start of the row; the line typed so far comes back through the restore key.
       const LineInfo* li = el_line(el_);
       restore_.assign(li && li->lastchar > li->buffer ? std::string(li->buffer, size_t(li->lastchar - li->buffer)) : "");
       el_reset(el_);
+      std::fputs("\r\033[K", term_out());
+      std::fflush(term_out());
       if (!restore_.empty()) el_push(el_, k_restore_key);
     }
     if (!s) {
@@ -216,7 +249,10 @@ class LineReader {
   static unsigned char paste_fn(EditLine* el, int) {
     std::string text;
     char c;
-    while (::read(STDIN_FILENO, &c, 1) == 1) {
+    for (;;) {
+      const ssize_t n = ::read(STDIN_FILENO, &c, 1);
+      if (n < 0 && errno == EINTR && !ending() && g_sigint.load() == 0) continue;  // a resize mid-paste
+      if (n != 1) break;
       text += c;
       if (text.ends_with("\033[201~")) {
         text.resize(text.size() - 6);
@@ -224,9 +260,13 @@ class LineReader {
       }
     }
     // Terminals send Enter in a paste as CR; a pasted CRLF is one line break, not two.
-    for (size_t at; (at = text.find("\r\n")) != std::string::npos;) text.erase(at, 1);
-    for (char& ch : text)
-      if (ch == '\r') ch = '\n';
+    std::string lines;
+    lines.reserve(text.size());
+    for (size_t i = 0; i < text.size(); ++i) {
+      if (text[i] != '\r') lines += text[i];
+      else if (i + 1 == text.size() || text[i + 1] != '\n') lines += '\n';
+    }
+    text = std::move(lines);
     if (!text.empty()) el_insertstr(el, text.c_str());
     return CC_REFRESH;
   }
@@ -306,7 +346,7 @@ std::optional<std::string> ChatSession::read_message() {
     const auto st = reader_.read(line, "> ");
     if (st == LineReader::Status::Ended) {
       if (tty_in_) std::fputc('\n', term_out());
-      exit_code_ = 128 + g_end_signal.load();
+      exit_code_ = end_status();
       return std::nullopt;
     }
     if (st == LineReader::Status::Eof) {
@@ -337,7 +377,7 @@ std::optional<std::string> ChatSession::read_message() {
     for (;;) {
       const auto st = reader_.read(line2, "... ");
       if (st == LineReader::Status::Ended) {
-        exit_code_ = 128 + g_end_signal.load();
+        exit_code_ = end_status();
         return std::nullopt;
       }
       if (st == LineReader::Status::Interrupted) {  // Ctrl+C drops the unfinished block
@@ -390,7 +430,9 @@ class EchoOff {
   }
   // Keys typed during the reply are dropped (they were sent as the next message once it ended).
   ~EchoOff() {
-    if (on_) tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved_);
+    if (on_)
+      while (tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved_) != 0 && errno == EINTR) {
+      }
   }
   EchoOff(const EchoOff&) = delete;
   EchoOff& operator=(const EchoOff&) = delete;
@@ -410,9 +452,8 @@ void ChatSession::stream_reply(bool regen, const std::string& text) {
     return write_stdout(piece) && g_sigint.load() == 0 && !ending();
   };
   ProgressBar bar("prefill", "tok");
-  // Ctrl+C (or SIGTERM) during the prefill drops the message at the next chunk, as a reply stops
-  // at its next token (it went on to the first token of the reply).
-  struct PrefillInterrupted {};
+  // Ctrl+C (or SIGTERM) during the prefill drops the message at the next chunk (a /regen keeps the
+  // reply it had), as a reply stops at its next token (it went on to the first token of the reply).
   const auto progress = [&](uint64_t done, uint64_t total) {
     if (g_sigint.load() > 0 || ending()) throw PrefillInterrupted{};
     bar.update(done, total);
@@ -425,7 +466,11 @@ void ChatSession::stream_reply(bool regen, const std::string& text) {
   } catch (const PrefillInterrupted&) {
     bar.finish();
     last_interrupted_ = true;
-    if (tty_in_ && !ending()) std::fprintf(stderr, "%s\n", no_color() || !stderr_is_tty() ? "[interrupted: message dropped]" : "\033[2m[interrupted: message dropped]\033[0m");
+    if (tty_in_ && !ending()) {
+      const char* what = regen ? "[interrupted: the reply stays as it was]" : "[interrupted: message dropped]";
+      if (no_color() || !stderr_is_tty()) std::fprintf(stderr, "%s\n", what);
+      else std::fprintf(stderr, "\033[2m%s\033[0m\n", what);
+    }
     return;
   }
   const GenerationStats& st = *reply;
@@ -616,14 +661,14 @@ int ChatSession::run() {
     if (msg->starts_with("/") && !msg->starts_with("//")) {
       last_interrupted_ = false;
       if (!command(*msg)) return exit_status(0);
-      if (ending()) return 128 + g_end_signal.load();
+      if (ending()) return end_status();
       continue;
     }
     if (msg->starts_with("//")) msg->erase(0, 1);
     try {
       stream_reply(false, *msg);
       autosave();
-      if (ending()) return 128 + g_end_signal.load();
+      if (ending()) return end_status();
       // Replies nobody can read (stdout failed): the chat ends, status 1 (main() says why); it
       // prefilled every later message for a reply of one token.
       if (noted_stdout_error() != 0) return 1;

@@ -3,6 +3,8 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
+#include <cctype>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -117,7 +119,18 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--host", c->server.host, "Address to listen on (default 127.0.0.1: this machine only)");
   cmd->add_option("--allow-origin", c->server.allow_origins,
                   "Also let browser pages from this origin (scheme://host[:port]) call the API; \"*\": any (this machine's own always may)")
-      ->allow_extra_args(false);
+      ->allow_extra_args(false)
+      ->transform(CLI::Validator(
+          [](std::string& v) {
+            // As a browser writes an Origin: lower case, no path (a trailing "/" dropped).
+            std::transform(v.begin(), v.end(), v.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
+            if (v.size() > 1 && v.ends_with('/')) v.pop_back();
+            const size_t scheme = v.find("://");
+            const bool origin = v == "*" || v == "null" ||
+                                (scheme != std::string::npos && scheme > 0 && v.size() > scheme + 3 && v.find('/', scheme + 3) == std::string::npos);
+            return origin ? std::string() : "'" + v + "' is not an origin: scheme://host[:port], null or *";
+          },
+          "ORIGIN"));
   cmd->add_option("--port", c->server.port, "Port (0: any free one, printed on stderr)")->check(CLI::Range(0, 65535));
   cmd->add_option("--parallel", c->parallel, "Sequences generating at once, each with its own KV cache of --ctx tokens")
       ->check(CLI::Range(1u, 64u));

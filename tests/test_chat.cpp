@@ -182,6 +182,55 @@ TEST_F(ChatConversation, InterruptedReplyStays) {
   expect_cache_consistent(conv, r.engine.cache());
 }
 
+// A prefill stopped between chunks (Ctrl+C on a long paste) drops the message: the conversation is
+// as before it, the cache keeps the prefix it held, and the next turn gives what it gives without
+// the interruption. A /regen stopped so keeps the reply it had.
+TEST_F(ChatConversation, InterruptedPrefillDropsTheMessage) {
+  ChatRig r(1024);
+  ChatRig ref(1024);
+  Conversation conv(r.engine, r.tok, r.sampler, ChatTemplate::builtin("chatml"), "You tell stories.");
+  Conversation clean(ref.engine, ref.tok, ref.sampler, ChatTemplate::builtin("chatml"), "You tell stories.");
+  std::string first, clean_first;
+  conv.say("Hello", up_to(10), [&](const std::string& s) { return first += s, true; });
+  clean.say("Hello", up_to(10), [&](const std::string& s) { return clean_first += s, true; });
+  ASSERT_EQ(first, clean_first);
+  const size_t held = r.engine.cache().used();
+  std::string paste;
+  for (int i = 0; i < 40; ++i) paste += "The dog ran to the park and played with a ball. ";
+  int chunks = 0;
+  const ProgressFn stop_after_one = [&](uint64_t, uint64_t) {
+    if (++chunks == 2) throw PrefillInterrupted{};
+  };
+  EXPECT_THROW(conv.say(paste, up_to(10), kIgnore, stop_after_one), PrefillInterrupted);
+  EXPECT_EQ(chunks, 2);
+  EXPECT_EQ(conv.n_exchanges(), 1u);
+  EXPECT_EQ(conv.messages().back()["content"], first);
+  EXPECT_LE(r.engine.cache().used(), held);
+  EXPECT_GT(r.engine.cache().used(), 0u);  // the prefix stays: not a fresh start
+  expect_cache_consistent(conv, r.engine.cache());
+  std::string second, clean_second;
+  const GenerationStats st = conv.say("Tell me more", up_to(10), [&](const std::string& s) { return second += s, true; });
+  clean.say("Tell me more", up_to(10), [&](const std::string& s) { return clean_second += s, true; });
+  EXPECT_EQ(second, clean_second);
+  EXPECT_GT(st.cached_tokens, 0u);
+  expect_cache_consistent(conv, r.engine.cache());
+  // /regen stopped in its prefill (the last prompt token's chunk): the reply stays, and a /regen
+  // after it gives the same reply.
+  chunks = 0;
+  const ProgressFn stop_at_once = [&](uint64_t, uint64_t) {
+    ++chunks;
+    throw PrefillInterrupted{};
+  };
+  EXPECT_THROW(conv.regen(up_to(10), kIgnore, stop_at_once), PrefillInterrupted);
+  EXPECT_EQ(chunks, 1);
+  EXPECT_EQ(conv.n_exchanges(), 2u);
+  EXPECT_EQ(conv.messages().back()["content"], second);
+  std::string again;
+  conv.regen(up_to(10), [&](const std::string& s) { return again += s, true; });
+  EXPECT_EQ(again, second);
+  expect_cache_consistent(conv, r.engine.cache());
+}
+
 TEST_F(ChatConversation, GoesOnWhenTheRingFills) {
   ChatRig r(128);
   Conversation conv(r.engine, r.tok, r.sampler, ChatTemplate::builtin("chatml"), "You tell stories.");

@@ -253,7 +253,7 @@ TEST(Cli, BenchOpsReportsTheReadCeiling) {
     EXPECT_EQ(t["matmul_gflop_s"], 0);
   }
   const Result bad = vkllm("bench --ops --ops-types q4_9");
-  EXPECT_EQ(bad.status, 1);
+  EXPECT_EQ(bad.status, 2);  // a bad command line
   EXPECT_NE(bad.err.find("q4_9"), std::string::npos) << bad.err;
 }
 
@@ -465,7 +465,7 @@ TEST(Cli, ParseErrorsAreOneLineWithStatus2) {
                                   std::string("cache bogus"), "perplexity --keep 3 -f /dev/null" + m,
                                   // bench's own command-line errors (were status 1), a --ubatch out of range (was taken)
                                   std::string("bench"), std::string("bench --ops --ops-types q9_9"), "bench -p 0 -n 0" + m,
-                                  "bench --ubatch 0" + m}) {
+                                  "bench --ubatch 0" + m, "serve --allow-origin http://ui.example/app" + m}) {
     const Result r = vkllm(args);
     EXPECT_EQ(r.status, 2) << args << ": " << r.err;
     EXPECT_TRUE(r.out.empty()) << args << ": " << r.out;
@@ -547,6 +547,7 @@ TEST(Cli, SamplingFlagsGivenOverrideAResumedSession) {
   ASSERT_EQ(again.status, 0) << again.err;
   EXPECT_EQ(again.err.find("as given"), std::string::npos) << again.err;
   const json k = json::parse(again.out);
+  ASSERT_EQ(k["tokens"].size(), 4u);
   for (size_t i = 0; i < k["tokens"].size(); ++i) EXPECT_EQ(k["tokens"][i], k["top_logprobs"][i][0]["token"]) << "token " << i;
   std::filesystem::remove(session);
 }

@@ -46,13 +46,16 @@ std::string read_fd_input(int fd, const std::string& name, const std::string& wh
   for (;;) {
     const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n > 0) {
-      if (text.size() + size_t(n) > k_max_text_input)
-        throw Error(name + ": " + what + " is longer than " + std::to_string(k_max_text_input >> 30) +
-                    " GiB, the most vkllm reads as text (an endless device or pipe?)");
+      if (text.size() + size_t(n) > k_max_text_input) refuse_endless_input(name, what);
       text.append(buf, size_t(n));
     } else if (n == 0) return text;
     else if (errno != EINTR) throw Error(name + ": cannot read " + what + ": " + std::strerror(errno));
   }
+}
+
+void refuse_endless_input(const std::string& name, const std::string& what) {
+  throw Error(name + ": " + what + " is longer than " + std::to_string(k_max_text_input >> 30) +
+              " GiB, the most vkllm reads as text (an endless device or pipe?)");
 }
 
 void require_regular_file(const std::string& path, const std::string& what) {

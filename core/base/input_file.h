@@ -10,6 +10,8 @@ namespace vkllm {
 // The most bytes read from one text input: `-f /dev/zero` or an endless pipe ends in an error
 // naming it instead of filling the memory.
 inline constexpr size_t k_max_text_input = size_t(1) << 30;
+// The error for an input past it: "NAME: WHAT is longer than 1 GiB, …".
+[[noreturn]] void refuse_endless_input(const std::string& name, const std::string& what);
 
 // The whole of a text input: a regular file, or a pipe or device (`-f <(cmd)`, `-f /dev/stdin`).
 // A directory is refused. `what` names the input in the error ("the prompt file").

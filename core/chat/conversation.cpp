@@ -128,10 +128,19 @@ void Conversation::reset_cache() {
   engine_.cache().truncate(0);
   cached_.clear();
   n_tokens_ = 0;
-  text_.clear();
-  reply_at_ = 0;
   pinned_ = 0;
   pinned_text_.clear();
+  forget_past(0);
+}
+
+void Conversation::forget_past(size_t n) {
+  text_.clear();  // the next turn tokenizes the whole rendering and reuses what matches
+  reply_at_ = 0;
+  n_tokens_ = std::min(n_tokens_, n);
+  for (Turn& t : turns_) {
+    if (t.tokens_at_user != kUnknown && t.tokens_at_user > n) t.tokens_at_user = kUnknown, t.text_at_user = 0;
+    if (t.tokens_at_reply != kUnknown && t.tokens_at_reply > n) t.tokens_at_reply = kUnknown, t.text_at_reply = 0;
+  }
 }
 
 void Conversation::sync(const std::vector<int32_t>& target, const ProgressFn& progress) {
@@ -183,6 +192,17 @@ void Conversation::sync(const std::vector<int32_t>& target, const ProgressFn& pr
   cached_ = target;
   try {
     gen_.extend(std::span(target).subspan(tail), progress);
+  } catch (const PrefillInterrupted&) {
+    // Stopped between chunks: where the cache held a plain prefix of the target before this turn,
+    // that prefix stays (the next turn reuses it), else the cache starts afresh.
+    if (gap == 0 && tail == from && kept == from && cache.reusable(kept) == kept) {
+      cache.truncate(kept);
+      cached_.resize(from);
+      forget_past(from);
+    } else {
+      reset_cache();
+    }
+    throw;
   } catch (...) {
     reset_cache();
     throw;
@@ -288,6 +308,7 @@ const GenerationStats& Conversation::say(const std::string& user, const Generate
 const GenerationStats& Conversation::regen(const GenerateOptions& o, const TextFn& on_text, const ProgressFn& progress,
                                            const ReplyHooks& hooks) {
   if (turns_.empty() || messages_.back()["role"] != "assistant") throw Error("/regen: there is no reply to generate again");
+  const nlohmann::json old_reply = messages_.back();
   messages_.erase(messages_.size() - 1);
   const Turn t = turns_.back();
   std::vector<int32_t> target;
@@ -299,7 +320,13 @@ const GenerationStats& Conversation::regen(const GenerateOptions& o, const TextF
     target = tokenize_rendered(tok_, text_, messages());
   }
   reply_at_ = 0;
-  return reply(target, o, on_text, progress, hooks);
+  try {
+    return reply(target, o, on_text, progress, hooks);
+  } catch (...) {
+    messages_.push_back(old_reply);  // not regenerated: the reply stays (the cache was cut before it)
+    forget_past(cached_.size());
+    throw;
+  }
 }
 
 void Conversation::undo() {

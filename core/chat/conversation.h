@@ -106,6 +106,9 @@ class Conversation {
   void trim_cache(size_t n);
   // Forgets the cache entirely (after an error, or a new system prompt).
   void reset_cache();
+  // Forgets the turn marks past token n (and the rendering text_ stands for): the cache no longer
+  // holds what they point at.
+  void forget_past(size_t n);
   const GenerationStats& reply(const std::vector<int32_t>& target, const GenerateOptions& o, const TextFn& on_text,
                                const ProgressFn& progress, const ReplyHooks& hooks = {});
 

@@ -69,6 +69,10 @@ uint32_t generation_budget(const KvCache& cache, uint32_t turn_tokens);
 // Receives generated text as it becomes final; returns false to interrupt.
 using TextSink = std::function<bool(const std::string&)>;
 
+// Thrown by a ProgressFn to stop a prefill between its chunks (Ctrl+C during a long prompt): the
+// chunks that ran are in the cache, in order, and the engine is ready for more.
+struct PrefillInterrupted {};
+
 class Generator {
  public:
   Generator(Engine& engine, const Tokenizer& tok, Sampler& sampler) : engine_(engine), tok_(tok), sampler_(sampler) {}

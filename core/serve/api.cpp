@@ -199,7 +199,7 @@ void log_probabilities(const json& body, Endpoint e, GenerateOptions& g) {
   }
   const json* v = field(body, "logprobs");
   if (!v || (v->is_boolean() && !v->get<bool>())) return;
-  if (!v->is_number_integer()) throw ApiError(400, "'logprobs' must be an integer (the alternatives per token, 0 to 20)", "logprobs");
+  if (!v->is_number()) throw ApiError(400, "'logprobs' must be an integer (the alternatives per token, 0 to 20)", "logprobs");
   g.logprobs = true;
   g.top_logprobs = uint32_t(integer(body, "logprobs", 0, k_max_top, 0));
 }

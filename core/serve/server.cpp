@@ -160,9 +160,11 @@ bool origin_allowed(const std::string& origin, const std::vector<std::string>& a
   for (const std::string scheme : {"http://", "https://"}) {
     if (!origin.starts_with(scheme)) continue;
     const std::string rest = origin.substr(scheme.size());
-    const size_t colon = rest.starts_with("[") ? rest.find("]:") + 1 : rest.find(':');
-    const std::string host = rest.substr(0, colon), port = colon == std::string::npos ? "" : rest.substr(colon + 1);
-    if (colon != std::string::npos && (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos))
+    // host, or [v6], then an optional :port of digits and nothing else
+    const size_t host_end = rest.starts_with("[") ? rest.find(']') + 1 : rest.find(':');
+    if (host_end == 0) return false;  // "[" without "]"
+    const std::string host = rest.substr(0, host_end), tail = host_end >= rest.size() ? "" : rest.substr(host_end);
+    if (!tail.empty() && (tail[0] != ':' || tail.size() < 2 || tail.size() > 6 || tail.find_first_not_of("0123456789", 1) != std::string::npos))
       return false;
     return host == "localhost" || host == "127.0.0.1" || host == "[::1]";
   }
