@@ -804,6 +804,12 @@ bool at_prompt(const std::string& screen) {
   return last == ">";
 }
 
+// Streaming has begun once the line after the message "Tell me a long story" holds text.
+bool long_story_streams(const std::string& s) {
+  const size_t at = s.find("> Tell me a long story\n");
+  return at != std::string::npos && s.size() > at + 40 && s.find_first_not_of("\n ", at + 23) != std::string::npos;
+}
+
 bool has_tmux() { return run_shell("command -v tmux >/dev/null && echo yes").out == "yes\n"; }
 
 TEST(ChatCli, TerminalSession) {
@@ -849,11 +855,7 @@ TEST(ChatCli, TerminalSession) {
     Tmux t(chat_cmd("-n 5000 --session " + session));
     ASSERT_TRUE(t.wait(at_prompt, 20)) << t.screen();
     t.keys("'Tell me a long story' Enter");
-    // Streaming has begun once the line after the message holds text.
-    ASSERT_TRUE(t.wait([](const std::string& s) {
-      const size_t at = s.find("> Tell me a long story\n");
-      return at != std::string::npos && s.size() > at + 40 && s.find_first_not_of("\n ", at + 23) != std::string::npos;
-    }, 15)) << t.screen();
+    ASSERT_TRUE(t.wait(long_story_streams, 15)) << t.screen();
     t.keys("C-c");
     ASSERT_TRUE(t.wait([](const std::string& s) { return s.find("[interrupted]") != std::string::npos && at_prompt(s); }, 10))
         << t.screen();
@@ -884,10 +886,7 @@ TEST(ChatCli, TerminalSession) {
     Tmux t(chat_cmd("-n 5000 --session " + session) + "; echo CHAT=\\$?; stty -a | tr ' ' '\\n' | grep -x -e -echo -e -icanon; echo MODES");
     ASSERT_TRUE(t.wait(at_prompt, 20)) << t.screen();
     t.keys("'Tell me a long story' Enter");
-    ASSERT_TRUE(t.wait([](const std::string& s) {
-      const size_t at = s.find("> Tell me a long story\n");
-      return at != std::string::npos && s.size() > at + 40 && s.find_first_not_of("\n ", at + 23) != std::string::npos;
-    }, 15)) << t.screen();
+    ASSERT_TRUE(t.wait(long_story_streams, 15)) << t.screen();
     // The chat process alone (env exec'd it): not the tmux server or this shell, whose lines hold it too.
     ASSERT_EQ(run_shell("pkill -TERM -f '^" + std::string(VKLLM_BINARY) + " chat .*" + session + "'").status, 0);
     ASSERT_TRUE(t.wait([](const std::string& s) { return s.find("MODES") != std::string::npos; }, 10)) << t.screen();
