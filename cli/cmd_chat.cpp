@@ -4,6 +4,7 @@
 #include <histedit.h>
 #include <langinfo.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <termios.h>
@@ -42,20 +43,42 @@ struct ChatCommand {
   std::vector<CLI::Option*> sampling_flags;  // which a resumed session takes (apply_sampling_flags)
 };
 
+// A signal sent to the process runs its handler on any thread that does not block it, often one of
+// the Vulkan driver's (a SIGCONT after `fg` never reached the line editor's read). Each handler
+// below then wakes the main thread with a signal of its own (g_wake, a no-op handler), whose read
+// returns EINTR as if it had had the signal itself.
+pthread_t g_main_thread;
+int g_wake = 0;
+extern "C" void on_wake(int) {}
+void wake_main() {
+  if (g_wake != 0 && !pthread_equal(pthread_self(), g_main_thread)) {
+    const int saved = errno;
+    pthread_kill(g_main_thread, g_wake);
+    errno = saved;
+  }
+}
+
 // Ctrl+C: counted by the handler, read by the reply callback and the input loop.
 std::atomic<int> g_sigint{0};
-extern "C" void on_sigint(int) { g_sigint.fetch_add(1); }
+extern "C" void on_sigint(int) {
+  g_sigint.fetch_add(1);
+  wake_main();
+}
 // SIGTERM or SIGHUP (a closed terminal): the chat ends as at Ctrl+D, the reply stopped, the
 // session saved and the terminal restored, status 128 + the signal. A second one ends it at once.
 std::atomic<int> g_end_signal{0};
 extern "C" void on_end_signal(int sig) {
   int none = 0;
   g_end_signal.compare_exchange_strong(none, sig);
+  wake_main();
 }
 // SIGCONT (`fg` after Ctrl+Z) and SIGWINCH (a resized terminal) while a line is edited: the line
 // editor takes the terminal again and redraws (LineReader::read).
 std::atomic<bool> g_redraw{false};
-extern "C" void on_redraw(int) { g_redraw = true; }
+extern "C" void on_redraw(int) {
+  g_redraw = true;
+  wake_main();
+}
 
 bool ending() { return g_end_signal.load() != 0; }
 int end_status() { return 128 + g_end_signal.load(); }
@@ -78,6 +101,9 @@ bool install(int sig, void (*fn)(int), int flags, struct sigaction* old = nullpt
 }
 
 void install_signals() {
+  g_main_thread = pthread_self();
+  g_wake = SIGRTMIN;
+  install(g_wake, on_wake, SA_RESTART);
   install(SIGINT, on_sigint, 0);
   install(SIGTERM, on_end_signal, SA_RESETHAND | SA_RESTART);
   install(SIGHUP, on_end_signal, SA_RESETHAND | SA_RESTART);
@@ -92,20 +118,22 @@ class WaitingForInput {
       if (!ending()) set_[i] = install(kEnd[i], on_end_signal, SA_RESETHAND, &old_[i]);
     if (tty)
       for (size_t i = 2; i < 4; ++i) set_[i] = install(kRedraw[i - 2], on_redraw, 0, &old_[i]);
+    wake_set_ = install(g_wake, on_wake, 0, &wake_old_);
   }
   ~WaitingForInput() {
     for (size_t i = 0; i < 4; ++i) {
       const int sig = i < 2 ? kEnd[i] : kRedraw[i - 2];
       if (set_[i] && !(i < 2 && ending())) sigaction(sig, &old_[i], nullptr);  // a delivered SIGTERM stays reset
     }
+    if (wake_set_) sigaction(g_wake, &wake_old_, nullptr);
   }
   WaitingForInput(const WaitingForInput&) = delete;
   WaitingForInput& operator=(const WaitingForInput&) = delete;
 
  private:
   static constexpr int kEnd[2] = {SIGTERM, SIGHUP}, kRedraw[2] = {SIGCONT, SIGWINCH};
-  struct sigaction old_[4] {};
-  bool set_[4] = {};
+  struct sigaction old_[4] {}, wake_old_{};
+  bool set_[4] = {}, wake_set_ = false;
 };
 
 // Where the prompt and the echo of the line go (see LineReader).
@@ -209,6 +237,10 @@ class LineReader {
       // prompt, from the start of the row; the line typed so far comes back through the restore key.
       const LineInfo* li = el_line(el_);
       restore_.assign(li && li->lastchar > li->buffer ? std::string(li->buffer, size_t(li->lastchar - li->buffer)) : "");
+      // Characters after the cursor (UTF-8 lead bytes), to put the cursor back where it was.
+      restore_after_ = 0;
+      if (li && li->cursor >= li->buffer && li->cursor < li->lastchar)
+        for (const char* p = li->cursor; p < li->lastchar; ++p) restore_after_ += (static_cast<unsigned char>(*p) & 0xC0) != 0x80;
       el_reset(el_);
       std::fputs("\r\033[K", term_out());
       std::fflush(term_out());
@@ -259,12 +291,18 @@ class LineReader {
         break;
       }
     }
-    // Terminals send Enter in a paste as CR; a pasted CRLF is one line break, not two.
+    // Terminals send Enter in a paste as CR, and the terminal's input modes (icrnl, inlcr) turn a
+    // pasted CRLF into LF CR: either pair is one line break, a lone CR or LF another.
     std::string lines;
     lines.reserve(text.size());
     for (size_t i = 0; i < text.size(); ++i) {
-      if (text[i] != '\r') lines += text[i];
-      else if (i + 1 == text.size() || text[i + 1] != '\n') lines += '\n';
+      const char ch = text[i];
+      if (ch != '\r' && ch != '\n') {
+        lines += ch;
+        continue;
+      }
+      lines += '\n';
+      if (i + 1 < text.size() && (text[i + 1] == '\r' || text[i + 1] == '\n') && text[i + 1] != ch) ++i;
     }
     text = std::move(lines);
     if (!text.empty()) el_insertstr(el, text.c_str());
@@ -274,8 +312,9 @@ class LineReader {
   static unsigned char restore_fn(EditLine* el, int) {
     void* self = nullptr;
     el_get(el, EL_CLIENTDATA, &self);
-    const std::string& text = static_cast<LineReader*>(self)->restore_;
-    if (!text.empty()) el_insertstr(el, text.c_str());
+    const LineReader& r = *static_cast<LineReader*>(self);
+    if (!r.restore_.empty()) el_insertstr(el, r.restore_.c_str());
+    if (r.restore_after_ > 0) el_cursor(el, -r.restore_after_);
     return CC_REFRESH;
   }
 
@@ -292,6 +331,7 @@ class LineReader {
   const char* prompt_ = "> ";
   bool paste_mode_ = false;
   std::string restore_;
+  int restore_after_ = 0;  // characters of restore_ after the cursor
   static constexpr const char* k_restore_key = "\033[99999~";  // no terminal sends it
 };
 

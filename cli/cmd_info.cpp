@@ -120,7 +120,7 @@ void print_human(const ModelSummary& s, const InfoOptions& o, uint32_t ctx, Cach
     std::printf("%s %-6s %14s %14s %14s\n", t == chosen ? "*" : " ", cache_type_name(t), human_bytes(per_token).c_str(),
                 human_bytes(per_seq).c_str(), human_bytes(kv_total(per_seq, o.seqs, ctx)).c_str());
   }
-  if (const uint64_t copy = rotated_k_copy_bytes(c, ctx))
+  if (const uint64_t copy = chosen == CacheType::F16 ? rotated_k_copy_bytes(c, ctx) : 0)
     std::printf("  CPU drivers (lavapipe): an f16 K cache adds a copy of K rotated by RoPE, %s per seq (%s in all)\n",
                 human_bytes(copy).c_str(), human_bytes(kv_total(copy, o.seqs, ctx)).c_str());
   if (const uint32_t ring = window_ring_slots(c, ctx, k_ubatch))

@@ -600,12 +600,13 @@ TEST(Serve, RefusesBadRequestsAndKeepsServing) {
 // asked with another method answers 405 with its Allow header; httplib's own refusals say why.
 TEST(Serve, BrowserOriginsMethodsAndHttpRefusals) {
   VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
-  Server s("--ctx 128 --temp 0 --api-key sekrit --allow-origin HTTPS://UI.example/");  // taken as the browser writes it
+  // Taken as a browser writes an origin: lower case, no trailing "/", no default port.
+  Server s("--ctx 128 --temp 0 --api-key sekrit --allow-origin HTTPS://UI.example/ --allow-origin http://def.example:80");
   ASSERT_GT(s.port(), 0) << s.log();
   httplib::Client c = s.client();
   const httplib::Headers auth = {{"Authorization", "Bearer sekrit"}};
   const std::string request = R"({"prompt":"Once upon a time","max_tokens":2})";
-  for (const std::string origin : {"http://localhost:3000", "http://127.0.0.1", "https://[::1]:8443", "http://[::1]", "https://ui.example"}) {
+  for (const std::string origin : {"http://localhost:3000", "http://127.0.0.1", "https://[::1]:8443", "http://[::1]", "https://ui.example", "http://def.example"}) {
     const auto pre = c.Options("/v1/chat/completions", {{"Origin", origin}, {"Access-Control-Request-Method", "POST"},
                                                         {"Access-Control-Request-Headers", "authorization,content-type"}});
     ASSERT_TRUE(pre) << origin;

@@ -250,7 +250,8 @@ ApiRequest parse_request(Endpoint e, const std::string& body_text, const ApiCont
   ApiRequest r;
   r.endpoint = e;
   if (const json* n = field(body, "n"); n && !(n->is_number() && n->get<double>() == 1))
-    throw ApiError(400, "'n': only one choice per request is supported", "n", "invalid_request_error", "unsupported_parameter");
+    throw ApiError(400, "'n' must be 1: one choice per request is supported, got " + n->dump(), "n", "invalid_request_error",
+                   "unsupported_parameter");
   if (const json* m = field(body, "model"); m && !m->is_string()) throw ApiError(400, "'model' must be a string", "model");
   refuse_unsupported(body, e);
 
@@ -267,6 +268,9 @@ ApiRequest parse_request(Endpoint e, const std::string& body_text, const ApiCont
   // llama.cpp's "random" too (Sampler::kRandomSeed).
   if (const json* v = field(body, "seed")) {
     if (v->is_number_unsigned()) s.seed = v->get<uint64_t>();
+    else if (v->is_number_float() && v->get<double>() >= 0 && v->get<double>() <= 9007199254740992.0 &&
+             v->get<double>() == std::floor(v->get<double>()))
+      s.seed = uint64_t(v->get<double>());  // 5.0 (exact up to 2^53)
     else if (v->is_number_integer() && v->get<int64_t>() == -1) s.seed = Sampler::kRandomSeed;
     else throw ApiError(400, "'seed' must be an integer from 0 to 2^64 - 1, or -1 (random), got " + v->dump(), "seed");
   }
