@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "base/error.h"
 #include "format.h"
+#include "kernels/ops.h"
 #include "model/kv_layout.h"
 #include "model/summary.h"
 
@@ -37,13 +38,12 @@ uint64_t kv_total(uint64_t per_seq, uint32_t seqs, uint32_t ctx) {
   return per_seq * seqs;
 }
 
-// On CPU drivers an f16 K cache of --ctx ≥ 256 also keeps a copy of K rotated by RoPE for the
-// decode kernel (docs/kv-cache.md, "The rotated copy of K"): one more f16 K row per slot of each
-// global layer, per sequence. 0 where the kernel cannot take the shape (head dim not a multiple
-// of 32, more than 8 query heads per KV head); `run` prints what the device keeps.
+// On CPU drivers an f16 K cache also keeps a copy of K rotated by RoPE for the decode kernel
+// (docs/kv-cache.md, "The rotated copy of K"): one more f16 K row per slot of each global layer,
+// per sequence. 0 where that kernel does not take the shape (decode_shape_fits); `run` prints what
+// the device keeps.
 uint64_t rotated_k_copy_bytes(const ModelConfig& c, uint32_t ctx) {
-  const uint32_t group = c.n_head / std::max(c.n_head_kv, 1u);
-  if (ctx < 256 || c.head_dim % 32 != 0 || group > 8) return 0;
+  if (c.n_head_kv == 0 || !decode_shape_fits(AttentionShape{c.n_head, c.n_head_kv, c.head_dim}, ctx)) return 0;
   return uint64_t{2} * c.n_head_kv * c.head_dim * (c.n_layer - window_layers(c)) * ctx;
 }
 

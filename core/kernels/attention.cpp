@@ -277,13 +277,16 @@ void record_kv_rotate(CommandRecorder& rec, const BufferView& k_cache, const Buf
                KvStoreParams{n, row_len, 0, 0, copy_slots(rotated, row_len)}, div_ceil(row_len, 64), n);
 }
 
+bool decode_shape_fits(const AttentionShape& shape, uint32_t max_kv) {
+  const uint32_t g = shape.n_head / shape.n_head_kv;
+  return max_kv >= k_decode_min_kv && g <= 8 && shape.head_dim % k_decode_dims == 0 && g * shape.head_dim <= k_decode_unroll;
+}
+
 bool decode_kernels_fit(const VulkanContext& ctx, const AttentionShape& shape, uint32_t max_kv) {
   const DeviceInfo& d = ctx.info();
-  const uint32_t g = shape.n_head / shape.n_head_kv;
   const bool cpu_layout = shape.kernel == AttentionKernel::Simd || (shape.kernel == AttentionKernel::Auto && d.type == "cpu");
   // (The scores pass writes a query's scores through one storage-buffer binding.)
-  return cpu_layout && d.int64 && max_kv >= k_decode_min_kv && g <= 8 && shape.head_dim % k_decode_dims == 0 &&
-         g * shape.head_dim <= k_decode_unroll && decode_scores_floats(shape, max_kv) * 4 <= ctx.max_storage_range();
+  return cpu_layout && d.int64 && decode_shape_fits(shape, max_kv) && decode_scores_floats(shape, max_kv) * 4 <= ctx.max_storage_range();
 }
 
 uint32_t attention_query_group(const VulkanContext& ctx, const AttentionShape& shape, uint32_t max_kv) {

@@ -190,6 +190,8 @@ uint64_t attention_scratch_floats(const AttentionShape& shape, uint32_t max_kv, 
 // Whether record_attention runs attention_decode.comp for this shape on this device for some list
 // of up to max_kv slots (it takes lists of ≥ 256): what a rotated copy of K (RotatedK) serves.
 bool decode_kernels_fit(const VulkanContext& ctx, const AttentionShape& shape, uint32_t max_kv);
+// The part of that which depends on the shape alone (not the device), for `vkllm info`.
+bool decode_shape_fits(const AttentionShape& shape, uint32_t max_kv);
 // The query group an engine sizes its scratch for: up to 64 query tokens within 64 MiB of
 // scores on CPU drivers, 1 elsewhere (GPUs take the tiled kernel for prefill).
 uint32_t attention_query_group(const VulkanContext& ctx, const AttentionShape& shape, uint32_t max_kv);
