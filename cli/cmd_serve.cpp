@@ -127,19 +127,9 @@ void add_serve_command(CLI::App& app) {
             std::transform(v.begin(), v.end(), v.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
             if (v.size() > 1 && v.ends_with('/')) v.pop_back();
             if (v == "*" || v == "null") return std::string();
-            const std::string bad = "'" + given + "' is not an origin: scheme://host[:port], null or *";
-            const size_t scheme = v.find("://");
-            if (scheme == std::string::npos || scheme == 0) return bad;
-            const std::string host_port = v.substr(scheme + 3);
-            const size_t colon = host_port.starts_with("[") ? host_port.find("]:") + 1 : host_port.rfind(':');
-            const std::string host = host_port.substr(0, colon), port = colon == std::string::npos || colon == 0 ? "" : host_port.substr(colon + 1);
-            if (host.empty() || host.find_first_of("/?#@ \t\\") != std::string::npos) return bad;
-            if (colon != std::string::npos && colon != 0) {
-              if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos || std::stoul(port) > 65535)
-                return bad;
-              const std::string scheme_name = v.substr(0, scheme);
-              if ((scheme_name == "http" && port == "80") || (scheme_name == "https" && port == "443")) v.resize(v.size() - port.size() - 1);
-            }
+            const std::optional<serve::OriginParts> o = serve::parse_origin(v);
+            if (!o) return "'" + given + "' is not an origin: scheme://host[:port], null or *";
+            if ((o->scheme == "http" && o->port == "80") || (o->scheme == "https" && o->port == "443")) v = o->scheme + "://" + o->host;
             return std::string();
           },
           "ORIGIN"));

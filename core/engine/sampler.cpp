@@ -161,8 +161,12 @@ void Sampler::set_params(const SamplerParams& p, bool reseed) {
   validate_params(p);
   params_ = p;
   if (reseed) seed_rng(p.seed);
-  if (p.repeat_last_n == 0) reset();
-  while (p.repeat_last_n > 0 && history_.size() > static_cast<size_t>(p.repeat_last_n)) {
+  trim_history();
+}
+
+void Sampler::trim_history() {
+  if (params_.repeat_last_n == 0) reset();
+  while (params_.repeat_last_n > 0 && history_.size() > static_cast<size_t>(params_.repeat_last_n)) {
     const int32_t old = history_.front();
     history_.pop_front();
     if (--counts_[old] == 0) counts_.erase(old);
@@ -275,11 +279,7 @@ void Sampler::accept(int32_t token) {
   if (params_.repeat_last_n == 0 || token < 0) return;
   history_.push_back(token);
   ++counts_[token];
-  if (params_.repeat_last_n > 0 && history_.size() > static_cast<size_t>(params_.repeat_last_n)) {
-    const int32_t old = history_.front();
-    history_.pop_front();
-    if (--counts_[old] == 0) counts_.erase(old);
-  }
+  trim_history();
 }
 
 void Sampler::reset() {

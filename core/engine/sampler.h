@@ -74,6 +74,8 @@ class Sampler {
   bool penalties_on() const;
 
   void seed_rng(uint64_t seed);
+  // Drops the oldest history past repeat_last_n (all of it at 0).
+  void trim_history();
 
   SamplerParams params_;
   uint64_t seed_ = 0;

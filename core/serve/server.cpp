@@ -157,18 +157,27 @@ bool origin_allowed(const std::string& origin, const std::vector<std::string>& a
   if (std::find(allowed.begin(), allowed.end(), origin) != allowed.end() || std::find(allowed.begin(), allowed.end(), "*") != allowed.end())
     return true;
   // This machine's own pages: http(s)://localhost, 127.0.0.1 or [::1], with any port.
-  for (const std::string scheme : {"http://", "https://"}) {
-    if (!origin.starts_with(scheme)) continue;
-    const std::string rest = origin.substr(scheme.size());
-    // host, or [v6], then an optional :port of digits and nothing else
-    const size_t host_end = rest.starts_with("[") ? rest.find(']') + 1 : rest.find(':');
-    if (host_end == 0) return false;  // "[" without "]"
-    const std::string host = rest.substr(0, host_end), tail = host_end >= rest.size() ? "" : rest.substr(host_end);
-    if (!tail.empty() && (tail[0] != ':' || tail.size() < 2 || tail.size() > 6 || tail.find_first_not_of("0123456789", 1) != std::string::npos))
-      return false;
-    return host == "localhost" || host == "127.0.0.1" || host == "[::1]";
+  const std::optional<OriginParts> o = parse_origin(origin);
+  return o && (o->scheme == "http" || o->scheme == "https") && (o->host == "localhost" || o->host == "127.0.0.1" || o->host == "[::1]");
+}
+
+std::optional<OriginParts> parse_origin(const std::string& origin) {
+  const size_t scheme_end = origin.find("://");
+  if (scheme_end == std::string::npos || scheme_end == 0) return std::nullopt;
+  const std::string rest = origin.substr(scheme_end + 3);
+  // host, or [v6], then an optional :port of digits and nothing else
+  const size_t host_end = rest.starts_with("[") ? rest.find(']') + 1 : rest.find(':');
+  if (host_end == 0) return std::nullopt;  // "[" without "]"
+  OriginParts o{origin.substr(0, scheme_end), rest.substr(0, host_end), ""};
+  const std::string tail = host_end >= rest.size() ? "" : rest.substr(host_end);
+  if (o.host.empty() || o.host.find_first_of("/?#@ \t\\") != std::string::npos) return std::nullopt;
+  if (!tail.empty()) {
+    if (tail[0] != ':' || tail.size() < 2 || tail.size() > 6 || tail.find_first_not_of("0123456789", 1) != std::string::npos ||
+        std::stoul(tail.substr(1)) > 65535)
+      return std::nullopt;
+    o.port = tail.substr(1);
   }
-  return false;
+  return o;
 }
 
 HttpServer::HttpServer(const ServerOptions& o, Scheduler& scheduler, Metrics& metrics, const ApiContext& api)

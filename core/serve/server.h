@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,12 @@ struct ServerOptions {
   std::vector<std::string> allow_origins;
 };
 
+// An origin's parts, "scheme://host[:port]" (host may be "[v6]"); nullopt when it is not one (a
+// path, a port that is not 1–5 digits up to 65535, characters no host has).
+struct OriginParts {
+  std::string scheme, host, port;  // port "" when absent
+};
+std::optional<OriginParts> parse_origin(const std::string& origin);
 // Whether a browser page from `origin` (the Origin header) may call the server: one of this
 // machine's own origins, or one of `allowed` ("*": any).
 bool origin_allowed(const std::string& origin, const std::vector<std::string>& allowed);
