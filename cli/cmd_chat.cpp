@@ -114,26 +114,29 @@ void install_signals() {
 class WaitingForInput {
  public:
   explicit WaitingForInput(bool tty) {
-    for (size_t i = 0; i < 2; ++i)
-      if (!ending()) set_[i] = install(kEnd[i], on_end_signal, SA_RESETHAND, &old_[i]);
-    if (tty)
-      for (size_t i = 2; i < 4; ++i) set_[i] = install(kRedraw[i - 2], on_redraw, 0, &old_[i]);
-    wake_set_ = install(g_wake, on_wake, 0, &wake_old_);
+    if (!ending()) {
+      swap(SIGTERM, on_end_signal, SA_RESETHAND);
+      swap(SIGHUP, on_end_signal, SA_RESETHAND);
+    }
+    if (tty) {
+      swap(SIGCONT, on_redraw, 0);
+      swap(SIGWINCH, on_redraw, 0);
+    }
+    swap(g_wake, on_wake, 0);
   }
   ~WaitingForInput() {
-    for (size_t i = 0; i < 4; ++i) {
-      const int sig = i < 2 ? kEnd[i] : kRedraw[i - 2];
-      if (set_[i] && !(i < 2 && ending())) sigaction(sig, &old_[i], nullptr);  // a delivered SIGTERM stays reset
-    }
-    if (wake_set_) sigaction(g_wake, &wake_old_, nullptr);
+    for (const auto& [sig, old] : saved_)
+      if (!((sig == SIGTERM || sig == SIGHUP) && ending())) sigaction(sig, &old, nullptr);  // a delivered SIGTERM stays reset
   }
   WaitingForInput(const WaitingForInput&) = delete;
   WaitingForInput& operator=(const WaitingForInput&) = delete;
 
  private:
-  static constexpr int kEnd[2] = {SIGTERM, SIGHUP}, kRedraw[2] = {SIGCONT, SIGWINCH};
-  struct sigaction old_[4] {}, wake_old_{};
-  bool set_[4] = {}, wake_set_ = false;
+  void swap(int sig, void (*fn)(int), int flags) {
+    struct sigaction old {};
+    if (install(sig, fn, flags, &old)) saved_.emplace_back(sig, old);
+  }
+  std::vector<std::pair<int, struct sigaction>> saved_;
 };
 
 // Where the prompt and the echo of the line go (see LineReader).
