@@ -449,6 +449,12 @@ std::optional<std::string> ChatSession::read_message() {
   return msg;
 }
 
+// A line of the chat's own on stderr, dim where stderr is a terminal and NO_COLOR is unset.
+void dim_line(const std::string& text) {
+  if (no_color() || !stderr_is_tty()) std::fprintf(stderr, "%s\n", text.c_str());
+  else std::fprintf(stderr, "\033[2m%s\033[0m\n", text.c_str());
+}
+
 void ChatSession::status_line() const {
   if (!stderr_is_tty()) return;
   const KvCache& kv = s_.engine->cache();
@@ -457,8 +463,7 @@ void ChatSession::status_line() const {
   std::snprintf(times, sizeof times, "TTFT %.2f s · %.1f tok/s", st.ttft_ms / 1000, st.decode_tok_s());
   const std::string text = "[ " + with_commas(kv.used()) + "/" + with_commas(kv.capacity()) + " tok · " +
                            human_bytes(kv.bytes_used()) + " KV · " + times + " ]";
-  if (no_color()) std::fprintf(stderr, "%s\n", text.c_str());
-  else std::fprintf(stderr, "\033[2m%s\033[0m\n", text.c_str());
+  dim_line(text);
 }
 
 // Turns the terminal's echo off while a reply streams, so keys typed meanwhile do not mix into
@@ -509,11 +514,7 @@ void ChatSession::stream_reply(bool regen, const std::string& text) {
   } catch (const PrefillInterrupted&) {
     bar.finish();
     last_interrupted_ = true;
-    if (tty_in_ && !ending()) {
-      const char* what = regen ? "[interrupted: the reply stays as it was]" : "[interrupted: message dropped]";
-      if (no_color() || !stderr_is_tty()) std::fprintf(stderr, "%s\n", what);
-      else std::fprintf(stderr, "\033[2m%s\033[0m\n", what);
-    }
+    if (tty_in_ && !ending()) dim_line(regen ? "[interrupted: the reply stays as it was]" : "[interrupted: message dropped]");
     return;
   }
   const GenerationStats& st = *reply;
@@ -527,8 +528,7 @@ void ChatSession::stream_reply(bool regen, const std::string& text) {
                  with_commas(s_.engine->cache().capacity()).c_str());
     failed_ = true;
   }
-  if (last_interrupted_ && tty_in_)
-    std::fprintf(stderr, "%s\n", no_color() || !stderr_is_tty() ? "[interrupted]" : "\033[2m[interrupted]\033[0m");
+  if (last_interrupted_ && tty_in_) dim_line("[interrupted]");
   if (!c_.opts.quiet) status_line();
 }
 

@@ -57,12 +57,15 @@ void send_error_and_close(httplib::Response& res, int status, const std::string&
   });
 }
 
-// The label /metrics counts a request under: its route, or "other" (bounded cardinality).
-std::string route_label(const std::string& path) {
-  for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"})
-    if (path == p) return p;
-  return "other";
+// The methods a route answers (its Allow header), by path; "" for a path the server has not.
+const char* allowed_methods(const std::string& path) {
+  if (path == "/v1/chat/completions" || path == "/v1/completions") return "POST, OPTIONS";
+  if (path == "/health" || path == "/metrics" || path == "/v1/models") return "GET, HEAD, OPTIONS";
+  return "";
 }
+
+// The label /metrics counts a request under: its route, or "other" (bounded cardinality).
+std::string route_label(const std::string& path) { return *allowed_methods(path) != '\0' ? path : "other"; }
 
 std::atomic<uint64_t> next_id{1};
 // Response ids: a random tag of this process, then a count, so ids do not repeat across restarts.
@@ -143,13 +146,6 @@ class ConnectionThreads : public httplib::TaskQueue {
   size_t idle_ = 0;
   bool stopping_ = false;
 };
-
-// The methods a route answers (its Allow header), by path; "" for a path the server has not.
-const char* allowed_methods(const std::string& path) {
-  if (path == "/v1/chat/completions" || path == "/v1/completions") return "POST, OPTIONS";
-  if (path == "/health" || path == "/metrics" || path == "/v1/models") return "GET, HEAD, OPTIONS";
-  return "";
-}
 
 }  // namespace
 
