@@ -82,6 +82,7 @@ void bench_model(BenchCommand& c) {
                      : c.attention == "lanes" ? AttentionKernel::Lanes
                                               : AttentionKernel::Auto;
   Session s = open_session(c.opts);
+  s.pipelines->wait_prepared();  // no kernel is still being made beside the measurements
   Engine& e = *s.engine;
   std::vector<Engine*> all{&e};
   for (const auto& more : s.more_engines) all.push_back(more.get());

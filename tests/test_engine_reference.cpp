@@ -227,6 +227,44 @@ std::vector<std::string> reference_cases() {
   return ids;
 }
 
+// A model load with a Pipelines to prepare starts the projections' kernels (matvec_simd on CPU
+// drivers) while the weights upload, and they are all the engine then takes: a prefill and decode
+// steps on one sequence and on several ask for no matvec_simd kernel it did not prepare. And the
+// logits are those of a load that prepared nothing.
+using EnginePrepare = test::VulkanTest;
+
+TEST_F(EnginePrepare, ModelLoadPreparesTheKernelsTheEngineTakes) {
+  const std::string model_rel = "models/synth-llama-q4_0.gguf";
+  VKLLM_REQUIRE_SHARED(model_rel);
+  const gguf::File file = gguf::File::open(test::shared_path(model_rel));
+  Pipelines pipes(test::vk(), "");
+  const Model model(test::vk(), file, {}, &pipes);
+  pipes.wait_prepared();
+  auto simd_kernels = [&] {
+    std::vector<std::string> keys;
+    for (const std::string& k : pipes.made())
+      if (k.rfind("matvec_simd_", 0) == 0) keys.push_back(k);
+    return keys;
+  };
+  const std::vector<std::string> prepared = simd_kernels();
+  EXPECT_EQ(prepared.empty(), test::vk().info().type != "cpu");
+
+  EngineOptions o;
+  o.cache.capacity = 64;
+  const std::vector<int32_t> prompt{1, 15, 27, 300, 41, 5, 9};
+  Engine a(test::vk(), pipes, model, o), b(test::vk(), pipes, model, o);
+  const std::vector<float> logits = a.decode(prompt, LogitsMode::Last);
+  b.decode(prompt, LogitsMode::Last);
+  a.decode(std::vector<int32_t>{7}, LogitsMode::Last);
+  std::vector<Engine*> both{&a, &b};
+  if (a.can_decode_batch(both)) a.decode_batch(both, std::vector<int32_t>{3, 4});
+  EXPECT_EQ(simd_kernels(), prepared);
+
+  const Model plain(test::vk(), file);
+  Engine c(test::vk(), test::pipelines(), plain, o);
+  EXPECT_EQ(c.decode(prompt, LogitsMode::Last), logits);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllCases, EngineReference, ::testing::ValuesIn(reference_cases()), [](const auto& info) {
   std::string s = info.param;
   for (char& c : s)

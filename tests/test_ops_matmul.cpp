@@ -411,6 +411,37 @@ TEST_F(WeightKernels, ReadCeilingReadsEveryWordOnce) {
   }
 }
 
+// What a model load prepares (matmul_pipelines) is what record_matmul then takes: on CPU drivers the
+// matvec_simd kernels for one column and for a group, for weights whose rows are whole units (and
+// nothing for others, nor on GPUs, where nothing is prepared). A spec that drifted from the one
+// recorded would be made for nothing and the recorded one made on the spot.
+TEST_F(WeightKernels, PreparedMatmulPipelinesAreTheOnesRecorded) {
+  VulkanContext& ctx = test::vk();
+  for (const auto& [type, s] : {std::pair{TensorType::Q4_0, Shape{40, 512}}, std::pair{TensorType::Q4_K, Shape{40, 2304}},
+                                std::pair{TensorType::Q8_0, Shape{40, 96}}}) {
+    SCOPED_TRACE(gguf::type_name(type) + " cols " + std::to_string(s.cols));
+    const std::vector<uint8_t> w = quantized(type, test::random_floats(size_t(s.rows) * s.cols, s.cols), s.rows, s.cols);
+    WeightArena arena(ctx);
+    const DeviceTensor dw = arena.upload("w", type, s.cols, s.rows, w.data());
+    Pipelines pipes(ctx, "");
+    for (uint32_t n_tokens : {1u, 5u}) {
+      Buffer dx = test::to_device(ctx, test::random_floats(size_t(n_tokens) * s.cols, n_tokens));
+      Buffer dy = test::to_device(ctx, std::vector<float>(size_t(n_tokens) * s.rows, 0.0f));
+      CommandRecorder rec(ctx, &pipes);
+      record_matmul(rec, dw, dx.view(), s.cols, n_tokens, dy.view(), s.rows);
+      rec.submit_and_wait();
+    }
+    std::vector<std::string> prepared;
+    for (const PipelineSpec& p : matmul_pipelines(ctx, type, s.cols)) prepared.push_back(p.key());
+    std::sort(prepared.begin(), prepared.end());
+    std::vector<std::string> recorded;
+    for (const std::string& k : pipes.made())
+      if (k.rfind("matvec_simd_", 0) == 0) recorded.push_back(k);
+    EXPECT_EQ(prepared, recorded);
+    EXPECT_EQ(prepared.empty(), ctx.info().type != "cpu" || s.cols % 256 != 0);
+  }
+}
+
 // A submit that runs a pipeline for the first time reports its wait (CPU drivers compile a kernel
 // when they first run it: the first prompt's status line): with no threshold, a 64 MiB read is
 // reported at least once, then done (-1); the same pipeline's next submit is not reported.

@@ -5,12 +5,14 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/params.h"
 #include "shader_registry.h"
 #include "vk/buffer.h"
 #include "vk/commands.h"
+#include "vk/pipeline.h"
 #include "vk_test_env.h"
 
 using namespace vkllm;
@@ -46,6 +48,54 @@ TEST_F(VulkanTest, FillShaderWritesEveryElementAndNoMore) {
     for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(out[i], 2.5f) << "n=" << n << " i=" << i;
     for (uint32_t i = n; i < n + 16; ++i) ASSERT_EQ(out[i], -1.0f) << "n=" << n << " i=" << i;
   }
+}
+
+// Pipelines made ahead on background threads (Pipelines::prepare, what a model load starts): every
+// thread that asks for one gets the same pipeline, made once; one that cannot be made throws its
+// error to whoever asks for it (and only then); a prepared pipeline dispatches like any other; and
+// the set can be destroyed with work still queued.
+TEST_F(VulkanTest, PreparedPipelinesAreMadeOnceAndShared) {
+  VulkanContext& ctx = test::vk();
+  std::vector<PipelineSpec> specs;
+  for (uint32_t wg : {64u, 32u, 128u, 16u}) specs.push_back({"fill_f32", 1, sizeof(FillParams), {wg}});
+  specs.push_back({"no_such_shader", 1, 4, {64}});
+  {
+    Pipelines pipes(ctx, "");
+    pipes.prepare(specs);
+    pipes.prepare(specs);  // a second request for the same ones queues nothing more
+    std::vector<const Pipeline*> got(8, nullptr);
+    std::vector<std::thread> threads;
+    for (size_t t = 0; t < got.size(); ++t)
+      threads.emplace_back([&, t] { got[t] = &pipes.get(specs[t % 4]); });
+    for (std::thread& t : threads) t.join();
+    for (size_t t = 0; t < got.size(); ++t) {
+      EXPECT_EQ(got[t], got[t % 4]) << "thread " << t;
+      EXPECT_EQ(got[t]->workgroup_size(), specs[t % 4].spec[0]);
+    }
+    EXPECT_THROW(
+        try { pipes.get(specs[4]); } catch (const std::logic_error& e) {
+          EXPECT_NE(std::string(e.what()).find("no_such_shader"), std::string::npos) << e.what();
+          throw;
+        },
+        std::logic_error);
+    pipes.wait_prepared();
+    EXPECT_EQ(pipes.made(), (std::vector<std::string>{"fill_f32:128", "fill_f32:16", "fill_f32:32", "fill_f32:64"}));
+
+    const uint32_t n = 1000;
+    Buffer buf(ctx, n * sizeof(float), MemoryUse::Device, "prepared fill");
+    CommandRecorder rec(ctx, &pipes);
+    rec.dispatch(pipes.get(specs[1]), {buf.view()}, FillParams{n, 7.0f}, div_ceil(n, 32));
+    rec.submit_and_wait();
+    std::vector<float> out(n);
+    download(ctx, buf, 0, out.data(), out.size() * 4);
+    EXPECT_EQ(out, std::vector<float>(n, 7.0f));
+  }
+  {
+    Pipelines pipes(ctx, "");
+    std::vector<PipelineSpec> many;
+    for (uint32_t wg = 1; wg <= 256; wg *= 2) many.push_back({"fill_f32", 1, sizeof(FillParams), {wg}});
+    pipes.prepare(many);
+  }  // destroyed at once: the threads stop after the pipeline each is making
 }
 
 // The VmFlags line of the /proc/self/smaps entry that holds address `at` ("" when none).

@@ -22,12 +22,18 @@ bool weight_type_supported(gguf::TensorType t) {
   }
 }
 
+namespace {
+std::string type_suffix(gguf::TensorType t) {
+  std::string s = gguf::type_name(t);
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+}  // namespace
+
 std::string weight_kernel_suffix(const DeviceTensor& w) {
   if (!weight_type_supported(w.type))
     throw Error("tensor '" + w.name + "' has type " + gguf::type_name(w.type) + ", which vkllm cannot run yet");
-  std::string s = gguf::type_name(w.type);
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
+  return type_suffix(w.type);
 }
 
 void record_get_rows(CommandRecorder& rec, const DeviceTensor& w, const BufferView& ids, uint32_t n_tokens,
@@ -151,14 +157,34 @@ uint32_t simd_row_alignment(gguf::TensorType t) {
   return t == T::Q2_K || t == T::Q3_K || t == T::Q6_K || t == T::IQ4_XS ? 4 : 16;
 }
 
-// Whether this part of `w` runs on matvec_simd (CPU devices only; any number of tokens).
+// Whether a weight of `type` with rows of `cols` elements (`row_bytes`) runs on matvec_simd (CPU
+// devices only; any number of tokens), where its parts and x are 16-byte aligned.
+bool simd_matvec_fits(const VulkanContext& ctx, gguf::TensorType type, uint64_t cols, uint64_t row_bytes) {
+  const uint32_t s = ctx.subgroup_size();
+  return ctx.info().type == "cpu" && cols % k_simd_unit == 0 && row_bytes % simd_row_alignment(type) == 0 && s > 0 &&
+         div_ceil(cols / k_simd_unit, s) <= k_simd_max_upl;
+}
+
+// Whether this part of `w` runs on matvec_simd.
 bool use_simd_matvec(const VulkanContext& ctx, const DeviceTensor& w, const WeightPart& part, const BufferView& x,
                      uint32_t x_stride) {
-  const uint32_t align = simd_row_alignment(w.type);
-  const uint32_t s = ctx.subgroup_size();
-  return ctx.info().type == "cpu" && w.cols % k_simd_unit == 0 &&
-         w.row_bytes % align == 0 && part.view.offset % 16 == 0 && x.offset % 16 == 0 && x_stride % 4 == 0 && s > 0 &&
-         div_ceil(w.cols / k_simd_unit, s) <= k_simd_max_upl;
+  return simd_matvec_fits(ctx, w.type, w.cols, w.row_bytes) && part.view.offset % 16 == 0 && x.offset % 16 == 0 &&
+         x_stride % 4 == 0;
+}
+
+// The matvec_simd pipeline for a group of `cols` columns (1, or up to k_simd_cols) of a weight of
+// `type` with rows of `k` elements. Two variants only (lavapipe compiles each for seconds): a lone
+// column, or k_simd_cols with the columns past the tokens left dead. Q4_0's columns go four per
+// 64-bit multiply where that is one instruction (the same integers as two per 32-bit multiply, so a
+// column's result does not depend on its batch).
+bool simd_x64(const VulkanContext& ctx, gguf::TensorType type, uint32_t cols) {
+  return cols > 1 && type == gguf::TensorType::Q4_0 && ctx.info().wide_int64;
+}
+PipelineSpec simd_matvec_spec(const VulkanContext& ctx, gguf::TensorType type, uint64_t k, uint32_t cols) {
+  const uint32_t sg = ctx.subgroup_size();
+  const uint32_t upl = div_ceil(uint32_t(k) / k_simd_unit, sg);
+  return {"matvec_simd_" + type_suffix(type) + (simd_x64(ctx, type, cols) ? "_x64" : ""), 3, sizeof(MatmulParams),
+          {sg, upl, cols == 1 ? 1u : k_simd_cols}};
 }
 
 }  // namespace
@@ -210,20 +236,13 @@ void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const Buf
       // One subgroup per workgroup, simd_rows_per_group rows each; every lane keeps its x slices. One
       // dispatch per group of up to k_simd_cols columns: x from a view at the group's first
       // column, y through col_begin. Each column's result is the same in any group.
-      const uint32_t sg = rec.context().subgroup_size();
-      const uint32_t upl = div_ceil(uint32_t(w.cols) / k_simd_unit, sg);
       for (uint32_t t = 0; t < n_tokens; t += k_simd_cols) {
-        // Two variants only (lavapipe compiles each for seconds): a lone column, or k_simd_cols
-        // with the columns past n_tokens left dead.
         const uint32_t cols = std::min(k_simd_cols, n_tokens - t);
         const uint32_t rows_per_group = simd_rows_per_group(rows, cols);
         const uint32_t groups = div_ceil(rows, rows_per_group);
         const uint32_t gx = std::min(groups, max_groups);
-        // Q4_0's columns go four per 64-bit multiply where that is one instruction (the same integers
-        // as two per 32-bit multiply, so a column's result does not depend on its batch).
-        const bool x64 = cols > 1 && w.type == gguf::TensorType::Q4_0 && rec.context().info().wide_int64;
-        const Pipeline& p = rec.pipelines().get("matvec_simd_" + suffix + (x64 ? "_x64" : ""), 3, sizeof(MatmulParams),
-                                                {sg, upl, cols == 1 ? 1u : k_simd_cols});
+        const bool x64 = simd_x64(rec.context(), w.type, cols);
+        const Pipeline& p = rec.pipelines().get(simd_matvec_spec(rec.context(), w.type, w.cols, cols));
         const uint64_t x_at = uint64_t{t} * x_stride * 4;
         MatmulParams group = params;
         group.n_tokens = cols;
@@ -275,6 +294,11 @@ void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const Buf
 }
 
 }  // namespace
+
+std::vector<PipelineSpec> matmul_pipelines(const VulkanContext& ctx, gguf::TensorType type, uint64_t cols) {
+  if (!weight_type_supported(type) || !simd_matvec_fits(ctx, type, cols, gguf::type_bytes(type, cols))) return {};
+  return {simd_matvec_spec(ctx, type, cols, k_simd_cols), simd_matvec_spec(ctx, type, cols, 1)};
+}
 
 void record_matmul(CommandRecorder& rec, const DeviceTensor& w, const BufferView& x, uint32_t x_stride,
                    uint32_t n_tokens, const BufferView& y, uint32_t y_stride, MatmulStore store, MatmulKernel kernel) {

@@ -67,6 +67,12 @@ void record_matmul(CommandRecorder& rec, const DeviceTensor& w, const BufferView
                    uint32_t n_tokens, const BufferView& y, uint32_t y_stride, MatmulStore store = MatmulStore::Overwrite,
                    MatmulKernel kernel = MatmulKernel::Auto);
 
+// The pipelines record_matmul (MatmulKernel::Auto) takes for a weight of `type` with rows of `cols`
+// elements, for several tokens and for one, the costlier first: for Pipelines::prepare before the
+// weights are uploaded. Only CPU drivers' matvec_simd, whose kernels take lavapipe seconds each to
+// create in every process (docs/performance.md, "Start-up"); elsewhere none.
+std::vector<PipelineSpec> matmul_pipelines(const VulkanContext& ctx, gguf::TensorType type, uint64_t cols);
+
 // A fused projection (q|k|v rows in one weight): its first rows[0] rows to outs[0] as
 // [n_tokens][rows[0]], the next rows[1] to outs[1] as [n_tokens][rows[1]], and so on, in one
 // dispatch per weight part. The pieces after the first have equal row counts, and their outputs lie

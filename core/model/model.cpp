@@ -48,7 +48,7 @@ std::string fused_name(const std::string& first) {
 
 }  // namespace
 
-Model::Model(const VulkanContext& ctx, const gguf::File& file, const ProgressFn& progress)
+Model::Model(const VulkanContext& ctx, const gguf::File& file, const ProgressFn& progress, Pipelines* prepare)
     : file_(file), config_(read_model_config(file)), arena_(ctx) {
   const ModelConfig& c = config_;
   if (c.n_vocab == 0) throw Error(file.path() + ": the model has no vocabulary (tokenizer.ggml.tokens)");
@@ -125,6 +125,19 @@ Model::Model(const VulkanContext& ctx, const gguf::File& file, const ProgressFn&
     throw Error(file.path() + ": " + std::to_string(file.tensors().size() - infos.size()) + " of its " +
                 std::to_string(file.tensors().size()) + " tensors are not part of a " + c.arch_name + " model of " +
                 std::to_string(c.n_layer) + " layers (block_count), the first '" + (unused != file.tensors().end() ? unused->name : "?") + "'");
+  }
+  // The matrices' kernels are made while the weights upload (the token embedding is read by rows
+  // unless it is the output too); the widest first, as they take longest.
+  if (prepare) {
+    std::vector<std::pair<uint64_t, gguf::TensorType>> shapes;
+    for (size_t i = 0; i < table.size(); ++i)
+      if (table[i].ne.size() == 2 && (i != 0 || weights_.tied_output)) shapes.emplace_back(infos[i]->ne[0], infos[i]->type);
+    std::sort(shapes.begin(), shapes.end(), std::greater<>());
+    shapes.erase(std::unique(shapes.begin(), shapes.end()), shapes.end());
+    std::vector<PipelineSpec> specs;
+    for (const auto& [cols, type] : shapes)
+      for (PipelineSpec& s : matmul_pipelines(ctx, type, cols)) specs.push_back(std::move(s));
+    prepare->prepare(specs);
   }
   uint64_t done = 0;
   const auto on_bytes = [&](uint64_t n) {

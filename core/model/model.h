@@ -9,6 +9,7 @@
 #include "gguf.h"
 #include "model/config.h"
 #include "kernels/tensor.h"
+#include "vk/pipeline.h"
 
 namespace vkllm {
 
@@ -50,8 +51,10 @@ using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
 class Model {
  public:
   // Validates every tensor against the table (name, type, shape; expected vs actual on mismatch)
-  // before uploading anything, then uploads the weights.
-  Model(const VulkanContext& ctx, const gguf::File& file, const ProgressFn& progress = {});
+  // before uploading anything, then uploads the weights. With `prepare`, the pipelines the weights'
+  // projections take are started there first (Pipelines::prepare), so that making them overlaps
+  // the upload.
+  Model(const VulkanContext& ctx, const gguf::File& file, const ProgressFn& progress = {}, Pipelines* prepare = nullptr);
 
   const ModelConfig& config() const { return config_; }
   const Weights& weights() const { return weights_; }

@@ -171,6 +171,11 @@ Pipelines::Pipelines(const VulkanContext& ctx, std::string cache_path) : ctx_(ct
 }
 
 Pipelines::~Pipelines() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  for (std::thread& t : workers_) t.join();  // each finishes the one it is making (a driver call cannot be cut short)
   pipelines_.clear();
   if (!cache_path_.empty()) {
     size_t n = 0;
@@ -191,14 +196,84 @@ Pipelines::~Pipelines() {
   vkDestroyPipelineCache(ctx_.device(), cache_, nullptr);
 }
 
-const Pipeline& Pipelines::get(const std::string& shader, uint32_t n_buffers, uint32_t push_size,
-                               const std::vector<uint32_t>& spec) {
-  std::string key = shader;
-  for (uint32_t v : spec) key += ":" + std::to_string(v);
-  auto it = pipelines_.find(key);
-  if (it != pipelines_.end()) return *it->second;
-  auto p = std::make_unique<Pipeline>(ctx_, cache_, shader, n_buffers, push_size, spec);
-  return *pipelines_.emplace(key, std::move(p)).first->second;
+std::string PipelineSpec::key() const {
+  std::string k = shader;
+  for (uint32_t v : spec) k += ":" + std::to_string(v);
+  return k;
+}
+
+void Pipelines::make(Entry& e, const PipelineSpec& s) {
+  std::unique_ptr<Pipeline> p;
+  std::exception_ptr error;
+  try {
+    p = std::make_unique<Pipeline>(ctx_, cache_, s.shader, s.n_buffers, s.push_size, s.spec);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  {
+    std::lock_guard lock(mu_);
+    e.pipeline = std::move(p);
+    e.error = error;
+    e.state = Entry::State::Done;
+  }
+  made_.notify_all();
+}
+
+const Pipeline& Pipelines::get(const PipelineSpec& s) {
+  std::unique_lock lock(mu_);
+  auto [it, added] = pipelines_.try_emplace(s.key());
+  Entry& e = it->second;
+  if (added || e.state == Entry::State::Queued) {
+    e.state = Entry::State::Making;
+    lock.unlock();
+    make(e, s);
+    lock.lock();
+  } else {
+    made_.wait(lock, [&] { return e.state == Entry::State::Done; });
+  }
+  if (e.error) std::rethrow_exception(e.error);
+  return *e.pipeline;
+}
+
+void Pipelines::prepare(const std::vector<PipelineSpec>& specs) {
+  std::lock_guard lock(mu_);
+  if (stopping_) return;
+  for (const PipelineSpec& s : specs) {
+    auto [it, added] = pipelines_.try_emplace(s.key());
+    if (!added) continue;
+    it->second.state = Entry::State::Queued;
+    queue_.emplace_back(&it->second, s);
+  }
+  const size_t cpus = std::max(1u, std::thread::hardware_concurrency());
+  for (; active_workers_ < std::min(cpus, queue_.size()); ++active_workers_) workers_.emplace_back([this] { prepare_worker(); });
+}
+
+void Pipelines::prepare_worker() {
+  std::unique_lock lock(mu_);
+  while (!stopping_ && !queue_.empty()) {
+    auto [e, s] = std::move(queue_.front());
+    queue_.pop_front();
+    if (e->state != Entry::State::Queued) continue;  // get() made it
+    e->state = Entry::State::Making;
+    lock.unlock();
+    make(*e, s);
+    lock.lock();
+  }
+  --active_workers_;
+  made_.notify_all();
+}
+
+std::vector<std::string> Pipelines::made() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> keys;
+  for (const auto& [key, e] : pipelines_)
+    if (e.pipeline) keys.push_back(key);
+  return keys;
+}
+
+void Pipelines::wait_prepared() {
+  std::unique_lock lock(mu_);
+  made_.wait(lock, [&] { return active_workers_ == 0; });
 }
 
 }  // namespace vkllm

@@ -3,10 +3,15 @@
 #include <vulkan/vulkan.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "vk/context.h"
@@ -63,14 +68,37 @@ class Pipeline {
   mutable bool submitted_ = false;
 };
 
+// What Pipelines::get makes a pipeline from (Pipeline's constructor arguments).
+struct PipelineSpec {
+  std::string shader;
+  uint32_t n_buffers = 0;
+  uint32_t push_size = 0;
+  std::vector<uint32_t> spec;
+  std::string key() const;  // "shader:spec0:spec1…", what Pipelines keys a pipeline by
+};
+
 // Owns every pipeline the process creates, keyed by shader and specialization constants, and a
-// VkPipelineCache loaded from and saved to `cache_path` (empty: not persisted).
+// VkPipelineCache loaded from and saved to `cache_path` (empty: not persisted). Thread-safe.
 class Pipelines {
  public:
   Pipelines(const VulkanContext& ctx, std::string cache_path);
-  ~Pipelines();  // saves the cache (atomically) when it has a path
+  ~Pipelines();  // stops the preparing threads, then saves the cache (atomically) when it has a path
 
-  const Pipeline& get(const std::string& shader, uint32_t n_buffers, uint32_t push_size, const std::vector<uint32_t>& spec);
+  // The pipeline, made on first request (or by prepare()): a request for one that a preparing
+  // thread is making waits for it; one still queued is made by the caller at once. A failure to make
+  // one is thrown to every request for it.
+  const Pipeline& get(const PipelineSpec& s);
+  const Pipeline& get(const std::string& shader, uint32_t n_buffers, uint32_t push_size, const std::vector<uint32_t>& spec) {
+    return get(PipelineSpec{shader, n_buffers, push_size, spec});
+  }
+  // Starts making `specs` (those not made or queued yet) on background threads, one per CPU, in the
+  // order given: a CPU driver spends seconds in vkCreateComputePipelines on each large kernel, one
+  // after another on the recording thread unless made ahead (docs/performance.md, "Start-up").
+  void prepare(const std::vector<PipelineSpec>& specs);
+  // Returns once every prepared pipeline is made (a benchmark measures nothing beside them).
+  void wait_prepared();
+  // The keys (PipelineSpec::key) of the pipelines made so far, sorted.
+  std::vector<std::string> made() const;
   const VulkanContext& context() const { return ctx_; }
 
   // Told about a submit that runs pipelines for the first time and has waited at least `after`:
@@ -86,9 +114,24 @@ class Pipelines {
 
  private:
   const VulkanContext& ctx_;
+  struct Entry {
+    enum class State { Queued, Making, Done } state = State::Making;
+    std::unique_ptr<Pipeline> pipeline;
+    std::exception_ptr error;
+  };
+  // Makes `e` from `s` outside the lock and publishes it (or its error) under it.
+  void make(Entry& e, const PipelineSpec& s);
+  void prepare_worker();
+
   std::string cache_path_;
   VkPipelineCache cache_ = VK_NULL_HANDLE;
-  std::map<std::string, std::unique_ptr<Pipeline>> pipelines_;
+  mutable std::mutex mu_;
+  std::condition_variable made_;
+  std::map<std::string, Entry> pipelines_;  // node-based: an Entry stays put while others are added
+  std::deque<std::pair<Entry*, PipelineSpec>> queue_;  // prepare()'s in order (an entry get() took is skipped)
+  std::vector<std::thread> workers_;  // joined by the destructor
+  size_t active_workers_ = 0;         // those still taking from queue_
+  bool stopping_ = false;
   FirstUseWait first_use_wait_;
   std::chrono::milliseconds first_use_after_{1000};
 };
