@@ -14,14 +14,22 @@ namespace {
 
 struct CacheCommand {
   std::string dir;
+  CLI::Option* dir_opt = nullptr;
 };
 
+// --dir, or the default directory. A --dir that names nothing is an error (a typo would list or
+// clear nothing and say so with status 0), and so is an empty one (`--dir "$DIR"` with DIR unset
+// is not the default); the default directory may not exist yet (nothing stored).
 std::string dir_of(const CacheCommand& c) {
+  const bool given = c.dir_opt && c.dir_opt->count() > 0;
+  if (given && c.dir.empty()) throw Error("--dir: an empty directory name (leave --dir out for the default, " + default_prompt_cache_dir() + ")");
   PersistenceOptions o;
   o.prompt_cache_dir = c.dir;
   const std::string dir = prompt_cache_dir(o);
   std::error_code ec;
-  if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec)) throw Error(dir + ": not a directory");
+  const bool exists = std::filesystem::exists(dir, ec);
+  if (exists && !std::filesystem::is_directory(dir, ec)) throw Error(dir + ": not a directory");
+  if (!exists && given) throw Error(dir + ": no such directory");
   return dir;
 }
 
@@ -64,10 +72,13 @@ void add_cache_command(CLI::App& app) {
   cmd->require_subcommand(1);
   CLI::App* ls = cmd->add_subcommand("list", "List the entries, most recently used first");
   CLI::App* cl = cmd->add_subcommand("clear", "Remove every entry");
-  for (CLI::App* sub : {ls, cl})
-    sub->add_option("--dir", c->dir, "Prompt cache directory (default $XDG_CACHE_HOME/vkllm/prompt-cache)");
-  ls->callback([c] { list(*c); });
-  cl->callback([c] { clear(*c); });
+  for (const auto& [sub, run] : {std::pair{ls, &list}, std::pair{cl, &clear}}) {
+    CLI::Option* dir = sub->add_option("--dir", c->dir, "Prompt cache directory (default $XDG_CACHE_HOME/vkllm/prompt-cache)");
+    sub->callback([c, dir, run] {
+      c->dir_opt = dir;
+      run(*c);
+    });
+  }
 }
 
 }  // namespace vkllm::cli

@@ -612,7 +612,7 @@ void ChatSession::restore(const std::string& file, const std::string& label, boo
 void ChatSession::load_session(const std::string& file) { restore(file, "/load: " + file, false); }
 
 void ChatSession::start_session(const std::string& system) {
-  if (c_.session.empty() || !std::filesystem::exists(c_.session)) return;
+  if (!session_to_resume(c_.session, c_.opts.quiet)) return;
   restore(c_.session, "session " + c_.session, c_.opts.quiet);
   if (c_.opts.quiet || system.empty() || system == conv_.system()) return;
   std::fprintf(stderr, "vkllm: session %s: %s\n", c_.session.c_str(),

@@ -126,10 +126,11 @@ int run(const RunCommand& c) {
   const std::string text = gather_prompt(c);
   // Flags are checked before the model loads.
   const uint64_t prompt_cache_bytes = c.persist.prompt_cache() ? parse_size("--prompt-cache-size", c.persist.prompt_cache_size) : 0;
+  const std::string pc_dir = c.persist.prompt_cache() ? prompt_cache_dir(c.persist) : "";
   check_session_path(c.persist.session);
   // A new run's prompt is tokenized, and refused where the cache cannot hold it, before the
   // weights load; a saved session's is built once the session is read.
-  const bool resuming = !c.persist.session.empty() && std::filesystem::exists(c.persist.session);
+  const bool resuming = session_to_resume(c.persist.session, c.opts.quiet);
   PromptTokens p;
   Session s = open_session(c.opts, [&](const gguf::File& file, const Tokenizer& tok, uint32_t capacity) {
     if (resuming) return;
@@ -204,14 +205,16 @@ int run(const RunCommand& c) {
     cache.set_keep(c.opts.keep >= 0 ? std::min<uint32_t>(uint32_t(c.opts.keep), cache.capacity() - 1)
                                     : std::min<uint32_t>(p.pinned, cache.max_keep()));
 
-  // A continued chat session holds its conversation; the prompt cache is for prompts' prefixes.
-  if (conv && c.persist.prompt_cache() && !c.opts.quiet)
-    std::fprintf(stderr, "vkllm: --prompt-cache: not used to continue a chat session (the session holds the conversation)\n");
+  // A continued session holds its tokens (a chat's, its conversation); the prompt cache is for
+  // new prompts' prefixes.
+  if (resumed && c.persist.prompt_cache() && !c.opts.quiet)
+    std::fprintf(stderr, "vkllm: --prompt-cache: not used to continue a %ssession (the session holds %s)\n", conv ? "chat " : "",
+                 conv ? "the conversation" : "its tokens");
   // --prompt-cache: load the stored entry sharing the longest prefix; prefill only the rest.
   std::optional<PromptCache> pc;
   double cache_load_ms = 0;
   if (c.persist.prompt_cache() && !p.tokens.empty()) {
-    pc.emplace(prompt_cache_dir(c.persist), prompt_cache_bytes, fp, cache.type_k(),
+    pc.emplace(pc_dir, prompt_cache_bytes, fp, cache.type_k(),
                cache.type_v());
     const auto t0 = std::chrono::steady_clock::now();
     const PromptCacheMatch m = pc->find(p.tokens, cache.window_ring() != 0);
@@ -229,7 +232,9 @@ int run(const RunCommand& c) {
                    m.partial_skipped);
     if (!c.opts.quiet) {
       if (m.entries_seen == 0) std::fprintf(stderr, "vkllm: prompt cache: no entry for this model and cache type yet\n");
-      else if (m.matched < m.entry_tokens && m.matched < p.tokens.size()) std::fprintf(stderr, "vkllm: prompt cache: %s\n", divergence_message(tok, p.tokens, m).c_str());
+      else if (m.matched < m.entry_tokens && m.matched < p.tokens.size())
+        std::fprintf(stderr, "vkllm: prompt cache: %s%s\n", divergence_message(tok, p.tokens, m).c_str(),
+                     m.worth_loading ? "" : " (not loaded: too little of it is shared to be worth reading)");
     }
   }
   if (!conv) {
@@ -246,13 +251,19 @@ int run(const RunCommand& c) {
       gen.prefill(p.tokens, progress);
     }
   }
-  // With window rings the prompt's window rows are stored before generating overwrites them.
+  // The prompt is stored once its prefill is done where generating could overwrite what an entry
+  // needs: window rings' rows, or any row once the ring wraps (-n past the free slots, or -n -1);
+  // otherwise after the generation, so that the write does not delay the first token.
   const uint32_t n_prompt = uint32_t(p.tokens.size());
+  const bool may_wrap = c.n_predict == -1 || (c.n_predict >= 0 && uint64_t{n_prompt} + uint64_t(c.n_predict) > cache.capacity());
   bool stored = false;
-  if (pc && s.engine->cache().window_ring() && gen.stats().cached_tokens + 1 < n_prompt) {
-    pc->store(*s.engine, n_prompt);
+  const auto store_after_prefill = [&] {
+    if (!pc || stored || !(cache.window_ring() || may_wrap)) return;
+    const GenerationStats& now = conv ? conv->last_stats() : gen.stats();
+    if (now.cached_tokens + 1 < n_prompt) pc->store(*s.engine, n_prompt);
     stored = true;
-  }
+  };
+  if (!conv) store_after_prefill();
   GenerateOptions go;
   go.n_predict = c.n_predict;
   go.stop = c.stop;
@@ -282,6 +293,7 @@ int run(const RunCommand& c) {
       conv->say(text, go, sink, [&](uint64_t done, uint64_t total) { bar->update(done, total); },
                 {[&] {
                    bar.reset();
+                   store_after_prefill();
                    stop_signals.emplace();
                  },
                  stopped_by_signal});

@@ -48,6 +48,7 @@ void serve_forever(const ServeCommand& c) {
   so.max_body = parse_size("--max-body", c.max_body);
   if (so.max_body < 1024) throw CLI::ValidationError("--max-body " + c.max_body + " is under 1KiB: no request would fit");
   const uint64_t prompt_cache_bytes = c.persist.prompt_cache() ? parse_size("--prompt-cache-size", c.persist.prompt_cache_size) : 0;
+  const std::string pc_dir = c.persist.prompt_cache() ? prompt_cache_dir(c.persist) : "";
   RunOptions o = c.opts;
   o.sequences = c.parallel;
   Session s = open_session(o);
@@ -57,7 +58,7 @@ void serve_forever(const ServeCommand& c) {
 
   std::optional<PromptCache> pc;
   if (c.persist.prompt_cache())
-    pc.emplace(prompt_cache_dir(c.persist), prompt_cache_bytes, model_fingerprint(s.file), s.engine->cache().type_k(),
+    pc.emplace(pc_dir, prompt_cache_bytes, model_fingerprint(s.file), s.engine->cache().type_k(),
                s.engine->cache().type_v());
   serve::Metrics metrics;
   serve::SchedulerOptions sched_opts;

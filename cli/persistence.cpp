@@ -1,7 +1,10 @@
 // --session / --prompt-cache flags and messages.
 #include "persistence.h"
 
+#include <cctype>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 
 #include "atomic_file.h"
 #include "base/input_file.h"
@@ -27,6 +30,16 @@ void check_session_path(const std::string& session) {
   }
 }
 
+bool session_to_resume(const std::string& session, bool quiet) {
+  std::error_code ec;
+  if (session.empty() || !std::filesystem::exists(session, ec)) return false;
+  if (std::filesystem::is_regular_file(session, ec) && std::filesystem::file_size(session, ec) == 0 && !ec) {
+    if (!quiet) std::fprintf(stderr, "vkllm: session %s is empty: starting a new session\n", session.c_str());
+    return false;
+  }
+  return true;
+}
+
 void add_persistence_options(CLI::App* cmd, PersistenceOptions& o) {
   add_session_option(cmd, o.session);
   add_prompt_cache_options(cmd, o);
@@ -41,28 +54,34 @@ void add_prompt_cache_options(CLI::App* cmd, PersistenceOptions& o) {
 
 std::string prompt_cache_dir(const PersistenceOptions& o) {
   if (!o.prompt_cache_dir.empty()) return o.prompt_cache_dir;
+  // `--prompt-cache "$DIR"` with DIR unset is not the default directory.
+  if (o.prompt_cache_opt && !o.prompt_cache_opt->results().empty())
+    throw Error("--prompt-cache: an empty directory name (give none for the default, " + default_prompt_cache_dir() + ")");
   std::string d = default_prompt_cache_dir();
   if (d.empty()) throw Error("--prompt-cache: neither XDG_CACHE_HOME nor HOME is set; give a directory");
   return d;
 }
 
 uint64_t parse_size(const std::string& flag, const std::string& text) {
+  // Decimal digits, an optional fraction, an optional unit: not stod's hex, exponents or spaces.
   size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
+  while (used < text.size() && std::isdigit(static_cast<unsigned char>(text[used]))) ++used;
+  const size_t int_digits = used;
+  if (used < text.size() && text[used] == '.') {
+    ++used;
+    while (used < text.size() && std::isdigit(static_cast<unsigned char>(text[used]))) ++used;
   }
   std::string unit = text.substr(used);
   for (char& ch : unit) ch = char(std::tolower(static_cast<unsigned char>(ch)));
   double mul = 0;
   if (unit.empty() || unit == "b") mul = 1;
-  else if (unit == "k" || unit == "kib" || unit == "kb") mul = 1024.0;
-  else if (unit == "m" || unit == "mib" || unit == "mb") mul = 1024.0 * 1024;
-  else if (unit == "g" || unit == "gib" || unit == "gb") mul = 1024.0 * 1024 * 1024;
-  // A bad command line (status 2); NaN and infinities were taken (NaN cast to an integer).
-  if (used == 0 || mul == 0 || !(v >= 0) || !(v * mul < 0x1p63))
+  else if (unit == "k" || unit == "kib" || unit == "kb") mul = 0x1p10;
+  else if (unit == "m" || unit == "mib" || unit == "mb") mul = 0x1p20;
+  else if (unit == "g" || unit == "gib" || unit == "gb") mul = 0x1p30;
+  else if (unit == "t" || unit == "tib" || unit == "tb") mul = 0x1p40;
+  const double v = int_digits > 0 ? std::strtod(text.substr(0, used).c_str(), nullptr) : 0;
+  // A bad command line (status 2).
+  if (int_digits == 0 || mul == 0 || !(v * mul < 0x1p63))
     throw CLI::ValidationError(flag + " '" + text + "' is not a size (e.g. 2GiB, 512M, 1000000)");
   return static_cast<uint64_t>(v * mul);
 }

@@ -28,6 +28,10 @@ void add_prompt_cache_options(CLI::App* cmd, PersistenceOptions& o);
 void add_session_option(CLI::App* cmd, std::string& session);
 // Before the model loads: a --session path that exists must be a regular file (throws Error).
 void check_session_path(const std::string& session);
+// Whether --session names a saved session to continue: a file that exists and is not empty. An
+// empty one (as `mktemp` makes) starts a new session, as llama.cpp's --prompt-cache does, with a
+// note unless quiet; the save then fills it.
+bool session_to_resume(const std::string& session, bool quiet);
 // The directory --prompt-cache uses; throws when none can be determined.
 std::string prompt_cache_dir(const PersistenceOptions& o);
 // "2GiB", "512M", "1000000" → bytes; throws Error naming the flag.

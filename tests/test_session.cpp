@@ -410,6 +410,85 @@ TEST_F(SessionTest, ConcurrentRunsShareThePromptCache) {
   EXPECT_EQ(vkllm("cache list --dir " + dir).out.find(".vkv"), std::string::npos);
 }
 
+// What the prompt cache does not do: load an entry that shares only a few tokens with the prompt
+// (every prompt shares its BOS; the load read the whole entry and marked it used, so the smallest
+// entry never aged out), write through a link named like an entry, or lose a prompt because the
+// generation wrapped the ring (it is stored once prefilled). And the paths that name nothing: an
+// empty --prompt-cache or `cache --dir` is not the default directory, a --dir that does not exist
+// is an error, clearing a directory with no entry leaves no lock file there; an empty --session
+// file starts a new session (as llama.cpp's).
+TEST_F(SessionTest, PromptCacheLoadsOnlyRealPrefixesAndWritesOnlyItsFiles) {
+  VKLLM_REQUIRE_SHARED(kModel);
+  const std::string dir = path("pc");
+  const std::string common = model() + " --temp 0 -n 4 --prompt-cache " + dir;
+  ASSERT_EQ(vkllm(common + " -p 'Once upon a time there was a cat named Tom. He liked fish.'").rc, 0);
+  std::vector<fs::path> stored;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".vkv") stored.push_back(e.path());
+  ASSERT_EQ(stored.size(), 1u);
+  const auto old_time = fs::last_write_time(stored[0]) - std::chrono::hours(1);
+  fs::last_write_time(stored[0], old_time);
+  const Result other = vkllm(common + " -p 'The sky is blue and the grass is green today.'");
+  ASSERT_EQ(other.rc, 0) << other.err;
+  EXPECT_NE(other.err.find("(not loaded: too little of it is shared to be worth reading)"), std::string::npos) << other.err;
+  EXPECT_NE(other.err.find("· cached 0 ·"), std::string::npos) << other.err;
+  EXPECT_EQ(fs::last_write_time(stored[0]), old_time) << "an entry sharing one token was marked used";
+  const Result same = vkllm(common + " -p 'Once upon a time there was a cat named Tom. He liked milk.'");
+  EXPECT_EQ(same.err.find("cached 0"), std::string::npos) << same.err;
+
+  // A dangling link with the name the next entry takes: not written through, said.
+  const std::string prompt = "Once upon a time there was a dog.";
+  const std::string probe = path("probe");
+  ASSERT_EQ(vkllm(model() + " --temp 0 -n 2 --prompt-cache " + probe + " -p '" + prompt + "'").rc, 0);
+  std::string entry_name;
+  for (const auto& e : fs::directory_iterator(probe))
+    if (e.path().extension() == ".vkv") entry_name = e.path().filename().string();
+  ASSERT_FALSE(entry_name.empty());
+  const std::string target = path("outside.bin");
+  fs::create_symlink(target, dir + "/" + entry_name);
+  const Result linked = vkllm(common + " -p '" + prompt + "'");
+  EXPECT_EQ(linked.rc, 0) << linked.err;
+  EXPECT_NE(linked.err.find("exists and is not a regular file"), std::string::npos) << linked.err;
+  EXPECT_FALSE(fs::exists(target)) << "the entry was written through the link";
+
+  // A prompt whose generation wraps the ring (-n past the free slots) is stored once prefilled.
+  std::string story;
+  for (int i = 0; i < 10; ++i) story += "Lily and Tom went to the park to play with a big red ball. ";
+  const std::string wrap = model() + " --temp 0 -n 100 --prompt-cache " + path("wrap") + " -p '" + story + "'";
+  ASSERT_EQ(vkllm(wrap).rc, 0);
+  const Result again = vkllm(wrap);
+  ASSERT_EQ(again.rc, 0) << again.err;
+  EXPECT_EQ(again.err.find("cached 0"), std::string::npos) << again.err;
+
+  // Paths that name nothing.
+  const Result empty_pc = vkllm(model() + " -n 1 -p hi --prompt-cache ''");
+  EXPECT_EQ(empty_pc.rc, 1);
+  EXPECT_EQ(empty_pc.err.rfind("vkllm: error: --prompt-cache: an empty directory name", 0), 0u) << empty_pc.err;
+  for (const char* sub : {"list", "clear"}) {
+    const Result empty_dir = vkllm(std::string("cache ") + sub + " --dir ''");
+    EXPECT_EQ(empty_dir.rc, 1) << sub;
+    EXPECT_NE(empty_dir.err.find("--dir: an empty directory name"), std::string::npos) << empty_dir.err;
+    const Result missing = vkllm(std::string("cache ") + sub + " --dir " + path("typo"));
+    EXPECT_EQ(missing.rc, 1) << sub;
+    EXPECT_EQ(missing.err, "vkllm: error: " + path("typo") + ": no such directory\n");
+  }
+  const std::string plain = path("plain");
+  fs::create_directories(plain);
+  EXPECT_EQ(vkllm("cache clear --dir " + plain).rc, 0);
+  EXPECT_TRUE(fs::is_empty(plain)) << "clearing a directory without entries left a file there";
+  for (const char* size : {"0x10", "1e3", " 5", "-1"})
+    EXPECT_EQ(vkllm(model() + " -n 1 -p hi --prompt-cache " + dir + " --prompt-cache-size '" + size + "'").rc, 2) << size;
+  EXPECT_EQ(vkllm(model() + " -n 1 -p hi --prompt-cache " + dir + " --prompt-cache-size 1TiB").rc, 0);
+
+  // An empty --session file (mktemp's) is a new session, saved into it.
+  const std::string session = path("new.vkv");
+  std::ofstream(session).close();
+  const Result fresh = vkllm(model() + " --temp 0 -n 3 -p 'Hello there' --session " + session);
+  ASSERT_EQ(fresh.rc, 0) << fresh.err;
+  EXPECT_NE(fresh.err.find("session " + session + " is empty: starting a new session"), std::string::npos) << fresh.err;
+  EXPECT_GT(fs::file_size(session), 16u);
+}
+
 // read_rows walks a wrapped ring in logical order; restore puts the rows at slots 0…n−1 of a
 // cache of another capacity, and reading them back gives the same bytes and tokens.
 TEST(KvCacheRows, WrappedRingRoundTripsThroughRestore) {

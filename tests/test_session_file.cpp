@@ -176,6 +176,29 @@ TEST(SessionFile, MagicAndNewerVersion) {
   std::vector<uint8_t> gguf = bytes;
   std::memcpy(gguf.data(), "GGUF", 4);
   EXPECT_NE(error_for(gguf).find("not a vkllm session file"), std::string::npos);
+  // A flipped high bit of the version is damage, not a newer format.
+  std::vector<uint8_t> flipped = bytes;
+  flipped[9] ^= 0x40;
+  EXPECT_NE(error_for(flipped).find("offset 8: format version 16386 is no version of this format (the file is corrupted)"),
+            std::string::npos)
+      << error_for(flipped);
+  // A short file that does not begin like a session file is not one; one that does is truncated.
+  const std::string text = "hello\n";
+  EXPECT_NE(error_for(std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size())).find("offset 0: not a vkllm session file"),
+            std::string::npos);
+  EXPECT_NE(error_for(std::span(bytes).first(6)).find("truncated: 6 bytes, a session file starts with 16"), std::string::npos)
+      << error_for(std::span(bytes).first(6));
+  EXPECT_NE(error_for(std::span(bytes).first(0)).find("truncated: 0 bytes"), std::string::npos);
+}
+
+// The model name is stored as the saving run had it, and shown in errors and `vkllm cache list`:
+// control characters (a damaged or crafted file) are shown as '?', never sent to a terminal.
+TEST(SessionFile, ControlCharactersOfTheModelNameAreNotShown) {
+  SessionInfo s = make_info(3);
+  s.model.name = "evil\x1b[2J\nname\x7f";
+  const std::string path = tmp_path("name.vkv");
+  write(path, vkllm::encode_session(s, make_kv(s)));
+  EXPECT_EQ(vkllm::read_session_info(path, false).model.name, "evil?[2J?name?");
 }
 
 // A huge file that is no session (a model passed as --session by mistake; here a sparse 64 GiB

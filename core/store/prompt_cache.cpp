@@ -119,18 +119,28 @@ std::vector<PromptCacheEntry> list_prompt_cache(const std::string& dir) {
 }
 
 uint64_t clear_prompt_cache(const std::string& dir) {
+  // Entries (regular files) and the temporaries of killed writers (gguf::is_orphaned_temporary, as
+  // eviction: a running writer's is left, or its entry would be lost); nothing else. The lock is
+  // taken only where there is something to remove: a directory that holds no entry gets no `.lock`.
+  const auto removable = [](const fs::directory_entry& de) {
+    const std::string name = de.path().filename().string();
+    if ((!is_entry_name(name) && !is_entry_temporary(name)) || !is_plain_file(de)) return false;
+    return !is_entry_temporary(name) || gguf::is_orphaned_temporary(de.path());
+  };
+  std::error_code ec;
+  const auto any = [&] {
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+      if (removable(*it)) return true;
+    return false;
+  };
+  if (!any()) return 0;
   uint64_t freed = 0;
   size_t failed = 0;
   std::string why;
-  std::error_code ec;
   DirLock lock(dir);
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    // Entries (regular files) and the temporaries of killed writers (gguf::is_orphaned_temporary,
-    // as eviction: a running writer's is left, or its entry would be lost); nothing else.
+    if (!removable(*it)) continue;
     std::error_code ec2;
-    if ((!is_entry_name(name) && !is_entry_temporary(name)) || !is_plain_file(*it)) continue;
-    if (is_entry_temporary(name) && !gguf::is_orphaned_temporary(it->path())) continue;
     const uint64_t size = it->file_size(ec2);
     if (fs::remove(it->path(), ec2)) {
       freed += size;
@@ -186,19 +196,26 @@ PromptCacheMatch PromptCache::find(std::span<const int32_t> tokens, bool whole_o
       best.partial_skipped = std::max(best.partial_skipped, m);
       continue;
     }
-    // Longest match; on a tie the shorter entry (less to read).
-    if (best.path.empty() || m > best.matched || (m == best.matched && info.tokens.size() < best.entry_tokens)) {
+    // Entries worth reading first, then the longest match; on a tie the shorter entry (less to read).
+    const bool worth = worth_loading(m, info.tokens.size());
+    if (best.path.empty() || worth > best.worth_loading || (worth == best.worth_loading && m > best.matched) ||
+        (worth == best.worth_loading && m == best.matched && info.tokens.size() < best.entry_tokens)) {
       best.path = path;
       best.matched = m;
       best.entry_tokens = static_cast<uint32_t>(info.tokens.size());
+      best.worth_loading = worth;
     }
   }
   if (best.matched == 0 && best.entries_seen == 0) best.path.clear();
   return best;
 }
 
+bool worth_loading(uint64_t shared, uint64_t entry_tokens) {
+  return shared >= std::min(entry_tokens, k_min_shared_tokens) && shared * k_max_read_per_reused >= entry_tokens;
+}
+
 bool PromptCache::load(const PromptCacheMatch& m, uint32_t n, Engine& engine) {
-  if (m.path.empty() || n == 0) return false;
+  if (m.path.empty() || n == 0 || !m.worth_loading) return false;
 
   // The entry's pin is the storing run's: this run keeps its own (the loaded prefix sits in its own
   // slots, so the pin can move).
@@ -245,7 +262,14 @@ uint64_t PromptCache::store(const Engine& engine, uint32_t n) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   uint64_t bytes = 0;
-  if (fs::exists(path)) {
+  // Only a regular file of this name is ours: a link (even a dangling one) is not written through,
+  // nor anything else replaced.
+  const fs::file_type there = fs::symlink_status(path, ec).type();
+  if (there != fs::file_type::not_found && there != fs::file_type::regular) {
+    warnings_.push_back("prompt cache: not stored: " + path + " exists and is not a regular file");
+    return 0;
+  }
+  if (there == fs::file_type::regular) {
     ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // same tokens already stored
   } else {
     try {

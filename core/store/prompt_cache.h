@@ -47,9 +47,18 @@ std::vector<PromptCacheEntry> list_prompt_cache(const std::string& dir);
 // Removes every entry (and stray temporaries); returns the bytes freed.
 uint64_t clear_prompt_cache(const std::string& dir);
 
+// Whether an entry of `entry_tokens` that shares its first `shared` tokens with a prompt is worth
+// reading (a load reads the whole entry, and marks it used for the LRU): at least 8 tokens shared
+// (all of a shorter entry), since every prompt shares its BOS and often a first word with every
+// entry, and at least 1/16 of the entry, so that a prefill of a few tokens is not replaced by a read
+// of thousands (docs/session-format.md, "The prompt cache").
+constexpr uint64_t k_min_shared_tokens = 8, k_max_read_per_reused = 16;
+bool worth_loading(uint64_t shared, uint64_t entry_tokens);
+
 struct PromptCacheMatch {
   std::string path;             // best entry ("" when none shares a token)
   uint32_t matched = 0;         // leading tokens shared with it
+  bool worth_loading = false;   // worth_loading(matched, entry_tokens): load() takes only such a match
   uint32_t entry_tokens = 0;
   uint32_t entries_seen = 0;    // entries for this model and cache type
   uint32_t partial_skipped = 0; // whole_only: the longest match of an entry passed over for being partial
@@ -59,13 +68,15 @@ class PromptCache {
  public:
   PromptCache(std::string dir, uint64_t max_bytes, ModelFingerprint model, CacheType type_k, CacheType type_v);
 
-  // The entry sharing the longest token prefix with `tokens`. Unreadable entries are removed
+  // The entry sharing the longest token prefix with `tokens`, among those worth loading if any are
+  // (else the longest match, for the divergence message). Unreadable entries are removed
   // and reported through take_warnings(). whole_only (caches with window rings, whose entries
   // hold the window rows of their last tokens only): only entries `tokens` contains whole, or
   // all but their last token, qualify.
   PromptCacheMatch find(std::span<const int32_t> tokens, bool whole_only = false);
   // Loads the first n tokens of `m`'s entry into the engine's cache (n ≤ m.matched). Returns
-  // false, with a warning and the cache unchanged, when the entry vanished or is corrupt.
+  // false, with the cache unchanged, when the match is not worth loading, or (with a warning) when
+  // the entry vanished or is corrupt.
   bool load(const PromptCacheMatch& m, uint32_t n, Engine& engine);
   // Stores the first n tokens of the engine's cache as an entry, then evicts least recently
   // used entries until the directory is under the cap. Failures become warnings: the cache is

@@ -159,15 +159,22 @@ Parsed parse(const std::string& path, uint64_t file_size, const Fetch& fetch, bo
   Parsed out;
   SessionInfo& info = out.info;
   info.file_bytes = file_size;
+  // A short file is "truncated" only if what it has begins like a session file.
+  if (file_size > 0) {
+    const auto head = fetch(0, std::min<uint64_t>(file_size, sizeof kMagic));
+    if (std::memcmp(head.data(), kMagic, head.size()) != 0)
+      throw Error(path + ": offset 0: not a vkllm session file (no 'VKLLMSES' magic)");
+  }
   if (file_size < kPreambleBytes)
     throw Error(path + ": truncated: " + std::to_string(file_size) + " bytes, a session file starts with " +
                 std::to_string(kPreambleBytes));
   auto pre = fetch(0, kPreambleBytes);
-  if (std::memcmp(pre.data(), kMagic, sizeof kMagic) != 0)
-    throw Error(path + ": offset 0: not a vkllm session file (no 'VKLLMSES' magic)");
   uint32_t version, n_sections;
   std::memcpy(&version, pre.data() + 8, 4);
   std::memcpy(&n_sections, pre.data() + 12, 4);
+  // A number no release will reach is damage, not a newer format (one flipped bit makes 16,386).
+  if (version > kSessionVersion + 100)
+    throw Error(path + ": offset 8: format version " + std::to_string(version) + " is no version of this format (the file is corrupted)");
   if (version > kSessionVersion)
     throw Error(path + ": offset 8: format version " + std::to_string(version) + " is newer than this vkllm reads (" +
                 std::to_string(kSessionVersion) + "); update vkllm");
@@ -227,6 +234,10 @@ Parsed parse(const std::string& path, uint64_t file_size, const Fetch& fetch, bo
         if (name_len > kMaxName) r.fail("model name length " + std::to_string(name_len) + " exceeds " + std::to_string(kMaxName));
         auto name = r.get_bytes(name_len, "the model name");
         info.model.name.assign(name.begin(), name.end());
+        // Only shown (in errors, `vkllm cache list`): control characters of a damaged or crafted
+        // file do not reach a terminal.
+        for (char& ch : info.model.name)
+          if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7F) ch = '?';
         info.n_layer = r.get<uint32_t>("n_layer");
         info.n_head_kv = r.get<uint32_t>("n_head_kv");
         info.head_dim = r.get<uint32_t>("head_dim");
