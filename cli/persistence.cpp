@@ -53,10 +53,8 @@ void add_prompt_cache_options(CLI::App* cmd, PersistenceOptions& o) {
 }
 
 std::string prompt_cache_dir(const PersistenceOptions& o) {
+  // (CLI11 gives `--prompt-cache ""` as it gives a bare `--prompt-cache`: both are the default.)
   if (!o.prompt_cache_dir.empty()) return o.prompt_cache_dir;
-  // `--prompt-cache "$DIR"` with DIR unset is not the default directory.
-  if (o.prompt_cache_opt && !o.prompt_cache_opt->results().empty())
-    throw Error("--prompt-cache: an empty directory name (give none for the default, " + default_prompt_cache_dir() + ")");
   std::string d = default_prompt_cache_dir();
   if (d.empty()) throw Error("--prompt-cache: neither XDG_CACHE_HOME nor HOME is set; give a directory");
   return d;
