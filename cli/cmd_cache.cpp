@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "base/utf8.h"
 #include "commands.h"
 #include "format.h"
 #include "persistence.h"
@@ -28,6 +29,7 @@ std::string dir_of(const CacheCommand& c) {
   const std::string dir = prompt_cache_dir(o);
   std::error_code ec;
   const bool exists = std::filesystem::exists(dir, ec);
+  if (ec) throw Error(dir + ": " + ec.message());  // e.g. a parent that cannot be searched
   if (exists && !std::filesystem::is_directory(dir, ec)) throw Error(dir + ": not a directory");
   if (!exists && given) throw Error(dir + ": no such directory");
   return dir;
@@ -51,8 +53,10 @@ void list(const CacheCommand& c) {
       continue;
     }
     const std::string types = std::string(cache_type_name(e.info.type_k)) + "/" + cache_type_name(e.info.type_v);
+    const std::string cut = e.info.model.name.substr(0, 24);
+    const std::string name = cut.substr(0, utf8::complete_prefix(cut));  // not inside a character
     std::printf("%-19s  %10s  %9s  %-9s  %-24s  %s\n", when, human_bytes(e.bytes).c_str(), with_commas(e.info.tokens.size()).c_str(),
-                types.c_str(), e.info.model.name.substr(0, 24).c_str(), file.c_str());
+                types.c_str(), name.c_str(), file.c_str());
   }
   std::fflush(stdout);
   std::fprintf(stderr, "vkllm: %s: %s entries, %s\n", dir.c_str(), with_commas(entries.size()).c_str(), human_bytes(total).c_str());

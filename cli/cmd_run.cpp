@@ -235,6 +235,9 @@ int run(const RunCommand& c) {
       else if (m.matched < m.entry_tokens && m.matched < p.tokens.size())
         std::fprintf(stderr, "vkllm: prompt cache: %s%s\n", divergence_message(tok, p.tokens, m).c_str(),
                      m.worth_loading ? "" : " (not loaded: too little of it is shared to be worth reading)");
+      else if (!m.worth_loading && m.matched > 1)
+        std::fprintf(stderr, "vkllm: prompt cache: an entry of %s tokens begins with this prompt's %s, too little of it to be worth reading\n",
+                     with_commas(m.entry_tokens).c_str(), with_commas(m.matched).c_str());
     }
   }
   if (!conv) {
@@ -254,16 +257,17 @@ int run(const RunCommand& c) {
   // The prompt is stored once its prefill is done where generating could overwrite what an entry
   // needs: window rings' rows, or any row once the ring wraps (-n past the free slots, or -n -1);
   // otherwise after the generation, so that the write does not delay the first token.
+  // (The prompt cache serves new prompts only, so there is no conversation here.) The write counts
+  // in the time to the first token, as the load does.
   const uint32_t n_prompt = uint32_t(p.tokens.size());
   const bool may_wrap = c.n_predict == -1 || (c.n_predict >= 0 && uint64_t{n_prompt} + uint64_t(c.n_predict) > cache.capacity());
   bool stored = false;
-  const auto store_after_prefill = [&] {
-    if (!pc || stored || !(cache.window_ring() || may_wrap)) return;
-    const GenerationStats& now = conv ? conv->last_stats() : gen.stats();
-    if (now.cached_tokens + 1 < n_prompt) pc->store(*s.engine, n_prompt);
+  if (pc && (cache.window_ring() || may_wrap)) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (gen.stats().cached_tokens + 1 < n_prompt) pc->store(*s.engine, n_prompt);
+    cache_load_ms += ms_since(t0);
     stored = true;
-  };
-  if (!conv) store_after_prefill();
+  }
   GenerateOptions go;
   go.n_predict = c.n_predict;
   go.stop = c.stop;
@@ -293,7 +297,6 @@ int run(const RunCommand& c) {
       conv->say(text, go, sink, [&](uint64_t done, uint64_t total) { bar->update(done, total); },
                 {[&] {
                    bar.reset();
-                   store_after_prefill();
                    stop_signals.emplace();
                  },
                  stopped_by_signal});

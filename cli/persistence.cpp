@@ -61,13 +61,16 @@ std::string prompt_cache_dir(const PersistenceOptions& o) {
 }
 
 uint64_t parse_size(const std::string& flag, const std::string& text) {
-  // Decimal digits, an optional fraction, an optional unit: not stod's hex, exponents or spaces.
-  size_t used = 0;
-  while (used < text.size() && std::isdigit(static_cast<unsigned char>(text[used]))) ++used;
-  const size_t int_digits = used;
+  // Decimal digits with an optional fraction (2, 1.5, .5), then an optional unit: not stod's hex,
+  // exponents or spaces. At least one byte.
+  size_t used = 0, digits = 0;
+  const auto digits_at = [&] {
+    for (; used < text.size() && std::isdigit(static_cast<unsigned char>(text[used])); ++used) ++digits;
+  };
+  digits_at();
   if (used < text.size() && text[used] == '.') {
     ++used;
-    while (used < text.size() && std::isdigit(static_cast<unsigned char>(text[used]))) ++used;
+    digits_at();
   }
   std::string unit = text.substr(used);
   for (char& ch : unit) ch = char(std::tolower(static_cast<unsigned char>(ch)));
@@ -77,11 +80,11 @@ uint64_t parse_size(const std::string& flag, const std::string& text) {
   else if (unit == "m" || unit == "mib" || unit == "mb") mul = 0x1p20;
   else if (unit == "g" || unit == "gib" || unit == "gb") mul = 0x1p30;
   else if (unit == "t" || unit == "tib" || unit == "tb") mul = 0x1p40;
-  const double v = int_digits > 0 ? std::strtod(text.substr(0, used).c_str(), nullptr) : 0;
+  const double v = digits > 0 ? std::strtod(text.substr(0, used).c_str(), nullptr) * mul : 0;
   // A bad command line (status 2).
-  if (int_digits == 0 || mul == 0 || !(v * mul < 0x1p63))
-    throw CLI::ValidationError(flag + " '" + text + "' is not a size (e.g. 2GiB, 512M, 1000000)");
-  return static_cast<uint64_t>(v * mul);
+  if (digits == 0 || mul == 0 || !(v >= 1) || !(v < 0x1p63))
+    throw CLI::ValidationError(flag + " '" + text + "' is not a size of at least one byte (e.g. 2GiB, 512M, 1000000)");
+  return static_cast<uint64_t>(v);
 }
 
 std::string divergence_message(const Tokenizer& tok, std::span<const int32_t> prompt, const PromptCacheMatch& m) {

@@ -454,11 +454,15 @@ TEST_F(SessionTest, PromptCacheLoadsOnlyRealPrefixesAndWritesOnlyItsFiles) {
   // A prompt whose generation wraps the ring (-n past the free slots) is stored once prefilled.
   std::string story;
   for (int i = 0; i < 10; ++i) story += "Lily and Tom went to the park to play with a big red ball. ";
-  const std::string wrap = model() + " --temp 0 -n 100 --prompt-cache " + path("wrap") + " -p '" + story + "'";
-  ASSERT_EQ(vkllm(wrap).rc, 0);
+  const std::string wrap = model() + " --temp 0 -n 100 --ignore-eos --json --prompt-cache " + path("wrap") + " -p '" + story + "'";
+  const Result first = vkllm(wrap);
+  ASSERT_EQ(first.rc, 0) << first.err;
+  const nlohmann::json one = nlohmann::json::parse(first.out);
+  ASSERT_GT(one["kv_evicted"].get<int>(), 0) << "the generation did not wrap the ring: " << first.out;
   const Result again = vkllm(wrap);
   ASSERT_EQ(again.rc, 0) << again.err;
-  EXPECT_EQ(again.err.find("cached 0"), std::string::npos) << again.err;
+  const nlohmann::json two = nlohmann::json::parse(again.out);
+  EXPECT_EQ(two["cached_tokens"].get<int>(), two["prompt_tokens"].get<int>() - 1) << again.err;
 
   // A bare --prompt-cache (its value optional) is the default directory; so is `--prompt-cache ""`,
   // which the parser does not tell apart from it. (Mesa's shader cache stays where it was.)
@@ -490,9 +494,10 @@ TEST_F(SessionTest, PromptCacheLoadsOnlyRealPrefixesAndWritesOnlyItsFiles) {
   fs::create_directories(plain);
   EXPECT_EQ(vkllm("cache clear --dir " + plain).rc, 0);
   EXPECT_TRUE(fs::is_empty(plain)) << "clearing a directory without entries left a file there";
-  for (const char* size : {"0x10", "1e3", " 5", "-1"})
+  for (const char* size : {"0x10", "1e3", " 5", "0", "0.5", "."})
     EXPECT_EQ(vkllm(model() + " -n 1 -p hi --prompt-cache " + dir + " --prompt-cache-size '" + size + "'").rc, 2) << size;
-  EXPECT_EQ(vkllm(model() + " -n 1 -p hi --prompt-cache " + dir + " --prompt-cache-size 1TiB").rc, 0);
+  for (const char* size : {"1TiB", ".5G", "1.5m", "100"})
+    EXPECT_EQ(vkllm(model() + " -n 1 -p hi --prompt-cache " + dir + " --prompt-cache-size " + size).rc, 0) << size;
 
   // An empty --session file (mktemp's) is a new session, saved into it.
   const std::string session = path("new.vkv");

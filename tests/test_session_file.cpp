@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "store/prompt_cache.h"
 #include "store/session_file.h"
 #include "atomic_file.h"
 #include "test_support.h"
@@ -194,11 +195,12 @@ TEST(SessionFile, MagicAndNewerVersion) {
 // The model name is stored as the saving run had it, and shown in errors and `vkllm cache list`:
 // control characters (a damaged or crafted file) are shown as '?', never sent to a terminal.
 TEST(SessionFile, ControlCharactersOfTheModelNameAreNotShown) {
+  // C0, DEL and C1 controls become '?', a malformed byte U+FFFD; other characters stay.
   SessionInfo s = make_info(3);
-  s.model.name = "evil\x1b[2J\nname\x7f";
+  s.model.name = "evil\x1b" "[2J\nname\x7f \xc2\x9b" "1m \x9b" "2m café";
   const std::string path = tmp_path("name.vkv");
   write(path, vkllm::encode_session(s, make_kv(s)));
-  EXPECT_EQ(vkllm::read_session_info(path, false).model.name, "evil?[2J?name?");
+  EXPECT_EQ(vkllm::read_session_info(path, false).model.name, "evil?[2J?name? ?1m \xef\xbf\xbd" "2m café");
 }
 
 // A huge file that is no session (a model passed as --session by mistake; here a sparse 64 GiB
@@ -306,4 +308,16 @@ TEST(SessionFile, KillDuringRepeatedSavesNeverLeavesABrokenFile) {
   }
   // Leftover temporaries (".killed.vkv.XXXXXX") are possible; the file itself never breaks.
   fs::remove_all(fs::path(path).parent_path());
+}
+
+// Which prompt-cache matches are worth loading an entry for: at least 8 shared tokens (all of a
+// shorter entry) and at least 1/16 of the entry.
+TEST(PromptCacheRule, WorthLoading) {
+  EXPECT_FALSE(vkllm::worth_loading(1, 336));   // a shared BOS
+  EXPECT_FALSE(vkllm::worth_loading(7, 20));
+  EXPECT_TRUE(vkllm::worth_loading(8, 20));
+  EXPECT_TRUE(vkllm::worth_loading(5, 5));      // a whole short entry
+  EXPECT_FALSE(vkllm::worth_loading(4, 5));
+  EXPECT_TRUE(vkllm::worth_loading(128, 2048));  // 1/16
+  EXPECT_FALSE(vkllm::worth_loading(127, 2048));
 }

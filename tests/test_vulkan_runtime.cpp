@@ -52,8 +52,8 @@ TEST_F(VulkanTest, FillShaderWritesEveryElementAndNoMore) {
 
 // Pipelines made ahead on background threads (Pipelines::prepare, what a model load starts): every
 // thread that asks for one gets the same pipeline, made once; one that cannot be made throws its
-// error to whoever asks for it (and only then); a prepared pipeline dispatches like any other; and
-// the set can be destroyed with work still queued.
+// error to whoever asks for it (and only then), and is tried again at the next request; a prepared
+// pipeline dispatches like any other; and the set can be destroyed with work still queued.
 TEST_F(VulkanTest, PreparedPipelinesAreMadeOnceAndShared) {
   VulkanContext& ctx = test::vk();
   std::vector<PipelineSpec> specs;
@@ -78,6 +78,7 @@ TEST_F(VulkanTest, PreparedPipelinesAreMadeOnceAndShared) {
           throw;
         },
         std::logic_error);
+    EXPECT_THROW(pipes.get(specs[4]), std::logic_error);  // tried again, failed again
     pipes.wait_prepared();
     EXPECT_EQ(pipes.made(), (std::vector<std::string>{"fill_f32:128", "fill_f32:16", "fill_f32:32", "fill_f32:64"}));
 

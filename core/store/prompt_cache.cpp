@@ -265,6 +265,10 @@ uint64_t PromptCache::store(const Engine& engine, uint32_t n) {
   // Only a regular file of this name is ours: a link (even a dangling one) is not written through,
   // nor anything else replaced.
   const fs::file_type there = fs::symlink_status(path, ec).type();
+  if (ec && there != fs::file_type::not_found) {
+    warnings_.push_back("prompt cache: not stored: " + path + ": " + ec.message());
+    return 0;
+  }
   if (there != fs::file_type::not_found && there != fs::file_type::regular) {
     warnings_.push_back("prompt cache: not stored: " + path + " exists and is not a regular file");
     return 0;

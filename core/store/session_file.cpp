@@ -14,6 +14,7 @@
 
 #include "atomic_file.h"
 #include "base/input_file.h"
+#include "base/utf8.h"
 
 namespace vkllm {
 namespace {
@@ -233,11 +234,14 @@ Parsed parse(const std::string& path, uint64_t file_size, const Fetch& fetch, bo
         const auto name_len = r.get<uint32_t>("the model name length");
         if (name_len > kMaxName) r.fail("model name length " + std::to_string(name_len) + " exceeds " + std::to_string(kMaxName));
         auto name = r.get_bytes(name_len, "the model name");
-        info.model.name.assign(name.begin(), name.end());
-        // Only shown (in errors, `vkllm cache list`): control characters of a damaged or crafted
-        // file do not reach a terminal.
-        for (char& ch : info.model.name)
-          if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7F) ch = '?';
+        // Only shown (in errors, `vkllm cache list`): control characters (C0, DEL, C1) and
+        // malformed UTF-8 of a damaged or crafted file do not reach a terminal.
+        const std::string_view raw(reinterpret_cast<const char*>(name.data()), name.size());
+        for (size_t at = 0; at < raw.size();) {
+          const uint32_t cp = utf8::next(raw, at);
+          if (cp < 0x20 || (cp >= 0x7F && cp <= 0x9F)) info.model.name += '?';
+          else utf8::append(info.model.name, cp);
+        }
         info.n_layer = r.get<uint32_t>("n_layer");
         info.n_head_kv = r.get<uint32_t>("n_head_kv");
         info.head_dim = r.get<uint32_t>("head_dim");

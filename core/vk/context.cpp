@@ -389,6 +389,7 @@ void VulkanContext::set_name(VkObjectType type, uint64_t handle, const std::stri
 VkBool32 VulkanContext::on_debug_message(VkDebugUtilsMessageSeverityFlagBitsEXT, VkDebugUtilsMessageTypeFlagsEXT,
                                          const VkDebugUtilsMessengerCallbackDataEXT* data, void* user) {
   auto* self = static_cast<VulkanContext*>(user);
+  std::lock_guard lock(self->messages_mutex_);
   self->messages_.emplace_back(data && data->pMessage ? data->pMessage : "(empty validation message)");
   return VK_FALSE;
 }

@@ -93,8 +93,12 @@ class VulkanContext {
   // Destroys the texel views of `buffer` (Buffer does, before it destroys the buffer).
   void drop_texel_views(VkBuffer buffer) const;
 
-  // Validation messages seen since creation (only with validation on). Tests require none.
-  const std::vector<std::string>& validation_messages() const { return messages_; }
+  // Validation messages seen since creation (only with validation on). Tests require none. The
+  // layer calls back on whichever thread made the call (pipelines are made on several).
+  std::vector<std::string> validation_messages() const {
+    std::lock_guard lock(messages_mutex_);
+    return messages_;
+  }
   // Names a Vulkan object for validation messages and debuggers (no-op without debug utils).
   void set_name(VkObjectType type, uint64_t handle, const std::string& name) const;
 
@@ -115,6 +119,7 @@ class VulkanContext {
   PFN_vkCmdPushDescriptorSetKHR push_descriptor_ = nullptr;
   PFN_vkSetDebugUtilsObjectNameEXT set_name_ = nullptr;
   std::vector<std::string> messages_;
+  mutable std::mutex messages_mutex_;
   mutable std::mutex texel_mutex_;
   mutable std::map<VkBuffer, std::map<std::tuple<uint64_t, uint64_t, VkFormat>, VkBufferView>> texel_views_;
 };

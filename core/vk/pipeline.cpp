@@ -223,7 +223,9 @@ const Pipeline& Pipelines::get(const PipelineSpec& s) {
   std::unique_lock lock(mu_);
   auto [it, added] = pipelines_.try_emplace(s.key());
   Entry& e = it->second;
-  if (added || e.state == Entry::State::Queued) {
+  // A failure is not kept: a later request tries again (a preparing thread may have failed for
+  // want of memory while the weights uploaded).
+  if (added || e.state == Entry::State::Queued || (e.state == Entry::State::Done && e.error)) {
     e.state = Entry::State::Making;
     lock.unlock();
     make(e, s);

@@ -78,7 +78,9 @@ struct PipelineSpec {
 };
 
 // Owns every pipeline the process creates, keyed by shader and specialization constants, and a
-// VkPipelineCache loaded from and saved to `cache_path` (empty: not persisted). Thread-safe.
+// VkPipelineCache loaded from and saved to `cache_path` (empty: not persisted). get, prepare, made
+// and wait_prepared may be called from any thread; a Pipeline's submitted() flag and the first-use
+// report belong to the thread that records.
 class Pipelines {
  public:
   Pipelines(const VulkanContext& ctx, std::string cache_path);
@@ -86,7 +88,7 @@ class Pipelines {
 
   // The pipeline, made on first request (or by prepare()): a request for one that a preparing
   // thread is making waits for it; one still queued is made by the caller at once. A failure to make
-  // one is thrown to every request for it.
+  // one is thrown to the requests waiting for it; the next request tries again.
   const Pipeline& get(const PipelineSpec& s);
   const Pipeline& get(const std::string& shader, uint32_t n_buffers, uint32_t push_size, const std::vector<uint32_t>& spec) {
     return get(PipelineSpec{shader, n_buffers, push_size, spec});
