@@ -66,6 +66,10 @@ struct DepthResult {
 void bench_model(BenchCommand& c) {
   const uint32_t max_fill = *std::max_element(c.ctx_fill.begin(), c.ctx_fill.end());
   const uint64_t needed = uint64_t{max_fill} + std::max(c.n_prompt, c.n_gen);  // the deepest fill and the longer test
+  if (needed + 16 > k_max_ctx)
+    throw CLI::ValidationError("--ctx-fill " + std::to_string(max_fill) + " and a test of " + std::to_string(needed - max_fill) +
+                               " tokens need a cache of " + std::to_string(needed) + " tokens, more than the largest --ctx (" +
+                               std::to_string(k_max_ctx - 16) + " with the test's margin)");
   if (c.opts.ctx == 0) c.opts.ctx = static_cast<uint32_t>(needed + 16);
   // Each test starts from the filled cache: a depth the cache cannot hold with the test's tokens
   // would measure a ring that dropped the fill, under the fill's name.

@@ -396,6 +396,22 @@ TEST(ChatTemplateBuiltins, ChatmlAndLlama3) {
   EXPECT_EQ(ChatTemplate::resolve(nullptr, "").render(k_chat, o), ChatTemplate::builtin("chatml").render(k_chat, o));
 }
 
+// Every built-in template renders a message of any other role, or refuses it in one line; none drops
+// it (llama2's and mistral's role chains had no else: a tool result vanished from the prompt).
+TEST(ChatTemplateBuiltins, NoMessageIsDroppedSilently) {
+  const json with_tool = json::parse(R"([{"role": "user", "content": "Weather?"},
+                                         {"role": "assistant", "content": "Calling"},
+                                         {"role": "tool", "content": "22C sunny"},
+                                         {"role": "user", "content": "So?"}])");
+  for (const std::string& name : ChatTemplate::builtin_names()) {
+    try {
+      EXPECT_NE(ChatTemplate::builtin(name).render(with_tool, ChatRenderOptions{}).find("22C sunny"), std::string::npos) << name;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("not tool"), std::string::npos) << name << ": " << e.what();
+    }
+  }
+}
+
 TEST(ChatTemplateBuiltins, PreviousConversationIsPrefixOfNext) {
   for (const char* name : {"chatml", "llama3"}) {
     const ChatTemplate t = ChatTemplate::builtin(name);

@@ -465,7 +465,8 @@ TEST(Cli, ParseErrorsAreOneLineWithStatus2) {
                                   std::string("cache bogus"), "perplexity --keep 3 -f /dev/null" + m,
                                   // bench's own command-line errors (were status 1), a --ubatch out of range (was taken)
                                   std::string("bench"), std::string("bench --ops --ops-types q9_9"), "bench -p 0 -n 0" + m,
-                                  "bench --ubatch 0" + m, "serve --allow-origin http://ui.example/app" + m, "serve --allow-origin http://ui.example:99999" + m}) {
+                                  "bench --ubatch 0" + m, "bench -p 16 -n 4294967295 -r 1" + m, "bench -p 16 -n 4 --ctx-fill 4294967295" + m,
+                                  "serve --allow-origin http://ui.example/app" + m, "serve --allow-origin http://ui.example:99999" + m}) {
     const Result r = vkllm(args);
     EXPECT_EQ(r.status, 2) << args << ": " << r.err;
     EXPECT_TRUE(r.out.empty()) << args << ": " << r.out;

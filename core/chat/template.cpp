@@ -51,6 +51,7 @@ const Builtin k_builtins[] = {
      "{{- bos_token + '[INST] ' + ns.system + message['content'] | trim + ' [/INST]' -}}\n"
      "{%- set ns.system = '' -%}\n"
      "{%- elif message['role'] == 'assistant' -%}{{- ' ' + message['content'] | trim + ' ' + eos_token -}}\n"
+     "{%- else -%}{{- raise_exception('llama2 renders system, user and assistant messages, not ' + message['role']) -}}\n"
      "{%- endif -%}\n"
      "{%- endfor -%}\n"},
     {"llama3",
@@ -68,6 +69,7 @@ const Builtin k_builtins[] = {
      "{%- elif message['role'] == 'user' -%}{{- '[INST] ' + ns.system + message['content'] + ' [/INST]' -}}\n"
      "{%- set ns.system = '' -%}\n"
      "{%- elif message['role'] == 'assistant' -%}{{- message['content'] + eos_token -}}\n"
+     "{%- else -%}{{- raise_exception('mistral renders system, user and assistant messages, not ' + message['role']) -}}\n"
      "{%- endif -%}\n"
      "{%- endfor -%}\n"},
     {"phi3",
