@@ -24,8 +24,12 @@ struct TemplateOptions {
 
 // Parsed keeping key order, as Python's json module does.
 nlohmann::ordered_json read_messages(const std::string& path) {
-  nlohmann::ordered_json j = nlohmann::ordered_json::parse(read_text_input(path, "the messages file"), nullptr, false);
-  if (j.is_discarded()) throw Error(path + ": not valid JSON");
+  nlohmann::ordered_json j;
+  try {
+    j = nlohmann::ordered_json::parse(read_text_input(path, "the messages file"));
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error(path + ": not valid JSON: " + json_error_text(e));
+  }
   if (j.is_object() && j.contains("messages")) j = j["messages"];
   if (!j.is_array()) throw Error(path + ": expected a list of messages or an object with a 'messages' list");
   for (const auto& m : j)

@@ -488,6 +488,26 @@ TEST(ChatTemplateCli, PrintsTheRenderedPrompt) {
   EXPECT_EQ(run(model), "<B>[user]Hi\n<E>[assistant]");
   EXPECT_EQ(run(model + " --no-generation-prompt --bos X --eos Y"), "X[user]Hi\nY");
   EXPECT_EQ(run("--chat-template chatml"), "<|im_start|>user\nHi\n<|im_end|>\n<|im_start|>assistant\n");
+  // A tokenizer_config.json whose chat_template is a list of named templates (Hermes, Command-R)
+  // renders with the "default" one, as Hugging Face does; the extension in any case.
+  std::ofstream(dir / "named.JSON") << R"({"chat_template": [{"name": "tool_use", "template": "T"},
+      {"name": "default", "template": "{% for m in messages %}({{ m.role }}){{ m.content }}{% endfor %}"}]})";
+  EXPECT_EQ(run("--chat-template " + (dir / "named.JSON").string()), "(user)Hi\n");
+  std::ofstream(dir / "nodefault.json") << R"({"chat_template": [{"name": "tool_use", "template": "T"}]})";
+  try {
+    ChatTemplate::resolve(nullptr, (dir / "nodefault.json").string());
+    ADD_FAILURE() << "a list without a default was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a list of named templates with no 'default' one (tool_use)"), std::string::npos) << e.what();
+  }
+  // Invalid JSON is named with its line and column.
+  std::ofstream(dir / "broken.json") << "{\"chat_template\": \"x\",\n  oops}";
+  try {
+    ChatTemplate::resolve(nullptr, (dir / "broken.json").string());
+    ADD_FAILURE() << "invalid JSON was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("broken.json: not valid JSON: line 2, column 3"), std::string::npos) << e.what();
+  }
   std::filesystem::remove_all(dir);
 }
 

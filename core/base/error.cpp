@@ -8,4 +8,13 @@ void check_failed(const char* expr, const char* file, int line, const std::strin
                          (msg.empty() ? "" : ": " + msg));
 }
 
+std::string json_error_text(const std::exception& e) {
+  const std::string what = e.what();
+  for (const char* lead : {"parse error at ", "parse error: "}) {
+    const size_t at = what.find(lead);
+    if (at != std::string::npos) return what.substr(at + std::string(lead).size());
+  }
+  return what;
+}
+
 }  // namespace vkllm

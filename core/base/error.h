@@ -14,6 +14,10 @@ class Error : public std::runtime_error {
 
 [[noreturn]] void check_failed(const char* expr, const char* file, int line, const std::string& msg);
 
+// Where and why a JSON text did not parse, from nlohmann::json's parse_error: "line 3, column 7:
+// syntax error while parsing object key - …" (its "[json.exception.…] parse error at " cut off).
+std::string json_error_text(const std::exception& e);
+
 }  // namespace vkllm
 
 // An internal invariant; failing it is a bug in vkllm, not in the input.

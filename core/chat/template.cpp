@@ -192,12 +192,33 @@ ChatTemplate ChatTemplate::resolve(const gguf::File* model, const std::string& n
                   ") nor a readable file");
     }
     std::string text = read_text_input(name_or_file, "the chat template file");
-    if (name_or_file.size() > 5 && name_or_file.ends_with(".json")) {
-      nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-      if (j.is_discarded() || !j.is_object()) throw Error(name_or_file + ": not a JSON object");
-      for (const char* key : {"chat_template", "template"})
-        if (j.contains(key) && j[key].is_string()) return from_source(j[key].get<std::string>());
-      throw Error(name_or_file + ": no string 'chat_template' or 'template' field");
+    std::string ext = std::filesystem::path(name_or_file).extension().string();
+    for (char& ch : ext) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (ext == ".json") {
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(text);
+      } catch (const nlohmann::json::parse_error& e) {
+        throw Error(name_or_file + ": not valid JSON: " + json_error_text(e));
+      }
+      if (!j.is_object()) throw Error(name_or_file + ": not a JSON object (a tokenizer_config.json is one)");
+      for (const char* key : {"chat_template", "template"}) {
+        if (!j.contains(key)) continue;
+        if (j[key].is_string()) return from_source(j[key].get<std::string>());
+        // A list of named templates (Hermes, Command-R: "default", "tool_use", …): Hugging Face
+        // renders with the one named "default".
+        if (j[key].is_array()) {
+          std::string names;
+          for (const auto& t : j[key]) {
+            if (!t.is_object() || !t.contains("name") || !t["name"].is_string()) continue;
+            if (t["name"] == "default" && t.contains("template") && t["template"].is_string())
+              return from_source(t["template"].get<std::string>());
+            names += (names.empty() ? "" : ", ") + t["name"].get<std::string>();
+          }
+          throw Error(name_or_file + ": '" + key + "' is a list of named templates with no 'default' one (" + names + ")");
+        }
+      }
+      throw Error(name_or_file + ": no 'chat_template' or 'template' field holding a template");
     }
     try {
       return from_source(std::move(text));

@@ -244,8 +244,12 @@ json error_body(const std::string& message, const std::string& type, const std::
 }
 
 ApiRequest parse_request(Endpoint e, const std::string& body_text, const ApiContext& ctx) {
-  const json body = json::parse(body_text, nullptr, false);
-  if (body.is_discarded()) throw ApiError(400, "the request body is not valid JSON");
+  json body;
+  try {
+    body = json::parse(body_text);
+  } catch (const json::parse_error& e) {
+    throw ApiError(400, "the request body is not valid JSON: " + json_error_text(e));
+  }
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
   ApiRequest r;
   r.endpoint = e;
