@@ -233,6 +233,10 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
     std::fprintf(stderr, "vkllm: memory: weights %s + KV cache %s + activations %s = %s of %s on %s\n",
                  human_bytes(plan.weights).c_str(), human_bytes(plan.kv_cache).c_str(), human_bytes(plan.activations).c_str(),
                  human_bytes(plan.total()).c_str(), human_bytes(heap).c_str(), s.ctx->info().name.c_str());
+    // As llama.cpp warns: positions past the trained context are where a model's output degrades.
+    if (c.n_ctx_train && eo.cache.capacity > c.n_ctx_train)
+      std::fprintf(stderr, "vkllm: warning: --ctx %s is more than the %s tokens the model was trained on: its output may degrade past them\n",
+                   with_commas(eo.cache.capacity).c_str(), with_commas(c.n_ctx_train).c_str());
   }
   if (heap && plan.total() > heap) {
     // The largest --ctx (a multiple of 256) whose whole plan fits the heap and whose largest buffer

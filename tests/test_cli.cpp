@@ -324,7 +324,10 @@ TEST(Cli, CorruptModelKeysAreNamed) {
   const uint32_t one = 1;
   patch_key_value("llama.context_length", &one, dir + "/vkllm_ctx.gguf");  // was blamed on a --ctx never given
   patch_key_value("llama.attention.head_count", &huge, dir + "/vkllm_heads.gguf");
-  for (const auto& [file, key] : {std::pair{"vkllm_ff.gguf", "llama.feed_forward_length"},
+  const uint32_t zero = 0;
+  patch_key_value("llama.rope.dimension_count", &zero, dir + "/vkllm_rot.gguf");  // ran without RoPE (perplexity 120 for 4.1)
+  for (const auto& [file, key] : {std::pair{"vkllm_rot.gguf", "llama.rope.dimension_count"},
+                                  std::pair{"vkllm_ff.gguf", "llama.feed_forward_length"},
                                   std::pair{"vkllm_eps.gguf", "llama.attention.layer_norm_rms_epsilon"},
                                   std::pair{"vkllm_ctx.gguf", "llama.context_length"},
                                   std::pair{"vkllm_heads.gguf", "llama.attention.head_count"}}) {
@@ -602,6 +605,12 @@ TEST(Cli, RunStopsWhenTheCacheIsFull) {
   ASSERT_EQ(through.status, 0) << through.err;
   EXPECT_EQ(json::parse(through.out)["generated_tokens"], 4);
   EXPECT_NE(through.err.find("warning: the prompt is"), std::string::npos) << through.err;
+  // A --ctx past the trained context (stories260K's 2,048) is warned of, as llama.cpp does.
+  const Result past = vkllm("run --temp 0 -n 1 --ctx 4096 -p hi -m " + model("stories260K.gguf"));
+  ASSERT_EQ(past.status, 0) << past.err;
+  EXPECT_NE(past.err.find("vkllm: warning: --ctx 4,096 is more than the 2,048 tokens the model was trained on"), std::string::npos)
+      << past.err;
+  EXPECT_EQ(vkllm("run --temp 0 -n 1 --ctx 2048 -p hi -m " + model("stories260K.gguf")).err.find("trained on"), std::string::npos);
 }
 
 // `vkllm run --temp 0 -n 64` reproduces the reference greedy tokens up to the decided prefix.

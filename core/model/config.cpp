@@ -114,7 +114,9 @@ ModelConfig read_model_config(const gguf::File& f) {
   // Bounded so that every width below fits 32 bits (a key_length near 2^30 wrapped the KV size to 0).
   if (c.head_dim == 0 || c.head_dim % 2 != 0 || c.head_dim > 1024) bad(a + "attention.key_length", c.head_dim, "an even number up to 1024");
   c.n_rot = f.get_u32_or(a + "rope.dimension_count", c.head_dim);
-  if (c.n_rot > c.head_dim || c.n_rot % 2 != 0) bad(a + "rope.dimension_count", c.n_rot, "even and ≤ head dim " + std::to_string(c.head_dim));
+  // 0 is damage, not a model without RoPE (llama.cpp refuses it for these architectures too).
+  if (c.n_rot == 0 || c.n_rot > c.head_dim || c.n_rot % 2 != 0)
+    bad(a + "rope.dimension_count", c.n_rot, "even, > 0 and ≤ head dim " + std::to_string(c.head_dim));
   // The widths that size the activations, against the tensors', so that a corrupt value is named
   // here and not as an impossible memory plan.
   const auto width_of = [&](const char* tensor, const std::string& key, uint64_t value) {
