@@ -730,10 +730,13 @@ int chat(const ChatCommand& c) {
     while (!system.empty() && (system.back() == '\n' || system.back() == '\r')) system.pop_back();
   }
   check_session_path(c.session);
-  Session s = open_session(c.opts);
-  ChatTemplate tmpl = ChatTemplate::resolve(&s.file, c.chat_template);
+  // The template is resolved before the weights load: a wrong --chat-template is refused at once.
+  std::optional<ChatTemplate> tmpl;
+  Session s = open_session(c.opts, [&](const gguf::File& file, const Tokenizer&, uint32_t) {
+    tmpl.emplace(ChatTemplate::resolve(&file, c.chat_template));
+  });
   Sampler sampler(c.opts.sampling);
-  Conversation conv(*s.engine, *s.tokenizer, sampler, std::move(tmpl), system, c.opts.keep);
+  Conversation conv(*s.engine, *s.tokenizer, sampler, std::move(*tmpl), system, c.opts.keep);
   install_signals();
   ChatSession session(c, s, sampler, conv);
   session.start_session(system);

@@ -8,7 +8,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <thread>
 
@@ -44,6 +46,41 @@ void serve_forever(const ServeCommand& c) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  // The thread that waits for them runs from the start: during the load (and until the server is
+  // up) there is nothing to drain, so a signal ends the process at once, status 0; afterwards it
+  // drains the requests and stops the server.
+  std::atomic<serve::Scheduler*> live_sched{nullptr};
+  std::atomic<serve::HttpServer*> live_http{nullptr};
+  std::atomic<bool> run_returned{false};
+  std::thread stopper([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    if (run_returned) return;
+    const char* what = sig == SIGINT ? "interrupt" : "terminate";
+    serve::HttpServer* http = live_http.load();
+    if (!http) {
+      std::fprintf(stderr, "vkllm: %s before the server was up: exiting\n", what);
+      std::fflush(stderr);
+      std::_Exit(0);  // nothing to drain or save; the kernels being made are not waited for
+    }
+    std::fprintf(stderr, "vkllm: %s: finishing the running and queued requests, then exiting\n", what);
+    live_sched.load()->drain();
+    // A signal right after start may come before the server listens, when stop() does nothing.
+    while (!http->running() && !run_returned) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    http->stop();
+  });
+  // Wakes the waiting thread (run() returned, or an error left this function) and joins it.
+  const auto end_stopper = [&] {
+    if (!stopper.joinable()) return;
+    run_returned = true;
+    pthread_kill(stopper.native_handle(), SIGTERM);
+    stopper.join();
+  };
+  struct Finally {
+    std::function<void()> fn;
+    ~Finally() { fn(); }
+  } finally{end_stopper};
+
   serve::ServerOptions so = c.server;
   so.max_body = parse_size("--max-body", c.max_body);
   if (so.max_body < 1024) throw CLI::ValidationError("--max-body " + c.max_body + " is under 1KiB: no request would fit");
@@ -51,7 +88,11 @@ void serve_forever(const ServeCommand& c) {
   const std::string pc_dir = c.persist.prompt_cache() ? prompt_cache_dir(c.persist) : "";
   RunOptions o = c.opts;
   o.sequences = c.parallel;
-  Session s = open_session(o);
+  // The template is resolved before the weights load: a wrong --chat-template is refused at once.
+  std::optional<ChatTemplate> resolved;
+  Session s = open_session(o, [&](const gguf::File& file, const Tokenizer&, uint32_t) {
+    resolved.emplace(ChatTemplate::resolve(&file, c.chat_template));
+  });
   const Tokenizer& tok = *s.tokenizer;
   std::vector<Engine*> engines{s.engine.get()};
   for (const auto& e : s.more_engines) engines.push_back(e.get());
@@ -67,7 +108,7 @@ void serve_forever(const ServeCommand& c) {
   sched_opts.log = [](const std::string& line) { std::fprintf(stderr, "vkllm: %s\n", line.c_str()); };
   serve::Scheduler sched(engines, tok, metrics, sched_opts);
 
-  const ChatTemplate tmpl = ChatTemplate::resolve(&s.file, c.chat_template);
+  const ChatTemplate& tmpl = *resolved;
   serve::ApiContext api;
   api.tok = &tok;
   api.chat_template = &tmpl;
@@ -85,22 +126,11 @@ void serve_forever(const ServeCommand& c) {
                url_host.c_str(), port, c.parallel, c.parallel == 1 ? "" : "s", with_commas(api.context).c_str(), c.queue);
   std::fflush(stderr);
 
-  std::atomic<bool> run_returned{false};
-  std::thread stopper([&] {
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
-    if (!run_returned)
-      std::fprintf(stderr, "vkllm: %s: finishing the running and queued requests, then exiting\n", sig == SIGINT ? "interrupt" : "terminate");
-    sched.drain();
-    // A signal right after start may come before the server listens, when stop() does nothing.
-    while (!http.running() && !run_returned) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    http.stop();
-  });
+  live_sched = &sched;
+  live_http = &http;
   http.run();
   // run() returns after stop(), or when listening failed: wake the stopper if it still waits.
-  run_returned = true;
-  pthread_kill(stopper.native_handle(), SIGTERM);
-  stopper.join();
+  end_stopper();
   if (pc) print_cache_warnings(*pc);
   if (o.profile) {  // every sequence's prefills and the batched decode steps (on the first engine)
     std::vector<DispatchTiming> all;

@@ -271,7 +271,7 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
 
   s.pipelines = std::make_unique<Pipelines>(*s.ctx, default_cache_dir().empty() ? "" : default_cache_dir() + "/pipelines.bin");
   // A CPU driver compiles each kernel when it first runs it, so the first prompt on a machine waits
-  // for a minute or two: a status line on a terminal says why.
+  // for a minute or two, and any process's first steps a little: a status line on a terminal says why.
   if (stderr_is_tty())
     s.pipelines->set_first_use_wait([device = s.ctx->info().name, shown = -1L](double seconds) mutable {
       if (seconds < 0) {
@@ -280,7 +280,10 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
       } else if (long(seconds) != shown) {
         shown = long(seconds);
         // One row: a line wider than the terminal wraps, and each redraw then left a row behind.
-        std::string line = "vkllm: compiling the GPU kernels for " + device + " (first run; cached afterwards): " + std::to_string(shown) + " s";
+        // Every process waits a little (lavapipe builds each kernel's code at its first dispatch,
+        // from Mesa's cache after a machine's first run); the first run on a machine, minutes.
+        std::string line = "vkllm: preparing the GPU kernels on " + device + " (a machine's first run compiles them: minutes): " +
+                           std::to_string(shown) + " s";
         winsize ws{};
         if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1 && line.size() >= ws.ws_col) {
           line.resize(ws.ws_col - 1);
