@@ -696,6 +696,9 @@ bool ChatSession::command(const std::string& line) {
 }
 
 int ChatSession::run() {
+  // A Ctrl+C while the chat was starting (its handlers installed, a --session restoring) ends it, as
+  // one during the model load does; it was cleared by the first read and the chat went on.
+  if (g_sigint.load() > 0) return 130;
   if (tty_in_ && !c_.opts.quiet) std::fprintf(stderr, "vkllm: chat: /help for commands, Ctrl+D to leave\n");
   for (;;) {
     std::optional<std::string> msg = read_message();
