@@ -735,8 +735,10 @@ int chat(const ChatCommand& c) {
   check_session_path(c.session);
   // The template is resolved before the weights load: a wrong --chat-template is refused at once.
   std::optional<ChatTemplate> tmpl;
+  const bool resuming = session_to_resume(c.session, true);
   Session s = open_session(c.opts, [&](const gguf::File& file, const Tokenizer&, uint32_t) {
     tmpl.emplace(ChatTemplate::resolve(&file, c.chat_template));
+    if (resuming) precheck_session(c.session, file);
   });
   Sampler sampler(c.opts.sampling);
   Conversation conv(*s.engine, *s.tokenizer, sampler, std::move(*tmpl), system, c.opts.keep);

@@ -133,7 +133,7 @@ int run(const RunCommand& c) {
   const bool resuming = session_to_resume(c.persist.session, c.opts.quiet);
   PromptTokens p;
   Session s = open_session(c.opts, [&](const gguf::File& file, const Tokenizer& tok, uint32_t capacity) {
-    if (resuming) return;
+    if (resuming) return precheck_session(c.persist.session, file);
     p = c.chat ? chat_prompt(file, tok, c.chat_template, c.system, text) : raw_prompt(tok, text, c.special);
     check_prompt_fits(p.tokens.size(), capacity, c.n_predict);
   });

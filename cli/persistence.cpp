@@ -30,6 +30,10 @@ void check_session_path(const std::string& session) {
   }
 }
 
+void precheck_session(const std::string& session, const gguf::File& model) {
+  check_session_model(session, read_session_info(session, false), model_fingerprint(model));
+}
+
 bool session_to_resume(const std::string& session, bool quiet) {
   std::error_code ec;
   if (session.empty() || !std::filesystem::exists(session, ec)) return false;

@@ -28,6 +28,11 @@ void add_prompt_cache_options(CLI::App* cmd, PersistenceOptions& o);
 void add_session_option(CLI::App* cmd, std::string& session);
 // Before the model loads: a --session path that exists must be a regular file (throws Error).
 void check_session_path(const std::string& session);
+// Before the weights load (open_session's input check), for a session to resume: its header and
+// token list read and checked, and its model against `model`, so that a file of another model or
+// with a damaged head is refused at once, not after a load of minutes (its rows are checked when
+// it is loaded).
+void precheck_session(const std::string& session, const gguf::File& model);
 // Whether --session names a saved session to continue: a file that exists and is not empty. An
 // empty one (as `mktemp` makes) starts a new session, as llama.cpp's --prompt-cache does, with a
 // note unless quiet; the save then fills it.

@@ -248,6 +248,13 @@ TEST_F(SessionTest, RefusedLoadsNameTheReason) {
   EXPECT_EQ(other.rc, 1);
   EXPECT_NE(other.err.find("refuse.vkv: saved with"), std::string::npos) << other.err;
   EXPECT_NE(other.err.find(", this is "), std::string::npos) << other.err;
+  // Refused before the weights load (the load's lines never come), by run and by chat.
+  for (const std::string cmd : {"run -p '' -n 2", "chat"}) {
+    const Result early = vkllm(cmd + " -m " + vkllm::test::shared_path("models/synth-llama-q8_0.gguf") + " --session " + s);
+    EXPECT_EQ(early.rc, 1) << cmd;
+    EXPECT_EQ(early.err.rfind("vkllm: error: " + s + ": saved with", 0), 0u) << cmd << ": " << early.err;
+    EXPECT_EQ(std::count(early.err.begin(), early.err.end(), '\n'), 1) << cmd << ": " << early.err;
+  }
 
   const Result type = vkllm(model() + " --cache-type q8_0 -p '' -n 2 -q --session " + s);
   EXPECT_EQ(type.rc, 1);

@@ -443,6 +443,11 @@ uint64_t save_session(const std::string& path, const Engine& engine, const Model
   return bytes.size();
 }
 
+void check_session_model(const std::string& path, const SessionInfo& info, const ModelFingerprint& model) {
+  if (info.model.hash != model.hash)
+    throw Error(path + ": saved with " + info.model.name + " " + info.model.hex() + ", this is " + model.name + " " + model.hex());
+}
+
 SessionInfo read_session_info(const std::string& path, bool with_kv) {
   FileFetch file(path);
   return parse(path, file.size(), std::ref(file), with_kv).info;
@@ -457,8 +462,7 @@ SessionInfo load_session(const std::string& path, Engine& engine, const ModelFin
   const ModelConfig& c = engine.config();
 
   // Everything is checked before anything changes.
-  if (info.model.hash != model.hash)
-    throw Error(path + ": saved with " + info.model.name + " " + info.model.hex() + ", this is " + model.name + " " + model.hex());
+  check_session_model(path, info, model);
   if (info.n_layer != c.n_layer || info.n_head_kv != c.n_head_kv || info.head_dim != c.head_dim)
     throw Error(path + ": section 'HEAD' at offset " + std::to_string(kPreambleBytes + 16) + ": saved for " + std::to_string(info.n_layer) +
                 " layers × " + std::to_string(info.n_head_kv) + " KV heads × head dim " + std::to_string(info.head_dim) + ", this model has " +

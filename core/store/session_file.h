@@ -114,4 +114,8 @@ SessionInfo load_session(const std::string& path, Engine& engine, const ModelFin
 // cache list`). `with_kv` false reads only HEAD and TOKS from disk (the prompt cache's index).
 SessionInfo read_session_info(const std::string& path, bool with_kv = true);
 
+// Throws vkllm::Error ("PATH: saved with NAME HASH, this is NAME HASH") unless `info` was saved with
+// `model` (load_session's first check; a run checks it before the weights load too).
+void check_session_model(const std::string& path, const SessionInfo& info, const ModelFingerprint& model);
+
 }  // namespace vkllm
