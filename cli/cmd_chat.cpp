@@ -343,9 +343,9 @@ class ChatSession {
   ChatSession(const ChatCommand& c, Session& s, Sampler& sampler, Conversation& conv)
       : c_(c), s_(s), sampler_(sampler), conv_(conv), tty_in_(isatty(STDIN_FILENO) == 1), reader_(tty_in_) {}
 
-  // --session: loads the file when it exists (an Error ends the chat before it starts).
-  // `system`: the system prompt the flags asked for, which the saved one replaces.
-  void start_session(const std::string& system);
+  // --session: loads the file when there is one to resume (session_to_resume; an Error ends the
+  // chat before it starts). `system`: the system prompt the flags asked for, which the saved one replaces.
+  void start_session(const std::string& system, bool resuming);
   int run();
 
  private:
@@ -611,8 +611,8 @@ void ChatSession::restore(const std::string& file, const std::string& label, boo
 // A failed load changes nothing: the conversation, the cache and the sampler stay as they were.
 void ChatSession::load_session(const std::string& file) { restore(file, "/load: " + file, false); }
 
-void ChatSession::start_session(const std::string& system) {
-  if (!session_to_resume(c_.session, c_.opts.quiet)) return;
+void ChatSession::start_session(const std::string& system, bool resuming) {
+  if (!resuming) return;
   restore(c_.session, "session " + c_.session, c_.opts.quiet);
   if (c_.opts.quiet || system.empty() || system == conv_.system()) return;
   std::fprintf(stderr, "vkllm: session %s: %s\n", c_.session.c_str(),
@@ -735,7 +735,7 @@ int chat(const ChatCommand& c) {
   check_session_path(c.session);
   // The template is resolved before the weights load: a wrong --chat-template is refused at once.
   std::optional<ChatTemplate> tmpl;
-  const bool resuming = session_to_resume(c.session, true);
+  const bool resuming = session_to_resume(c.session, c.opts.quiet);
   Session s = open_session(c.opts, [&](const gguf::File& file, const Tokenizer&, uint32_t) {
     tmpl.emplace(ChatTemplate::resolve(&file, c.chat_template));
     if (resuming) precheck_session(c.session, file);
@@ -744,7 +744,7 @@ int chat(const ChatCommand& c) {
   Conversation conv(*s.engine, *s.tokenizer, sampler, std::move(*tmpl), system, c.opts.keep);
   install_signals();
   ChatSession session(c, s, sampler, conv);
-  session.start_session(system);
+  session.start_session(system, resuming);
   const int code = session.run();
   if (c.opts.profile) print_profile(s.engine->timings());
   std::fflush(stdout);

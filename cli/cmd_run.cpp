@@ -132,15 +132,19 @@ int run(const RunCommand& c) {
   // weights load; a saved session's is built once the session is read.
   const bool resuming = session_to_resume(c.persist.session, c.opts.quiet);
   PromptTokens p;
+  std::optional<ModelFingerprint> checked_fp;  // computed by the session's model check
   Session s = open_session(c.opts, [&](const gguf::File& file, const Tokenizer& tok, uint32_t capacity) {
-    if (resuming) return precheck_session(c.persist.session, file);
+    if (resuming) {
+      checked_fp = precheck_session(c.persist.session, file);
+      return;
+    }
     p = c.chat ? chat_prompt(file, tok, c.chat_template, c.system, text) : raw_prompt(tok, text, c.special);
     check_prompt_fits(p.tokens.size(), capacity, c.n_predict);
   });
   const Tokenizer& tok = *s.tokenizer;
   KvCache& cache = s.engine->cache();
   const bool persist = !c.persist.session.empty() || c.persist.prompt_cache();
-  const ModelFingerprint fp = persist ? model_fingerprint(s.file) : ModelFingerprint{};
+  const ModelFingerprint fp = checked_fp ? *checked_fp : persist ? model_fingerprint(s.file) : ModelFingerprint{};
 
   Sampler sampler(c.opts.sampling);
   Generator gen(*s.engine, tok, sampler);

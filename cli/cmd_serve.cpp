@@ -3,8 +3,6 @@
 #include <pthread.h>
 #include <signal.h>
 
-#include <algorithm>
-#include <cctype>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -14,6 +12,7 @@
 #include <optional>
 #include <thread>
 
+#include "base/ascii.h"
 #include "chat/template.h"
 #include "commands.h"
 #include "common.h"
@@ -155,7 +154,7 @@ void add_serve_command(CLI::App& app) {
           [](std::string& v) {
             // As a browser writes an Origin: lower case, no path (a trailing "/" dropped), no default port.
             const std::string given = v;
-            std::transform(v.begin(), v.end(), v.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
+            v = ascii_lower(v);
             if (v.size() > 1 && v.ends_with('/')) v.pop_back();
             if (v == "*" || v == "null") return std::string();
             const std::optional<serve::OriginParts> o = serve::parse_origin(v);

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "atomic_file.h"
+#include "base/ascii.h"
 #include "base/input_file.h"
 #include "format.h"
 
@@ -30,8 +31,10 @@ void check_session_path(const std::string& session) {
   }
 }
 
-void precheck_session(const std::string& session, const gguf::File& model) {
-  check_session_model(session, read_session_info(session, false), model_fingerprint(model));
+ModelFingerprint precheck_session(const std::string& session, const gguf::File& model) {
+  ModelFingerprint fp = model_fingerprint(model);
+  check_session_model(session, read_session_info(session, false), fp);
+  return fp;
 }
 
 bool session_to_resume(const std::string& session, bool quiet) {
@@ -76,8 +79,7 @@ uint64_t parse_size(const std::string& flag, const std::string& text) {
     ++used;
     digits_at();
   }
-  std::string unit = text.substr(used);
-  for (char& ch : unit) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  const std::string unit = ascii_lower(text.substr(used));
   double mul = 0;
   if (unit.empty() || unit == "b") mul = 1;
   else if (unit == "k" || unit == "kib" || unit == "kb") mul = 0x1p10;

@@ -31,8 +31,8 @@ void check_session_path(const std::string& session);
 // Before the weights load (open_session's input check), for a session to resume: its header and
 // token list read and checked, and its model against `model`, so that a file of another model or
 // with a damaged head is refused at once, not after a load of minutes (its rows are checked when
-// it is loaded).
-void precheck_session(const std::string& session, const gguf::File& model);
+// it is loaded). Returns the model's fingerprint, which the save needs too.
+ModelFingerprint precheck_session(const std::string& session, const gguf::File& model);
 // Whether --session names a saved session to continue: a file that exists and is not empty. An
 // empty one (as `mktemp` makes) starts a new session, as llama.cpp's --prompt-cache does, with a
 // note unless quiet; the save then fills it.

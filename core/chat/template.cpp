@@ -7,6 +7,7 @@
 #include <ctime>
 #include <filesystem>
 
+#include "base/ascii.h"
 #include "base/error.h"
 #include "base/input_file.h"
 #include "gguf.h"
@@ -192,9 +193,7 @@ ChatTemplate ChatTemplate::resolve(const gguf::File* model, const std::string& n
                   ") nor a readable file");
     }
     std::string text = read_text_input(name_or_file, "the chat template file");
-    std::string ext = std::filesystem::path(name_or_file).extension().string();
-    for (char& ch : ext) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    if (ext == ".json") {
+    if (ascii_lower(std::filesystem::path(name_or_file).extension().string()) == ".json") {
       nlohmann::json j;
       try {
         j = nlohmann::json::parse(text);

@@ -1,11 +1,11 @@
 // Recording of the weight-reading kernels: get_rows, matvec and matmul, per weight part.
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <cstdlib>
 #include <mutex>
 #include <thread>
 
+#include "base/ascii.h"
 #include "kernels/params.h"
 #include "kernels/ops.h"
 
@@ -23,11 +23,7 @@ bool weight_type_supported(gguf::TensorType t) {
 }
 
 namespace {
-std::string type_suffix(gguf::TensorType t) {
-  std::string s = gguf::type_name(t);
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
+std::string type_suffix(gguf::TensorType t) { return ascii_lower(gguf::type_name(t)); }
 }  // namespace
 
 std::string weight_kernel_suffix(const DeviceTensor& w) {

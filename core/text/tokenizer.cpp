@@ -1,9 +1,9 @@
 // Tokenizer: reading the vocabulary from GGUF, special tokens, splitting special tokens out of
 // the text, and tokenize() for both vocabulary types.
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
 
+#include "base/ascii.h"
 #include "base/error.h"
 #include "gguf.h"
 #include "text/tokenizer_impl.h"
@@ -46,11 +46,6 @@ const gguf::Array* find_array(const gguf::File& f, std::string_view key, ElemKin
     bad_vocab(f, key, std::string("holds ") + gguf::value_type_name(a.elem_type) + ", expected " + k_kind_names[int(kind)]);
   }
   return &a;
-}
-
-std::string lower(std::string s) {
-  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
-  return s;
 }
 
 // Sets a token id from `key` when present. 0xFFFFFFFF (-1) means "none" in converted files and
@@ -167,7 +162,7 @@ void apply_name_rules(Tokenizer::Impl& v, const gguf::File& f) {
     auto& a = v.tokens[size_t(id)].attr;
     a = on ? (a | bit) : (a & ~bit);
   };
-  const std::string name = lower(f.get_string_or("general.name", ""));
+  const std::string name = ascii_lower(f.get_string_or("general.name", ""));
   if (v.pre == "jina-v2-de" || v.pre == "jina-v2-es" || v.pre == "jina-v2-code") {
     set("<mask>", token_attr::k_lstrip, true);
   } else if (name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos) {
