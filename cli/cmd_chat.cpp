@@ -499,7 +499,7 @@ void ChatSession::stream_reply(bool regen, const std::string& text) {
     // A reply nobody can read (a closed pipe, a full disk) stops; main() reports it, status 1.
     return write_stdout(piece) && g_sigint.load() == 0 && !ending();
   };
-  ProgressBar bar("prefill", "tok");
+  ProgressBar bar("prefill", "tok", c_.opts.quiet);
   // Ctrl+C (or SIGTERM) during the prefill drops the message at the next chunk (a /regen keeps the
   // reply it had), as a reply stops at its next token (it went on to the first token of the reply).
   const auto progress = [&](uint64_t done, uint64_t total) {

@@ -34,8 +34,12 @@ void run(PerplexityCommand& c) {
   });
   PerplexityResult r;
   {
-    ProgressBar bar(c.stream ? "scoring" : "chunks", c.stream ? "tok" : "chunks");
-    const auto progress = [&](uint64_t done, uint64_t total) { bar.update(done, total); };
+    ProgressBar bar(c.stream ? "scoring" : "chunks", c.stream ? "tok" : "chunks", c.opts.quiet);
+    const auto progress = [&](uint64_t done, uint64_t total, double running) {
+      char estimate[48];
+      std::snprintf(estimate, sizeof estimate, ", perplexity so far %.4f", running);
+      bar.update(done, total, estimate);
+    };
     if (c.stream) {
       const uint32_t keep = c.opts.keep >= 0 ? uint32_t(c.opts.keep) : (tokens[0] == s.tokenizer->bos() ? 1u : 0u);
       r = perplexity_stream(*s.engine, tokens, keep, progress);

@@ -245,7 +245,7 @@ int run(const RunCommand& c) {
     }
   }
   if (!conv) {
-    ProgressBar bar("prefill", "tok");
+    ProgressBar bar("prefill", "tok", c.opts.quiet);
     auto progress = [&](uint64_t done, uint64_t total) { bar.update(done, total); };
     if (resumed && !c.chat && appended.empty()) {
       if (cache.used() == 0)
@@ -297,7 +297,7 @@ int run(const RunCommand& c) {
     // back for a --stop prefix, would not reach the sink).
     if (conv) {
       // The turn's prefill and reply, as a chat's; the prefill's progress bar ends before the reply.
-      std::optional<ProgressBar> bar(std::in_place, "prefill", "tok");
+      std::optional<ProgressBar> bar(std::in_place, "prefill", "tok", c.opts.quiet);
       conv->say(text, go, sink, [&](uint64_t done, uint64_t total) { bar->update(done, total); },
                 {[&] {
                    bar.reset();

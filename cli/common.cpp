@@ -90,15 +90,31 @@ std::vector<CLI::Option*> add_sampling_options(CLI::App* cmd, SamplerParams& s) 
   return opts;
 }
 
-ProgressBar::ProgressBar(std::string label, std::string unit)
-    : label_(std::move(label)), unit_(std::move(unit)), start_(std::chrono::steady_clock::now()), tty_(stderr_is_tty()) {}
+ProgressBar::ProgressBar(std::string label, std::string unit, bool quiet)
+    : label_(std::move(label)),
+      unit_(std::move(unit)),
+      start_(std::chrono::steady_clock::now()),
+      last_(start_),
+      tty_(stderr_is_tty()),
+      quiet_(quiet) {}
 
 ProgressBar::~ProgressBar() { finish(); }
 
-void ProgressBar::update(uint64_t done, uint64_t total) {
-  if (!tty_ || total == 0) return;
+void ProgressBar::update(uint64_t done, uint64_t total, const std::string& extra) {
+  if (total == 0 || (!tty_ && quiet_)) return;
   const auto now = std::chrono::steady_clock::now();
   const double elapsed = std::chrono::duration<double>(now - start_).count();
+  const int percent = int(100.0 * double(done) / double(total));
+  const std::string counts = unit_ == "bytes" ? human_bytes(done) + " / " + human_bytes(total)
+                                               : with_commas(done) + " / " + with_commas(total) + " " + unit_;
+  if (!tty_) {
+    // A log gets a line now and then, not a bar's redraws.
+    if (elapsed < 10.0 || done >= total || now - last_ < std::chrono::seconds(10)) return;
+    last_ = now;
+    std::fprintf(stderr, "vkllm: %s %d%% (%s)%s\n", label_.c_str(), percent, counts.c_str(), extra.c_str());
+    std::fflush(stderr);
+    return;
+  }
   if (elapsed < 1.0 && done < total) return;
   if (shown_ && done < total && now - last_ < std::chrono::milliseconds(100)) return;
   if (!shown_ && done >= total) return;  // finished within a second: nothing to show
@@ -107,9 +123,7 @@ void ProgressBar::update(uint64_t done, uint64_t total) {
   const int width = 30, filled = int(double(done) / double(total) * width);
   std::string bar(size_t(filled), '=');
   bar.resize(width, ' ');
-  std::fprintf(stderr, "\r%s [%s] %3d%% %s", label_.c_str(), bar.c_str(), int(100.0 * double(done) / double(total)),
-               unit_ == "bytes" ? (human_bytes(done) + " / " + human_bytes(total)).c_str()
-                                : (with_commas(done) + " / " + with_commas(total) + " " + unit_).c_str());
+  std::fprintf(stderr, "\r%s [%s] %3d%% %s%s", label_.c_str(), bar.c_str(), percent, counts.c_str(), extra.c_str());
   std::fflush(stderr);
 }
 
@@ -295,7 +309,7 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
       std::fflush(stderr);
     });
   {
-    ProgressBar bar("loading", "bytes");
+    ProgressBar bar("loading", "bytes", o.quiet);
     s.model = std::make_unique<Model>(*s.ctx, s.file, [&](uint64_t done, uint64_t total) { bar.update(done, total); },
                                       s.pipelines.get());
   }

@@ -75,20 +75,21 @@ struct Session {
 using InputCheck = std::function<void(const gguf::File&, const Tokenizer&, uint32_t capacity)>;
 Session open_session(const RunOptions& o, const InputCheck& check_input = {});
 
-// A progress bar on stderr, shown only on a terminal and only once the work has taken over a
-// second. `update` may be called often.
+// Progress on stderr once the work has taken over a second: a bar redrawn in place on a terminal;
+// elsewhere (a log, a pipe) a plain line every 10 s once it has taken 10 s, none under -q. `update`
+// may be called often; `extra` is appended (a running estimate).
 class ProgressBar {
  public:
-  explicit ProgressBar(std::string label, std::string unit = "");
+  explicit ProgressBar(std::string label, std::string unit = "", bool quiet = false);
   ~ProgressBar();
-  void update(uint64_t done, uint64_t total);
+  void update(uint64_t done, uint64_t total, const std::string& extra = "");
   void finish();
 
  private:
   std::string label_, unit_;
   std::chrono::steady_clock::time_point start_, last_;
   bool shown_ = false;
-  bool tty_;
+  bool tty_, quiet_;
 };
 
 bool stderr_is_tty();

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "engine/perplexity.h"
 #include "test_support.h"
 #include "vk_test_env.h"
 
@@ -263,6 +264,46 @@ TEST_F(EnginePrepare, ModelLoadPreparesTheKernelsTheEngineTakes) {
   const Model plain(test::vk(), file);
   Engine c(test::vk(), test::pipelines(), plain, o);
   EXPECT_EQ(c.decode(prompt, LogitsMode::Last), logits);
+}
+
+// Both perplexity modes report, with their progress, the estimate over the tokens scored so far
+// (llama-perplexity's per-chunk figures): one report per chunk, and the last is the result.
+using EnginePerplexity = test::VulkanTest;
+
+TEST_F(EnginePerplexity, ProgressCarriesTheRunningEstimate) {
+  const std::string model_rel = "models/stories260K.gguf";
+  VKLLM_REQUIRE_SHARED(model_rel);
+  const gguf::File file = gguf::File::open(test::shared_path(model_rel));
+  const Model model(test::vk(), file);
+  EngineOptions o;
+  o.cache.capacity = 32;
+  Engine engine(test::vk(), test::pipelines(), model, o);
+  std::mt19937 rng(7);
+  std::vector<int32_t> tokens(100);
+  for (int32_t& t : tokens) t = int32_t(rng() % model.config().n_vocab);
+  tokens[0] = 1;
+
+  struct Report {
+    uint64_t done, total;
+    double estimate;
+  };
+  std::vector<Report> reports;
+  const auto record = [&](uint64_t done, uint64_t total, double estimate) { reports.push_back({done, total, estimate}); };
+  const PerplexityResult chunked = perplexity_chunked(engine, tokens, 32, 1, record);
+  ASSERT_EQ(reports.size(), 3u);  // 100 tokens: three chunks of 32
+  for (size_t i = 0; i < reports.size(); ++i) {
+    EXPECT_EQ(reports[i].done, i + 1);
+    EXPECT_EQ(reports[i].total, 3u);
+    EXPECT_TRUE(std::isfinite(reports[i].estimate) && reports[i].estimate > 1.0) << reports[i].estimate;
+  }
+  EXPECT_NE(reports[0].estimate, reports[2].estimate);  // each chunk moves it
+  EXPECT_EQ(reports.back().estimate, chunked.perplexity);
+
+  reports.clear();
+  const PerplexityResult streamed = perplexity_stream(engine, tokens, 1, record);
+  ASSERT_FALSE(reports.empty());
+  EXPECT_EQ(reports.back().done, reports.back().total);
+  EXPECT_EQ(reports.back().estimate, streamed.perplexity);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllCases, EngineReference, ::testing::ValuesIn(reference_cases()), [](const auto& info) {

@@ -16,7 +16,7 @@ void check_perplexity_text(uint64_t n_tokens, uint32_t ctx, bool stream) {
 }
 
 PerplexityResult perplexity_chunked(Engine& engine, std::span<const int32_t> tokens, uint32_t ctx, int32_t bos,
-                                    const ProgressFn& progress) {
+                                    const PerplexityProgress& progress) {
   check_perplexity_text(tokens.size(), ctx, false);
   if (engine.cache().capacity() < ctx) throw Error("the cache holds fewer tokens than --ctx");
   const uint32_t n_chunks = static_cast<uint32_t>(tokens.size() / ctx);
@@ -33,13 +33,13 @@ PerplexityResult perplexity_chunked(Engine& engine, std::span<const int32_t> tok
       r.nll_sum -= lp[uint64_t{j} * n_vocab + uint32_t(chunk[j + 1])];
       ++r.tokens_scored;
     }
-    if (progress) progress(c + 1, n_chunks);
+    if (progress) progress(c + 1, n_chunks, std::exp(r.nll_sum / double(r.tokens_scored)));
   }
   r.perplexity = std::exp(r.nll_sum / double(r.tokens_scored));
   return r;
 }
 
-PerplexityResult perplexity_stream(Engine& engine, std::span<const int32_t> tokens, uint32_t keep, const ProgressFn& progress) {
+PerplexityResult perplexity_stream(Engine& engine, std::span<const int32_t> tokens, uint32_t keep, const PerplexityProgress& progress) {
   check_perplexity_text(tokens.size(), 0, true);
   KvCache& cache = engine.cache();
   cache.clear();
@@ -49,7 +49,8 @@ PerplexityResult perplexity_stream(Engine& engine, std::span<const int32_t> toke
     const std::vector<float>& lp = engine.decode(tokens.subspan(i, 1), LogitsMode::AllLogProbs);
     r.nll_sum -= lp[uint32_t(tokens[i + 1])];
     ++r.tokens_scored;
-    if (progress && (i % 64 == 0 || i + 2 == tokens.size())) progress(i + 1, tokens.size() - 1);
+    if (progress && (i % 64 == 0 || i + 2 == tokens.size()))
+      progress(i + 1, tokens.size() - 1, std::exp(r.nll_sum / double(r.tokens_scored)));
   }
   r.perplexity = std::exp(r.nll_sum / double(r.tokens_scored));
   return r;
