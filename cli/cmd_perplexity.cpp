@@ -26,6 +26,9 @@ void run(PerplexityCommand& c) {
   const std::string text = read_text_input(c.file, "the text file");
   // Chunked mode evaluates whole chunks from an empty cache: ubatch covers a chunk when it can.
   if (!c.stream) c.opts.ubatch = std::max(c.opts.ubatch, c.opts.ctx);
+  // Chunks run the kernels for groups of columns (a last group of one, --ctx 4k + 1, makes its
+  // kernel when it runs), a stream only those for one column.
+  c.opts.kernels = {.one_column = c.stream, .columns = !c.stream};
   std::vector<int32_t> tokens;
   // The text is tokenized and its length checked before the weights load.
   Session s = open_session(c.opts, [&](const gguf::File&, const Tokenizer& tok, uint32_t) {

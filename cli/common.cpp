@@ -311,7 +311,7 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
   {
     ProgressBar bar("loading", "bytes", o.quiet);
     s.model = std::make_unique<Model>(*s.ctx, s.file, [&](uint64_t done, uint64_t total) { bar.update(done, total); },
-                                      s.pipelines.get());
+                                      s.pipelines.get(), o.kernels);
   }
   s.engine = std::make_unique<Engine>(*s.ctx, *s.pipelines, *s.model, eo);
   for (uint32_t i = 1; i < o.sequences; ++i) s.more_engines.push_back(std::make_unique<Engine>(*s.ctx, *s.pipelines, *s.model, eo));

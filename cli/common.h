@@ -31,6 +31,7 @@ struct RunOptions {
   bool profile = false;
   AttentionKernel attention = AttentionKernel::Auto;  // set by `bench --attention`
   uint32_t sequences = 1;  // engines (KV cache + activations each) sharing the weights: `serve --parallel`
+  MatmulUse kernels;       // the matvec kernels made while the weights load (perplexity takes one kind)
   SamplerParams sampling;
 };
 

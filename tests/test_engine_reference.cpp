@@ -266,6 +266,35 @@ TEST_F(EnginePrepare, ModelLoadPreparesTheKernelsTheEngineTakes) {
   EXPECT_EQ(c.decode(prompt, LogitsMode::Last), logits);
 }
 
+// A load told which kernels its run takes prepares only those: a chunked perplexity's groups of
+// columns, then runs a chunk without making any other matvec_simd kernel.
+TEST_F(EnginePrepare, ModelLoadPreparesOnlyTheKernelsOfItsUse) {
+  const std::string model_rel = "models/synth-llama-q4_0.gguf";
+  VKLLM_REQUIRE_SHARED(model_rel);
+  const gguf::File file = gguf::File::open(test::shared_path(model_rel));
+  Pipelines all(test::vk(), ""), groups(test::vk(), "");
+  const Model full(test::vk(), file, {}, &all);
+  const Model model(test::vk(), file, {}, &groups, MatmulUse{.one_column = false, .columns = true});
+  all.wait_prepared();
+  groups.wait_prepared();
+  if (test::vk().info().type != "cpu") GTEST_SKIP() << "only CPU drivers prepare kernels";
+  ASSERT_EQ(groups.made().size() * 2, all.made().size());
+  EngineOptions o;
+  o.cache.capacity = 64;
+  o.n_ubatch = 64;
+  Engine engine(test::vk(), groups, model, o);
+  const auto simd_kernels = [&] {
+    std::vector<std::string> keys;
+    for (const std::string& k : groups.made())
+      if (k.rfind("matvec_simd_", 0) == 0) keys.push_back(k);
+    std::sort(keys.begin(), keys.end());
+    return keys;
+  };
+  const std::vector<std::string> prepared = simd_kernels();
+  engine.decode(std::vector<int32_t>{1, 15, 27, 300, 41, 5, 9, 11}, LogitsMode::AllLogProbs);
+  EXPECT_EQ(simd_kernels(), prepared);
+}
+
 // Both perplexity modes report, with their progress, the estimate over the tokens scored so far
 // (llama-perplexity's per-chunk figures): one report per chunk, and the last is the result.
 using EnginePerplexity = test::VulkanTest;

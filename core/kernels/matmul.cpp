@@ -291,9 +291,12 @@ void record_matmul_layout(CommandRecorder& rec, const DeviceTensor& w, const Buf
 
 }  // namespace
 
-std::vector<PipelineSpec> matmul_pipelines(const VulkanContext& ctx, gguf::TensorType type, uint64_t cols) {
+std::vector<PipelineSpec> matmul_pipelines(const VulkanContext& ctx, gguf::TensorType type, uint64_t cols, MatmulUse use) {
   if (!weight_type_supported(type) || !simd_matvec_fits(ctx, type, cols, gguf::type_bytes(type, cols))) return {};
-  return {simd_matvec_spec(ctx, type, cols, k_simd_cols), simd_matvec_spec(ctx, type, cols, 1)};
+  std::vector<PipelineSpec> specs;
+  if (use.columns) specs.push_back(simd_matvec_spec(ctx, type, cols, k_simd_cols));
+  if (use.one_column) specs.push_back(simd_matvec_spec(ctx, type, cols, 1));
+  return specs;
 }
 
 void record_matmul(CommandRecorder& rec, const DeviceTensor& w, const BufferView& x, uint32_t x_stride,

@@ -67,11 +67,19 @@ void record_matmul(CommandRecorder& rec, const DeviceTensor& w, const BufferView
                    uint32_t n_tokens, const BufferView& y, uint32_t y_stride, MatmulStore store = MatmulStore::Overwrite,
                    MatmulKernel kernel = MatmulKernel::Auto);
 
+// Which matvec kernels a run takes: for one column (a decode step of one sequence) and for a group
+// of columns (prefill chunks, a step of several sequences). A chunked perplexity takes only groups,
+// a streamed one only single columns.
+struct MatmulUse {
+  bool one_column = true;
+  bool columns = true;
+};
 // The pipelines record_matmul (MatmulKernel::Auto) takes for a weight of `type` with rows of `cols`
-// elements, for several tokens and for one, the costlier first: for Pipelines::prepare before the
-// weights are uploaded. Only CPU drivers' matvec_simd, whose kernels take lavapipe seconds each to
-// create in every process (docs/performance.md, "Start-up"); elsewhere none.
-std::vector<PipelineSpec> matmul_pipelines(const VulkanContext& ctx, gguf::TensorType type, uint64_t cols);
+// elements, for several tokens and for one (as `use` says), the costlier first: for
+// Pipelines::prepare before the weights are uploaded. Only CPU drivers' matvec_simd, whose kernels
+// take lavapipe seconds each to create in every process (docs/performance.md, "Start-up");
+// elsewhere none.
+std::vector<PipelineSpec> matmul_pipelines(const VulkanContext& ctx, gguf::TensorType type, uint64_t cols, MatmulUse use = {});
 
 // A fused projection (q|k|v rows in one weight): its first rows[0] rows to outs[0] as
 // [n_tokens][rows[0]], the next rows[1] to outs[1] as [n_tokens][rows[1]], and so on, in one

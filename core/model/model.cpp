@@ -48,7 +48,7 @@ std::string fused_name(const std::string& first) {
 
 }  // namespace
 
-Model::Model(const VulkanContext& ctx, const gguf::File& file, const ProgressFn& progress, Pipelines* prepare)
+Model::Model(const VulkanContext& ctx, const gguf::File& file, const ProgressFn& progress, Pipelines* prepare, MatmulUse use)
     : file_(file), config_(read_model_config(file)), arena_(ctx) {
   const ModelConfig& c = config_;
   if (c.n_vocab == 0) throw Error(file.path() + ": the model has no vocabulary (tokenizer.ggml.tokens)");
@@ -136,7 +136,7 @@ Model::Model(const VulkanContext& ctx, const gguf::File& file, const ProgressFn&
     shapes.erase(std::unique(shapes.begin(), shapes.end()), shapes.end());
     std::vector<PipelineSpec> specs;
     for (const auto& [cols, type] : shapes)
-      for (PipelineSpec& s : matmul_pipelines(ctx, type, cols)) specs.push_back(std::move(s));
+      for (PipelineSpec& s : matmul_pipelines(ctx, type, cols, use)) specs.push_back(std::move(s));
     prepare->prepare(specs);
   }
   uint64_t done = 0;

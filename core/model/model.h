@@ -8,6 +8,7 @@
 
 #include "gguf.h"
 #include "model/config.h"
+#include "kernels/ops.h"
 #include "kernels/tensor.h"
 #include "vk/pipeline.h"
 
@@ -52,9 +53,10 @@ class Model {
  public:
   // Validates every tensor against the table (name, type, shape; expected vs actual on mismatch)
   // before uploading anything, then uploads the weights. With `prepare`, the pipelines the weights'
-  // projections take are started there first (Pipelines::prepare), so that making them overlaps
-  // the upload.
-  Model(const VulkanContext& ctx, const gguf::File& file, const ProgressFn& progress = {}, Pipelines* prepare = nullptr);
+  // projections take (those `use` names) are started there first (Pipelines::prepare), so that making
+  // them overlaps the upload.
+  Model(const VulkanContext& ctx, const gguf::File& file, const ProgressFn& progress = {}, Pipelines* prepare = nullptr,
+        MatmulUse use = {});
 
   const ModelConfig& config() const { return config_; }
   const Weights& weights() const { return weights_; }
