@@ -21,7 +21,7 @@ void add_devices_command(CLI::App& app) {
         for (const auto& [bytes, local] : d.heaps) heaps.push_back({{"bytes", bytes}, {"device_local", local}});
         out.push_back({{"index", d.index}, {"name", d.name}, {"type", d.type}, {"driver", d.driver},
                        {"api_version", d.api_version}, {"heaps", heaps}, {"subgroup_size", d.subgroup_size},
-                       {"fp16", d.fp16}, {"int8", d.int8}, {"int64", d.int64}, {"wide_int64", d.wide_int64},
+                       {"fp16", d.fp16}, {"int8", d.int8}, {"int_dot", d.int_dot}, {"int64", d.int64}, {"wide_int64", d.wide_int64},
                        {"storage_16bit", d.storage16}, {"storage_8bit", d.storage8},
                        {"push_descriptor", d.push_descriptor}, {"max_storage_buffer_range", d.max_storage_buffer_range},
                        {"max_allocation_size", d.max_allocation_size}, {"max_shared_memory", d.max_shared_memory},

@@ -118,7 +118,8 @@ TEST(Cli, InfoCountsTheRotatedCopyOfK) {
 }
 
 // `devices`: the JSON carries the int64 features; wide_int64 (four Q4_0 columns per 64-bit multiply)
-// only for a CPU driver with shaderInt64, and the text says the same.
+// only for a CPU driver with shaderInt64, and the text says the same; every feature the text lists
+// is in the JSON (integer dot products were not).
 TEST(Cli, DevicesReportInt64) {
   const Result js = vkllm("devices --json");
   ASSERT_EQ(js.status, 0) << js.err;
@@ -133,6 +134,9 @@ TEST(Cli, DevicesReportInt64) {
     }
   }
   const bool wide = devices[0]["wide_int64"], int64 = devices[0]["int64"];
+  ASSERT_TRUE(devices[0]["int_dot"].is_boolean()) << devices[0].dump();
+  EXPECT_NE(text.out.find(std::string("integer dot products      ") + (devices[0]["int_dot"].get<bool>() ? "yes" : "no")),
+            std::string::npos) << text.out;
   const std::string line = std::string("int64 arithmetic          ") +
                            (!int64 ? "no" : wide ? "yes, one instruction per subgroup (AVX-512 DQ)" : "yes");
   EXPECT_NE(text.out.find(line), std::string::npos) << text.out;
