@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -28,10 +29,17 @@ int checked_stdout(int status) {
   return status == 0 ? 1 : status;
 }
 
+// Every option of every subcommand, for the rules that hold for all of them.
+void for_each_option(CLI::App& app, const std::function<void(CLI::Option&)>& fn) {
+  for (CLI::Option* opt : app.get_options()) fn(*opt);
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) for_each_option(*sub, fn);
+}
+
 // CLI11 reads integers with strtoll's base 0, so "010" was 8 and "0x10" 16: a script's
-// zero-padded count (printf %03d) silently became another number. Every integer option of every
-// subcommand reads decimal: leading zeros are dropped, a 0x/0b/0o prefix is refused.
-void decimal_integers(CLI::App& app) {
+// zero-padded count (printf %03d) silently became another number. Every integer option reads
+// decimal: leading zeros are dropped, a 0x/0b/0o prefix is refused. And an option of one value
+// given twice takes the last, as llama.cpp's do (a script's defaults, then "$@"); CLI11 refused it.
+void option_rules(CLI::App& app) {
   const CLI::Validator decimal(
       [](std::string& v) {
         v.erase(0, std::min(v.find_first_not_of(" \t\n\v\f\r"), v.size()));  // strtoll skips it, then reads base 0
@@ -43,11 +51,12 @@ void decimal_integers(CLI::App& app) {
         return std::string();
       },
       "");
-  for (CLI::Option* opt : app.get_options()) {
-    const std::string type = opt->get_type_name();
-    if (type.starts_with("INT") || type.starts_with("UINT")) opt->transform(decimal);
-  }
-  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) decimal_integers(*sub);
+  for_each_option(app, [&](CLI::Option& opt) {
+    const std::string type = opt.get_type_name();
+    if (type.starts_with("INT") || type.starts_with("UINT")) opt.transform(decimal);
+    if (opt.get_items_expected_max() == 1 && opt.get_multi_option_policy() == CLI::MultiOptionPolicy::Throw)
+      opt.multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  });
 }
 
 }  // namespace
@@ -69,7 +78,7 @@ int main(int argc, char** argv) {
   vkllm::cli::add_chat_command(app);
   vkllm::cli::add_cache_command(app);
   vkllm::cli::add_serve_command(app);
-  decimal_integers(app);
+  option_rules(app);
   // An error is one line whatever it quotes (a file's strings may hold newlines, escape codes or
   // bytes that are not UTF-8): control bytes and bytes of no valid UTF-8 sequence are printed as \n,
   // \t or \xHH.

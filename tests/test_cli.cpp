@@ -1021,6 +1021,22 @@ TEST(Cli, TwoStopStringsCutAtTheFirstToOccur) {
   EXPECT_EQ(other.out, one.out);
 }
 
+// An option of one value given twice takes the last, as llama.cpp's (a script's defaults, then the
+// user's "$@"); CLI11 refused it ("At Most 1"). Repeatable options keep every value.
+TEST(Cli, AnOptionGivenTwiceTakesTheLast) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const std::string m = " -m " + model("stories260K.gguf");
+  const Result run = vkllm("run -q --json --temp 0 --ignore-eos -n 3 -p x -m /nonexistent.gguf -n 5 -p 'Once upon a time'" + m);
+  ASSERT_EQ(run.status, 0) << run.err;
+  const json j = json::parse(run.out);
+  EXPECT_EQ(j["tokens"].size(), 5u) << run.out;
+  EXPECT_EQ(j["text"], ", there was a little") << run.out;
+  const Result tok = vkllm("tokenize --ids -p a -p 'Once upon'" + m);
+  const Result want = vkllm("tokenize --ids -p 'Once upon'" + m);
+  ASSERT_EQ(tok.status, 0) << tok.err;
+  EXPECT_EQ(tok.out, want.out);
+}
+
 // Input the model cannot take is refused before the weights load: no model or memory line, one
 // error naming the count.
 TEST(Cli, ShortTextsAndLongPromptsAreRefusedBeforeLoading) {
