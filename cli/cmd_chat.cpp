@@ -356,6 +356,8 @@ class ChatSession {
   void print_stats() const;
   void print_kv() const;
   void status_line() const;
+  // Once per chat: a pin (BOS and the system prompt) longer than the cache can hold is said.
+  void warn_pin_cut();
   void save_session(const std::string& file);
   void load_session(const std::string& file);
   // Loads `file` into the conversation and says so, "vkllm: <label>: 4 messages, 312 tokens
@@ -376,6 +378,7 @@ class ChatSession {
   LineReader reader_;
   bool last_interrupted_ = false;  // the previous event was a Ctrl+C
   int exit_code_ = -1;
+  bool pin_cut_said_ = false;
   bool failed_ = false;  // a turn, a --session save, a /save or a /load failed: a piped chat then exits 1
   // A script piping messages learns from the status that a reply, a save or a load failed.
   int exit_status(int code) const { return !tty_in_ && failed_ ? 1 : code; }
@@ -455,6 +458,13 @@ void dim_line(const std::string& text) {
   else std::fprintf(stderr, "\033[2m%s\033[0m\n", text.c_str());
 }
 
+void ChatSession::warn_pin_cut() {
+  const std::string w = pin_cut_warning(conv_.pin_wanted(), conv_.pinned(), s_.engine->cache());
+  if (w.empty() || pin_cut_said_) return;
+  pin_cut_said_ = true;
+  std::fprintf(stderr, "vkllm: warning: %s\n", w.c_str());
+}
+
 void ChatSession::status_line() const {
   if (!stderr_is_tty()) return;
   const KvCache& kv = s_.engine->cache();
@@ -507,7 +517,11 @@ void ChatSession::stream_reply(bool regen, const std::string& text) {
     bar.update(done, total);
   };
   // The bar ends before the reply (its line would be cleared under the reply's last line).
-  const Conversation::ReplyHooks hooks{[&] { bar.finish(); }, {}};
+  const Conversation::ReplyHooks hooks{[&] {
+                                         bar.finish();
+                                         warn_pin_cut();
+                                       },
+                                       {}};
   const GenerationStats* reply = nullptr;
   try {
     reply = &(regen ? conv_.regen(go, on_text, progress, hooks) : conv_.say(text, go, on_text, progress, hooks));
@@ -524,8 +538,10 @@ void ChatSession::stream_reply(bool regen, const std::string& text) {
   // A message that leaves the cache no room (without -n a reply stops before it would evict its
   // own turn) got no reply: said, and a piped chat's status says so.
   if (st.generated == 0 && st.stop_reason == "context full") {
-    std::fprintf(stderr, "vkllm: error: the message fills --ctx %s: no room for a reply (a larger --ctx, or -n N to run through the ring)\n",
-                 with_commas(s_.engine->cache().capacity()).c_str());
+    const uint32_t pinned = conv_.pinned();
+    std::fprintf(stderr, "vkllm: error: the message fills --ctx %s%s: no room for a reply (a larger --ctx, or -n N to run through the ring)\n",
+                 with_commas(s_.engine->cache().capacity()).c_str(),
+                 pinned > 1 ? (" with the " + with_commas(pinned) + " pinned tokens of BOS and the system prompt").c_str() : "");
     failed_ = true;
   }
   if (last_interrupted_ && tty_in_) dim_line("[interrupted]");
@@ -536,17 +552,19 @@ void ChatSession::print_stats() const {
   FILE* out = command_out();
   const KvCache& kv = s_.engine->cache();
   const GenerationStats& st = conv_.last_stats();
-  std::fprintf(out, "tokens      %s / %s in the cache (%s pinned), conversation %s\n", with_commas(kv.used()).c_str(),
+  const uint64_t stale = conv_.stale();
+  std::fprintf(out, "tokens      %s / %s in the cache (%s pinned%s), conversation %s\n", with_commas(kv.used()).c_str(),
                with_commas(kv.capacity()).c_str(), with_commas(conv_.pinned()).c_str(),
+               stale ? (", " + with_commas(stale) + " of an undone exchange, replaced at the next message").c_str() : "",
                with_commas(conv_.tokens().size()).c_str());
   std::fprintf(out, "evicted     %s tokens of this conversation are out of the cache (%s evicted since it was last emptied)\n",
                with_commas(conv_.evicted()).c_str(), with_commas(kv.evicted()).c_str());
   std::fprintf(out, "KV cache    %s used, %s/token, K %s, V %s\n", human_bytes(kv.bytes_used()).c_str(),
                human_bytes(kv.bytes_per_token()).c_str(), cache_type_name(kv.type_k()), cache_type_name(kv.type_v()));
-  std::fprintf(out, "last turn   %s prompt tokens, %s cached, %s prefilled, %s generated (%s)\n",
-               with_commas(st.prompt_tokens).c_str(), with_commas(st.cached_tokens).c_str(),
-               with_commas(st.prompt_tokens - st.cached_tokens).c_str(), with_commas(st.generated).c_str(),
-               st.stop_reason.empty() ? "-" : st.stop_reason.c_str());
+  std::fprintf(out, "last turn   %s prompt tokens (the conversation), %s cached, %s prefilled%s, %s generated (%s)\n",
+               with_commas(st.prompt_tokens).c_str(), with_commas(st.cached_tokens).c_str(), with_commas(st.prefilled()).c_str(),
+               st.skipped_tokens ? (", " + with_commas(st.skipped_tokens) + " past the window (not run)").c_str() : "",
+               with_commas(st.generated).c_str(), st.stop_reason.empty() ? "-" : st.stop_reason.c_str());
   std::fprintf(out, "speed       TTFT %s · prefill %.1f tok/s · decode %.1f tok/s\n", fmt_ms(st.ttft_ms).c_str(),
                st.prefill_tok_s(), st.decode_tok_s());
   std::fprintf(out, "messages    %zu exchange%s%s\n", conv_.n_exchanges(), conv_.n_exchanges() == 1 ? "" : "s",

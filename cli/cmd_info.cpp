@@ -19,10 +19,10 @@ struct InfoOptions {
   uint32_t ctx = 0;   // 0: the trained context
   uint32_t seqs = 1;
   std::string cache_type = "f16";
+  uint32_t ubatch = 512;  // the prefill chunk, which sizes the window layers' rings: a GPU's default (info opens no device)
 };
 
 constexpr CacheType k_cache_types[] = {CacheType::F16, CacheType::Q8_0, CacheType::Q4_0};
-constexpr uint32_t k_ubatch = 512;  // GPUs' default prefill chunk, which sizes the window layers' rings (info opens no device)
 
 uint32_t window_layers(const ModelConfig& c) {
   uint32_t n = 0;
@@ -54,7 +54,7 @@ nlohmann::json to_json(const ModelSummary& s, const InfoOptions& o, uint32_t ctx
   nlohmann::json kv = nlohmann::json::object();
   for (CacheType t : k_cache_types) {
     if (!cache_type_fits(t, c.n_embd_kv())) continue;
-    const uint64_t per_token = kv_bytes_per_token(c, t, t), per_seq = kv_cache_bytes(c, t, t, ctx, window_ring_slots(c, ctx, k_ubatch));
+    const uint64_t per_token = kv_bytes_per_token(c, t, t), per_seq = kv_cache_bytes(c, t, t, ctx, window_ring_slots(c, ctx, o.ubatch));
     kv[cache_type_name(t)] = {{"bytes_per_token", per_token},
                               {"bytes_per_seq", per_seq},
                               {"bytes_total", kv_total(per_seq, o.seqs, ctx)}};
@@ -85,7 +85,7 @@ nlohmann::json to_json(const ModelSummary& s, const InfoOptions& o, uint32_t ctx
                 {"freq_base", c.rope_freq_base},
                 {"freq_scale", c.rope_freq_scale}}},
       {"sliding_window", {{"window", c.has_swa() ? c.n_swa : 0}, {"window_layers", window_layers(c)}}},
-      {"kv_cache", {{"ctx", ctx}, {"window_ring_slots", window_ring_slots(c, ctx, k_ubatch)}, {"seqs", o.seqs}, {"cache_type", cache_type_name(chosen)}, {"types", kv},
+      {"kv_cache", {{"ctx", ctx}, {"window_ring_slots", window_ring_slots(c, ctx, o.ubatch)}, {"seqs", o.seqs}, {"cache_type", cache_type_name(chosen)}, {"types", kv},
                     {"cpu_rotated_k_bytes_per_seq", rotated_k_copy_bytes(c, ctx)}}},
   };
 }
@@ -116,17 +116,18 @@ void print_human(const ModelSummary& s, const InfoOptions& o, uint32_t ctx, Cach
               ("× " + std::to_string(o.seqs) + " seq").c_str());
   for (CacheType t : k_cache_types) {
     if (!cache_type_fits(t, c.n_embd_kv())) continue;
-    const uint64_t per_token = kv_bytes_per_token(c, t, t), per_seq = kv_cache_bytes(c, t, t, ctx, window_ring_slots(c, ctx, k_ubatch));
+    const uint64_t per_token = kv_bytes_per_token(c, t, t), per_seq = kv_cache_bytes(c, t, t, ctx, window_ring_slots(c, ctx, o.ubatch));
     std::printf("%s %-6s %14s %14s %14s\n", t == chosen ? "*" : " ", cache_type_name(t), human_bytes(per_token).c_str(),
                 human_bytes(per_seq).c_str(), human_bytes(kv_total(per_seq, o.seqs, ctx)).c_str());
   }
   if (const uint64_t copy = chosen == CacheType::F16 ? rotated_k_copy_bytes(c, ctx) : 0)
     std::printf("  CPU drivers (lavapipe): an f16 K cache adds a copy of K rotated by RoPE, %s per seq (%s in all)\n",
                 human_bytes(copy).c_str(), human_bytes(kv_total(copy, o.seqs, ctx)).c_str());
-  if (const uint32_t ring = window_ring_slots(c, ctx, k_ubatch))
+  if (const uint32_t ring = window_ring_slots(c, ctx, o.ubatch))
     std::printf("  per token: every layer; × tokens: the %u window layers keep only a ring of %s slots each (window %s\n"
-                "  + one %u-token prefill chunk, a GPU's default), the %u global layers all %s\n",
-                window_layers(c), with_commas(ring).c_str(), with_commas(c.n_swa).c_str(), k_ubatch, c.n_layer - window_layers(c),
+                "  + one %u-token prefill chunk%s), the %u global layers all %s\n",
+                window_layers(c), with_commas(ring).c_str(), with_commas(c.n_swa).c_str(), o.ubatch,
+                o.ubatch == 512 ? ", a GPU's default; CPU drivers take 64: --ubatch 64" : "", c.n_layer - window_layers(c),
                 with_commas(ctx).c_str());
 }
 
@@ -139,6 +140,10 @@ void add_info_command(CLI::App& app) {
   cmd->add_flag("--json", o->json, "Print one JSON object instead of text");
   cmd->add_option("--ctx", o->ctx, "Tokens per conversation for the KV total (default: trained context)");
   cmd->add_option("--seqs", o->seqs, "Conversations held at once")->check(CLI::Range(1u, 1000000u));
+  cmd->add_option("--ubatch", o->ubatch,
+                  "Prompt tokens per prefill chunk, which sizes a sliding-window model's rings (default: 512, a GPU's; "
+                  "CPU drivers take 64)")
+      ->check(CLI::Range(1u, 8192u));
   cmd->add_option("--cache-type", o->cache_type, "KV cache type to highlight: f16, q8_0, q4_0")
       ->check(CLI::IsMember({"f16", "q8_0", "q4_0"}));
   cmd->callback([o] {
@@ -150,7 +155,7 @@ void add_info_command(CLI::App& app) {
       throw Error("--cache-type " + o->cache_type + " needs a KV row width that is a multiple of 32; this model's is " +
                   std::to_string(s.config.n_embd_kv()));
     // Refused before anything is printed: f16 is the largest type.
-    kv_total(kv_cache_bytes(s.config, CacheType::F16, CacheType::F16, ctx, window_ring_slots(s.config, ctx, k_ubatch)), o->seqs, ctx);
+    kv_total(kv_cache_bytes(s.config, CacheType::F16, CacheType::F16, ctx, window_ring_slots(s.config, ctx, o->ubatch)), o->seqs, ctx);
     if (o->json) std::printf("%s\n", to_json(s, *o, ctx, chosen).dump(1).c_str());
     else print_human(s, *o, ctx, chosen);
   });

@@ -205,9 +205,12 @@ int run(const RunCommand& c) {
   } else if (resumed) {
     appended = tok.tokenize(text, false, c.special);
   }
-  if (!resumed)
+  if (!resumed) {
     cache.set_keep(c.opts.keep >= 0 ? std::min<uint32_t>(uint32_t(c.opts.keep), cache.capacity() - 1)
                                     : std::min<uint32_t>(p.pinned, cache.max_keep()));
+    if (const std::string w = c.opts.keep < 0 ? pin_cut_warning(p.pinned, cache.keep(), cache) : ""; !w.empty())
+      std::fprintf(stderr, "vkllm: warning: %s\n", w.c_str());
+  }
 
   // A continued session holds its tokens (a chat's, its conversation); the prompt cache is for
   // new prompts' prefixes.
@@ -301,6 +304,8 @@ int run(const RunCommand& c) {
       conv->say(text, go, sink, [&](uint64_t done, uint64_t total) { bar->update(done, total); },
                 {[&] {
                    bar.reset();
+                   if (const std::string w = pin_cut_warning(conv->pin_wanted(), conv->pinned(), cache); !w.empty())
+                     std::fprintf(stderr, "vkllm: warning: %s\n", w.c_str());
                    stop_signals.emplace();
                  },
                  stopped_by_signal});

@@ -132,6 +132,16 @@ void ProgressBar::finish() {
   shown_ = false;
 }
 
+std::string pin_cut_warning(uint32_t wanted, uint32_t pinned, const KvCache& cache) {
+  if (wanted <= pinned) return "";
+  return "BOS and the system prompt take " + with_commas(wanted) + " tokens, more than the " + with_commas(pinned) +
+         " this cache pins (--ctx " + with_commas(cache.capacity()) +
+         (cache.window_ring() ? " less the sliding-window rings' " + with_commas(cache.window_ring()) + " slots"
+                              : std::string(" − 1")) +
+         "): its last " + with_commas(wanted - pinned) +
+         " are evicted like any token once the ring wraps (a larger --ctx, or a shorter system prompt)";
+}
+
 void print_profile(const std::vector<DispatchTiming>& timings, const std::string& what) {
   std::map<std::string, std::pair<double, uint64_t>> by_op;
   double total = 0;

@@ -93,6 +93,10 @@ class ProgressBar {
   bool tty_, quiet_;
 };
 
+// The warning for a chat whose pin (BOS and the system prompt) is longer than the cache can pin:
+// the rest of the system prompt is evicted once the ring wraps. "" when it fits.
+std::string pin_cut_warning(uint32_t wanted, uint32_t pinned, const KvCache& cache);
+
 bool stderr_is_tty();
 bool stdout_is_tty();
 // Prints "vkllm: warning: …" lines for tokenizer warnings.

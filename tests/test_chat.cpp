@@ -100,7 +100,7 @@ TEST_F(ChatConversation, TurnsPrefillOnlyTheirNewTokens) {
   EXPECT_EQ(s2.cached_tokens, after1);
   // Only the new text ran (stories260K has no ChatML tokens, so the markup is spelled out).
   const size_t n_delta = r.tok.tokenize(kTurnDelta, false, true).size();
-  EXPECT_LE(s2.prompt_tokens - s2.cached_tokens, n_delta + 1);
+  EXPECT_LE(s2.prefilled(), n_delta + 1);
   EXPECT_EQ(conv.n_exchanges(), 2u);
   expect_cache_consistent(conv, r.engine.cache());
   EXPECT_EQ(conv.evicted(), 0u);
@@ -237,7 +237,7 @@ TEST_F(ChatConversation, GoesOnWhenTheRingFills) {
   uint64_t new_tokens_max = 0;
   for (int turn = 0; turn < 6; ++turn) {
     const GenerationStats st = conv.say("Tell me more", up_to(30), kIgnore);
-    if (turn > 0) new_tokens_max = std::max<uint64_t>(new_tokens_max, st.prompt_tokens - st.cached_tokens);
+    if (turn > 0) new_tokens_max = std::max<uint64_t>(new_tokens_max, st.prefilled());
     expect_cache_consistent(conv, r.engine.cache());
   }
   EXPECT_GT(conv.evicted(), 0u);
@@ -297,7 +297,7 @@ TEST_F(ChatConversation, ReplyWithoutALimitStopsWhenTheCacheIsFull) {
   EXPECT_EQ(first.prompt_tokens + first.generated, 128u);
   const GenerationStats second = conv.say("Tell me more", o, kIgnore);
   EXPECT_EQ(second.stop_reason, "context full");
-  const uint32_t turn = second.prompt_tokens - second.cached_tokens;
+  const uint32_t turn = second.prefilled();
   EXPECT_EQ(second.generated, 128u - conv.pinned() - turn);
   EXPECT_GT(r.engine.cache().evicted(), 0u);
   expect_cache_consistent(conv, r.engine.cache());
@@ -399,7 +399,7 @@ TEST_F(ChatConversation, SessionSavedAfterTheRingWrappedContinues) {
   // No re-prefill: the same tokens cached as in the chat that never stopped, only the new run.
   EXPECT_EQ(b4.stats.cached_tokens, a4.stats.cached_tokens);
   EXPECT_EQ(b4.stats.prompt_tokens, a4.stats.prompt_tokens);
-  EXPECT_LE(b5.stats.prompt_tokens - b5.stats.cached_tokens, b.rig.tok.tokenize(kTurnDelta, false, true).size() + 1);
+  EXPECT_LE(b5.stats.prefilled(), b.rig.tok.tokenize(kTurnDelta, false, true).size() + 1);
   EXPECT_EQ(b.cache().tokens(), a.cache().tokens());
   expect_cache_consistent(b.conv, b.cache());
   // /undo and /regen reach back into the restored turns.
@@ -625,6 +625,55 @@ std::vector<std::string> vkllm_lines(const std::string& err) {
   for (std::string l; std::getline(in, l);)
     if (l.starts_with("vkllm: ")) lines.push_back(l);
   return lines;
+}
+
+// A system prompt longer than the cache can pin is said once (it was cut silently, and a message
+// then failed as if it filled the context alone); a piped message that cannot fit names the pin.
+// /stats counts a turn's prompt as the whole conversation (cached + prefilled + past the window),
+// and names the rows an /undo left in the cache.
+TEST(ChatCli, ALongPinIsSaidAndCounted) {
+  VKLLM_REQUIRE_SHARED(kModel);
+  const TempDir tmp;
+  const std::string tmpl = tmp.path("plain.jinja");
+  std::ofstream(tmpl) << "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% if m['role'] != 'assistant' %} {% else %}\n"
+                         "{% endif %}{% endfor %}";
+  const std::string sys = "'Lily had a red ball and a blue car and a green hat and a yellow dog and a big house near the park.'";
+  const std::string args = "-q --chat-template " + tmpl + " --system " + sys;
+  const Piped full = piped(tmp, chat_cmd(args + " --ctx 40"), "Once upon a time there was a dog.\nThe dog liked to run.\n");
+  EXPECT_EQ(full.status, 1);
+  const std::vector<std::string> said = vkllm_lines(full.err);
+  ASSERT_EQ(said.size(), 3u) << full.err;
+  EXPECT_EQ(said[0], "vkllm: warning: BOS and the system prompt take 44 tokens, more than the 39 this cache pins (--ctx 40 − 1): "
+                     "its last 5 are evicted like any token once the ring wraps (a larger --ctx, or a shorter system prompt)");
+  EXPECT_TRUE(said[1].starts_with("vkllm: error: the message fills --ctx 40 with the 39 pinned tokens of BOS and the system prompt"))
+      << said[1];
+  const ShellRun run = run_shell("timeout 60 " + vkllm_cmd("run", "--chat -n 4 --ctx 32 -p Hello " + args) + " 2>&1 >/dev/null");
+  EXPECT_EQ(run.status, 0) << run.out;
+  EXPECT_NE(run.out.find("take 44 tokens, more than the 31 this cache pins (--ctx 32 − 1)"), std::string::npos) << run.out;
+
+  // Three turns past --ctx 48 with 8-token replies, then /undo twice: the first exchange's rows stay
+  // until the next message.
+  const Piped wrapped = piped(tmp, chat_cmd("-q -n 8 --ctx 48 --chat-template " + tmpl + " --system Lily_had_a_red_ball."),
+                              "Once upon a time there was a dog.\nThe dog liked to run.\nOne day the dog saw a cat.\n/stats\n"
+                              "/undo\n/undo\n/stats\n");
+  ASSERT_EQ(wrapped.status, 0) << wrapped.err;
+  std::istringstream lines(wrapped.err);
+  std::vector<std::string> turn, tokens;
+  for (std::string l; std::getline(lines, l);) {
+    if (l.starts_with("last turn ")) turn.push_back(l);
+    if (l.starts_with("tokens ")) tokens.push_back(l);
+  }
+  ASSERT_EQ(turn.size(), 2u) << wrapped.err;
+  // The third turn's prompt is the whole conversation: what the cache kept, what ran, what the
+  // ring would have dropped.
+  unsigned prompt = 0, cached = 0, prefilled = 0, past = 0;
+  ASSERT_EQ(std::sscanf(turn[0].c_str(), "last turn   %u prompt tokens (the conversation), %u cached, %u prefilled, %u past the window",
+                        &prompt, &cached, &prefilled, &past), 4) << turn[0];
+  EXPECT_EQ(prompt, cached + prefilled + past) << turn[0];
+  EXPECT_GT(prompt, 48u) << turn[0];
+  ASSERT_EQ(tokens.size(), 2u);
+  EXPECT_EQ(tokens[0].find("undone"), std::string::npos) << tokens[0];
+  EXPECT_NE(tokens[1].find(" of an undone exchange, replaced at the next message), conversation "), std::string::npos) << tokens[1];
 }
 
 const std::string kTwoTurns = "Hello\nTell me more\n/stats\n";

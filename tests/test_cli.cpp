@@ -767,6 +767,13 @@ TEST(Cli, InfoSumsGemma3LayersKv) {
   const uint64_t layer_row = 2 * 2 * 64 * 2;  // K and V, 2 KV heads × head dim 64, f16
   EXPECT_EQ(kv["types"]["f16"]["bytes_per_token"].get<uint64_t>(), 6 * layer_row);
   EXPECT_EQ(kv["types"]["f16"]["bytes_per_seq"].get<uint64_t>(), (5 * 528 + 4096) * layer_row);
+  // A CPU driver's 64-token chunks size the rings as `run` allocates them there: --ubatch 64.
+  const Result cpu = vkllm("info --json --ctx 600 --ubatch 64 -m " + gguf);
+  ASSERT_EQ(cpu.status, 0) << cpu.err;
+  const json cpu_info = json::parse(cpu.out);
+  const json& cpu_kv = cpu_info["kv_cache"];
+  EXPECT_EQ(cpu_kv["window_ring_slots"], 16 + 64);
+  EXPECT_EQ(cpu_kv["types"]["f16"]["bytes_per_seq"].get<uint64_t>(), (5 * 80 + 600) * layer_row);
   const Result text = vkllm("info -m " + gguf);
   ASSERT_EQ(text.status, 0) << text.err;
   EXPECT_NE(text.out.find("sliding window of 16 tokens on 5 of 6 layers"), std::string::npos) << text.out;

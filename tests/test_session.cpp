@@ -470,6 +470,10 @@ TEST_F(SessionTest, PromptCacheLoadsOnlyRealPrefixesAndWritesOnlyItsFiles) {
   ASSERT_EQ(again.rc, 0) << again.err;
   const nlohmann::json two = nlohmann::json::parse(again.out);
   EXPECT_EQ(two["cached_tokens"].get<int>(), two["prompt_tokens"].get<int>() - 1) << again.err;
+  // A prompt longer than --ctx (-n runs it through the ring) cannot be stored: said, not silent.
+  const Result over = vkllm(model() + " --temp 0 -n 2 --ctx 32 --prompt-cache " + path("over") + " -p '" + story + "'");
+  ASSERT_EQ(over.rc, 0) << over.err;
+  EXPECT_NE(over.err.find("prompt cache: not stored: the prompt overflowed --ctx 32 (the ring evicted "), std::string::npos) << over.err;
 
   // A bare --prompt-cache (its value optional) is the default directory; so is `--prompt-cache ""`,
   // which the parser does not tell apart from it. (Mesa's shader cache stays where it was.)

@@ -2,6 +2,7 @@
 #include "chat/conversation.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "base/error.h"
 #include "chat/prompt.h"
@@ -55,6 +56,12 @@ uint64_t Conversation::evicted() const {
   return std::min(n_tokens_, size_t{pinned_} + gap) - pinned_;
 }
 
+uint64_t Conversation::stale() const {
+  const size_t gap = cached_.size() - engine_.cache().used();
+  const size_t first_held = std::max(n_tokens_, size_t{pinned_} + gap);  // of cached_ past the conversation
+  return cached_.size() > first_held ? cached_.size() - first_held : 0;
+}
+
 size_t Conversation::delta_start(const std::string& rendered) const {
   if (text_.empty()) return kUnknown;
   if (rendered.starts_with(text_)) return text_.size();
@@ -106,7 +113,10 @@ std::vector<int32_t> Conversation::plan_turn(const std::string& rendered, const 
 uint32_t Conversation::pin_count(const std::vector<int32_t>& target) {
   pinned_text_.clear();
   const uint32_t most = engine_.cache().max_keep();
-  if (keep_ >= 0) return std::min<uint32_t>(uint32_t(keep_), most);
+  if (keep_ >= 0) {
+    pin_wanted_ = uint32_t(keep_);
+    return std::min(pin_wanted_, most);
+  }
   uint32_t n = (!target.empty() && target[0] == tok_.bos()) ? 1 : 0;
   if (!system_.empty()) {
     // What the system prompt alone renders to, as far as its tokens begin the conversation's.
@@ -119,8 +129,9 @@ uint32_t Conversation::pin_count(const std::vector<int32_t>& target) {
     }
     const std::vector<int32_t> sys_tokens = tokenize_rendered(tok_, text, sys);
     n = std::max<uint32_t>(n, uint32_t(common_prefix(sys_tokens, target)));
-    if (n == sys_tokens.size() && !text.empty() && text_.starts_with(text)) pinned_text_ = text;
+    if (n == sys_tokens.size() && !text.empty() && text_.starts_with(text) && n <= most) pinned_text_ = text;
   }
+  pin_wanted_ = n;
   return std::min(n, most);
 }
 
@@ -128,7 +139,7 @@ void Conversation::reset_cache() {
   engine_.cache().truncate(0);
   cached_.clear();
   n_tokens_ = 0;
-  pinned_ = 0;
+  pinned_ = pin_wanted_ = 0;
   pinned_text_.clear();
   forget_past(0);
 }
@@ -169,6 +180,7 @@ void Conversation::sync(const std::vector<int32_t>& target, const ProgressFn& pr
   fresh = fresh || cache.reusable(kept) != kept;
   // Whether this turn runs earlier turns again (a refill, or a fresh start of a conversation).
   reran_ = fresh ? turns_.size() > 1 : from < same;
+  const uint32_t reused = fresh ? 0 : kept;
   if (fresh) {
     // A fresh start, or the pinned prefix itself changed: pin again while the ring is empty.
     cache.truncate(0);
@@ -185,8 +197,15 @@ void Conversation::sync(const std::vector<int32_t>& target, const ProgressFn& pr
   const size_t window = cache.capacity() - pinned_;
   const size_t dropped_end = target.size() > cache.capacity() ? target.size() - window : 0;
   size_t tail = from;
+  uint32_t pin_ran = 0;
+  double pin_ms = 0;
   if (dropped_end > std::max<size_t>(from, pinned_)) {
-    if (from < pinned_) engine_.decode(std::span(target).subspan(from, pinned_ - from), LogitsMode::Last);
+    if (from < pinned_) {
+      const auto t0 = std::chrono::steady_clock::now();
+      engine_.decode(std::span(target).subspan(from, pinned_ - from), LogitsMode::Last);
+      pin_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      pin_ran = uint32_t(pinned_ - from);
+    }
     tail = dropped_end;
   }
   cached_ = target;
@@ -209,6 +228,8 @@ void Conversation::sync(const std::vector<int32_t>& target, const ProgressFn& pr
   }
   // What the skipped tokens would have left: the ring holds pinned + the newest window.
   n_tokens_ = target.size();
+  // The turn's prompt is the whole conversation, as a run's is its whole prompt.
+  gen_.account_turn(uint32_t(target.size()), reused, pin_ran, pin_ms);
   VKLLM_CHECK(cached_.size() >= cache.used(), "the cache holds more tokens than the conversation");
 }
 

@@ -63,6 +63,13 @@ class Conversation {
   // cache.used() − pinned() are what the cache holds.
   const std::vector<int32_t>& cached_sequence() const { return cached_; }
   uint32_t pinned() const { return pinned_; }
+  // The pin asked for (BOS plus the system prompt, or --keep): more than pinned() when it did not
+  // fit (at most --ctx − 1, or what a window model's rings leave), and then the rest of the system
+  // prompt is evicted like any token once the ring wraps.
+  uint32_t pin_wanted() const { return pin_wanted_; }
+  // Rows the cache holds past the conversation: an /undo's exchange that could not be cut from the
+  // cache yet (the next turn replaces them).
+  uint64_t stale() const;
   // Tokens of the conversation (after the pinned ones) that are no longer in the cache.
   uint64_t evicted() const;
   const GenerationStats& last_stats() const { return gen_.stats(); }
@@ -142,7 +149,7 @@ class Conversation {
   size_t n_tokens_ = 0;          // of which the conversation is the first n_tokens_
   std::string text_;             // the rendered text of those tokens; "" when not known
   size_t reply_at_ = 0;          // when text_ ends with a reply: where it starts (0: it does not)
-  uint32_t pinned_ = 0;
+  uint32_t pinned_ = 0, pin_wanted_ = 0;
   bool reran_ = false;  // the last sync ran earlier turns again (the reply's budget counts its own tokens)
   std::string pinned_text_;      // the rendered text of the pinned tokens; "" when not known
 };

@@ -221,7 +221,7 @@ Conversation::Restored Conversation::load(const std::string& path, const ModelFi
   n_tokens_ = s.n_tokens;
   text_ = std::move(s.text);
   reply_at_ = s.reply_at;
-  pinned_ = s.pinned;
+  pinned_ = pin_wanted_ = s.pinned;
   pinned_text_ = std::move(s.pinned_text);
   KvCache& cache = engine_.cache();
   if (cached_.empty()) cache.truncate(0);

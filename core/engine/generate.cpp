@@ -101,6 +101,15 @@ uint32_t Generator::extend(std::span<const int32_t> tokens, const ProgressFn& pr
   return stats_.cached_tokens;
 }
 
+void Generator::account_turn(uint32_t prompt, uint32_t cached, uint32_t ran_before, double ran_before_ms) {
+  const uint32_t ran = stats_.prefilled() + ran_before;
+  VKLLM_CHECK(uint64_t{cached} + ran <= prompt, "a turn ran more tokens than its prompt holds");
+  stats_.prompt_tokens = prompt;
+  stats_.cached_tokens = cached;
+  stats_.skipped_tokens = prompt - cached - ran;
+  stats_.prefill_ms += ran_before_ms;
+}
+
 uint32_t Generator::extend_begin(std::span<const int32_t> tokens) {
   stats_ = {};
   const KvCache& cache = engine_.cache();
@@ -156,7 +165,7 @@ void Generator::start(const GenerateOptions& o) {
   // Reaching the limit is the stop reason unless another one (eos, stop string, interrupt) comes first.
   stats_.stop_reason = "length";
   if (o.n_predict == GenerateOptions::kUntilFull) {
-    const uint32_t ran = stats_.prompt_tokens - stats_.cached_tokens;
+    const uint32_t ran = stats_.prefilled();
     run_->limit = generation_budget(engine_.cache(), o.turn_tokens >= 0 ? std::min<uint32_t>(ran, uint32_t(o.turn_tokens)) : ran);
     stats_.stop_reason = "context full";  // one more token would evict this turn's
   } else {

@@ -37,6 +37,8 @@ struct TokenLogprob {
 struct GenerationStats {
   uint32_t prompt_tokens = 0;     // tokens of the prompt
   uint32_t cached_tokens = 0;     // of which reused from the cache
+  uint32_t skipped_tokens = 0;    // of which not run: a chat's turn whose conversation overflows the ring
+                                  // runs only the newest window's worth (the ring would drop the others)
   uint32_t generated = 0;         // tokens sampled
   double prefill_ms = 0;          // running the uncached prompt tokens
   double ttft_ms = 0;             // prefill + first token sampled
@@ -49,7 +51,8 @@ struct GenerationStats {
                                                         // tokens, most likely first (ties: lower id first)
   std::vector<uint32_t> text_start;  // with logprobs: the byte of the generated text where each token's text
                                      // starts (counted before a stop string cuts the text)
-  double prefill_tok_s() const { return prefill_ms > 0 ? (prompt_tokens - cached_tokens) * 1000.0 / prefill_ms : 0; }
+  uint32_t prefilled() const { return prompt_tokens - cached_tokens - skipped_tokens; }  // tokens the prefill ran
+  double prefill_tok_s() const { return prefill_ms > 0 ? prefilled() * 1000.0 / prefill_ms : 0; }
   double decode_tok_s() const { return decode_ms > 0 ? generated * 1000.0 / decode_ms : 0; }
 };
 
@@ -84,6 +87,11 @@ class Generator {
   // keeps its own account of what is cached, which still works after the ring has evicted), and
   // leaves the logits of the last one ready. Returns the tokens that were already cached.
   uint32_t extend(std::span<const int32_t> tokens, const ProgressFn& progress = {});
+  // After an extend, the account of a chat turn whose prompt is the whole conversation (`prompt`
+  // tokens): `cached` of them stayed in the cache, and `ran_before` more were run before the
+  // extend, in `ran_before_ms` (the pin of a refilled ring); the rest the extend did not run are
+  // skipped.
+  void account_turn(uint32_t prompt, uint32_t cached, uint32_t ran_before, double ran_before_ms);
   // prefill() in steps, for a caller that interleaves a prompt with other work (the server runs
   // a chunk between decode steps of the other sequences): prefill_begin() keeps the longest
   // cached prefix as prefill() does and returns the reused tokens; each prefill_step() runs at

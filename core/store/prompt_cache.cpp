@@ -244,7 +244,13 @@ bool PromptCache::load(const PromptCacheMatch& m, uint32_t n, Engine& engine) {
 
 uint64_t PromptCache::store(const Engine& engine, uint32_t n) {
   const KvCache& cache = engine.cache();
-  if (n == 0 || n > cache.used() || cache.evicted() != 0) return 0;  // only a true prefix is reusable
+  if (n == 0) return 0;
+  if (cache.evicted() != 0) {  // only a true prefix is reusable
+    warnings_.push_back("prompt cache: not stored: the prompt overflowed --ctx " + std::to_string(cache.capacity()) + " (the ring evicted " +
+                        std::to_string(cache.evicted()) + " of its tokens), so the cache no longer holds it from its start");
+    return 0;
+  }
+  if (n > cache.used()) return 0;
   // Window rings must still hold the window before n and before n − 1 (a load runs the last token again).
   if (cache.reusable(n) != n || cache.reusable(n - 1) != n - 1) return 0;
   // An entry larger than the cap would be evicted by the pass that follows its write: not stored,
