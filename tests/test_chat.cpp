@@ -231,6 +231,24 @@ TEST_F(ChatConversation, InterruptedPrefillDropsTheMessage) {
   expect_cache_consistent(conv, r.engine.cache());
 }
 
+// A system prompt longer than the cache can pin: the pin is cut (pin_wanted() says how long it
+// was), and after /clear the next turn still has the whole system prompt before its message (the
+// pinned text once stood for all of it, so the turn after /clear lost its tail).
+TEST_F(ChatConversation, ACutPinKeepsTheWholeSystemPrompt) {
+  ChatRig r(40);
+  const std::string system = "Lily had a red ball and a blue car and a green hat and a yellow dog and a big house near the park.";
+  Conversation conv(r.engine, r.tok, r.sampler, ChatTemplate::builtin("chatml"), system);
+  conv.say("Hi", up_to(2), kIgnore);
+  EXPECT_EQ(conv.pinned(), 39u);
+  EXPECT_GT(conv.pin_wanted(), conv.pinned());
+  const size_t first_turn = conv.tokens().size() - conv.last_stats().generated;
+  const std::vector<int32_t> before(conv.tokens().begin(), conv.tokens().begin() + long(first_turn));
+  conv.clear();
+  conv.say("Hi", up_to(2), kIgnore);
+  ASSERT_GE(conv.tokens().size(), first_turn);
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), conv.tokens().begin()));
+}
+
 TEST_F(ChatConversation, GoesOnWhenTheRingFills) {
   ChatRig r(128);
   Conversation conv(r.engine, r.tok, r.sampler, ChatTemplate::builtin("chatml"), "You tell stories.");
