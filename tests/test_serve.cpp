@@ -835,6 +835,44 @@ TEST(Serve, QueuedStreamWhoseClientLeftIsDropped) {
       << "the queued request ran; prompt tokens of the other two: " << 2 * prompt << "\n" << metrics;
 }
 
+// A queued request whose client left gives its queue place back at once (it kept it until a
+// sequence took it: a client retrying after its own timeout got 503 because of its first try).
+TEST(Serve, AQueuedRequestWhoseClientLeftFreesItsPlace) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  Server s("--parallel 1 --queue 1 --temp 0 --ctx 2048");
+  ASSERT_GT(s.port(), 0) << s.log();
+  httplib::Client c = s.client();
+  const auto t0 = std::chrono::steady_clock::now();
+  bool checked = false;
+  std::string metrics;
+  int retry_status = 0;
+  std::thread retry;
+  const auto receive = [&](const char*, size_t, uint64_t, uint64_t) {
+    if (!checked) {
+      checked = true;
+      httplib::Client waiter = s.client();
+      waiter.set_read_timeout(0, 500000);
+      waiter.Post("/v1/completions", json({{"prompt", "x"}, {"max_tokens", 2000}, {"stream", true}}).dump(), "application/json");
+      // Its keep-alive, a second later, finds the connection closed.
+      std::this_thread::sleep_for(std::chrono::milliseconds(1700));
+      httplib::Client probe = s.client();
+      metrics = probe.Get("/metrics")->body;
+      retry = std::thread([&] {
+        httplib::Client again = s.client();
+        post(again, "/v1/completions", {{"prompt", "x"}, {"max_tokens", 4}}, &retry_status);
+      });
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 3.0;
+  };
+  c.send(completion_request(json({{"prompt", "Once upon a time"}, {"max_tokens", 2000}, {"stream", true}}), receive));
+  ASSERT_TRUE(checked);
+  retry.join();
+  EXPECT_NE(metrics.find("\nvkllm_queue_length 0\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("\nvkllm_requests_cancelled_total 1\n"), std::string::npos) << metrics;
+  EXPECT_EQ(retry_status, 200) << "the place the gone client held was not given back";
+}
+
 // A response that is not streamed and not ready within a second goes out chunked, with a space
 // (leading JSON whitespace) every second until its body: it still parses as the same answer, and
 // when its client gives up, the failed write drops the request instead of generating for nobody.

@@ -64,6 +64,7 @@ uint32_t Scheduler::context() const { return seqs_[0].engine->cache().capacity()
 bool Scheduler::submit(const std::shared_ptr<Job>& job) {
   {
     std::lock_guard lock(mu_);
+    drop_cancelled_locked();
     // The queue holds max_queue waiting jobs besides those about to take a free sequence.
     if (draining_ || queue_.size() >= opts_.max_queue + (seqs_.size() - running_)) return false;
     queue_.push_back(job);
@@ -325,7 +326,21 @@ void Scheduler::update_gauges() {
     total += s.engine->cache().capacity();
   }
   std::lock_guard lock(mu_);
+  drop_cancelled_locked();
   metrics_.set_gauges(used, total, queue_.size(), running_);
+}
+
+void Scheduler::drop_cancelled_locked() {
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (!(*it)->cancelled()) {
+      ++it;
+      continue;
+    }
+    metrics_.cancelled();
+    (*it)->finish(GenerationStats{}, "");
+    it = queue_.erase(it);
+  }
+  if (queue_.empty() && running_ == 0) idle_cv_.notify_all();
 }
 
 }  // namespace vkllm::serve

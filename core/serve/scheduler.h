@@ -129,6 +129,9 @@ class Scheduler {
   std::vector<TokenLogprobs> released_logprobs(Sequence& s, bool all);
   void complete(Sequence& s, const std::string& error = "");
   void update_gauges();
+  // Drops the queued jobs whose clients went away (mu_ held): they held queue places until a
+  // sequence took them, so a client retrying after its own timeout was refused.
+  void drop_cancelled_locked();
 
   const Tokenizer& tok_;
   Metrics& metrics_;
