@@ -46,34 +46,48 @@ void serve_forever(const ServeCommand& c) {
   signal(SIGPIPE, SIG_IGN);
 
   // The thread that waits for them runs from the start: during the load (and until the server is
-  // up) there is nothing to drain, so a signal ends the process at once, status 0; afterwards it
-  // drains the requests and stops the server.
+  // up) there is nothing to drain, so a signal ends the process at once, status 0; afterwards a
+  // second thread drains the requests and stops the server, and a second signal during that drain
+  // ends the process at once (as llama-server's second Ctrl+C), status 128 + the signal: a drain
+  // waits for every running and queued request, minutes with a large model. (Files the server
+  // writes are written atomically: an exit leaves none half-written.)
   std::atomic<serve::Scheduler*> live_sched{nullptr};
   std::atomic<serve::HttpServer*> live_http{nullptr};
   std::atomic<bool> run_returned{false};
+  std::thread drainer;
   std::thread stopper([&] {
     int sig = 0;
     sigwait(&stop_signals, &sig);
     if (run_returned) return;
-    const char* what = sig == SIGINT ? "interrupt" : "terminate";
+    const auto what = [](int signal) { return signal == SIGINT ? "interrupt" : "terminate"; };
     serve::HttpServer* http = live_http.load();
     if (!http) {
-      std::fprintf(stderr, "vkllm: %s before the server was up: exiting\n", what);
+      std::fprintf(stderr, "vkllm: %s before the server was up: exiting\n", what(sig));
       std::fflush(stderr);
       std::_Exit(0);  // nothing to drain or save; the kernels being made are not waited for
     }
-    std::fprintf(stderr, "vkllm: %s: finishing the running and queued requests, then exiting\n", what);
-    live_sched.load()->drain();
-    // A signal right after start may come before the server listens, when stop() does nothing.
-    while (!http->running() && !run_returned) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    http->stop();
+    std::fprintf(stderr, "vkllm: %s: finishing the running and queued requests, then exiting (another signal stops at once)\n",
+                 what(sig));
+    drainer = std::thread([&, http] {
+      live_sched.load()->drain();
+      // A signal right after start may come before the server listens, when stop() does nothing.
+      while (!http->running() && !run_returned) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      http->stop();
+    });
+    sigwait(&stop_signals, &sig);
+    if (run_returned) return;
+    std::fprintf(stderr, "vkllm: second %s: exiting now, dropping the running and queued requests\n", what(sig));
+    std::fflush(stderr);
+    std::_Exit(128 + sig);
   });
-  // Wakes the waiting thread (run() returned, or an error left this function) and joins it.
+  // Wakes the waiting thread (run() returned, or an error left this function) and joins it, then
+  // the draining one (which stopped the server, so it has returned or is about to).
   const auto end_stopper = [&] {
     if (!stopper.joinable()) return;
     run_returned = true;
     pthread_kill(stopper.native_handle(), SIGTERM);
     stopper.join();
+    if (drainer.joinable()) drainer.join();
   };
   struct Finally {
     std::function<void()> fn;

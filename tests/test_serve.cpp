@@ -101,11 +101,16 @@ class Server {
   // SIGTERM, then the exit status (-1: it did not exit within 60 s).
   int terminate() {
     kill(pid_, SIGTERM);
-    for (int i = 0; i < 600; ++i) {
+    return wait_exit(600);
+  }
+  void send_signal(int sig) { kill(pid_, sig); }
+  // The exit status within tenths × 0.1 s (a signal's death: 128 + it), -1 if it did not exit.
+  int wait_exit(int tenths) {
+    for (int i = 0; i < tenths; ++i) {
       int st = 0;
       if (waitpid(pid_, &st, WNOHANG) == pid_) {
         exited_ = true;
-        return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
@@ -784,6 +789,31 @@ TEST(Serve, QueueLimitDisconnectAndDrain) {
   const std::string text = stream_text(sse, false, &done);
   EXPECT_TRUE(done) << sse.substr(0, 500);
   EXPECT_FALSE(text.empty());
+}
+
+// A second SIGTERM (or Ctrl+C) during the drain ends the server at once, status 128 + the signal,
+// as llama-server's second Ctrl+C: the drain waits for every running and queued request (it was
+// ignored, and only SIGKILL ended a long drain).
+TEST(Serve, ASecondSignalStopsTheDrain) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  Server s("--parallel 1 --temp 0 --ctx 2048");
+  ASSERT_GT(s.port(), 0) << s.log();
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 3; ++i)
+    clients.emplace_back([&] {
+      httplib::Client c = s.client();
+      c.Post("/v1/completions", json({{"prompt", "Once"}, {"max_tokens", 2000}}).dump(), "application/json");
+    });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  s.send_signal(SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(s.wait_exit(1), -1) << "the first signal drains: " << s.log();
+  const auto t0 = std::chrono::steady_clock::now();
+  s.send_signal(SIGINT);
+  EXPECT_EQ(s.wait_exit(50), 128 + SIGINT) << s.log();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  EXPECT_NE(s.log().find("vkllm: second interrupt: exiting now"), std::string::npos) << s.log();
+  for (std::thread& t : clients) t.join();
 }
 
 // A streaming client that gives up while its request waits in the queue is noticed (the waiting
