@@ -424,6 +424,38 @@ TEST_F(SessionTest, ConcurrentRunsShareThePromptCache) {
 // generation wrapped the ring (it is stored once prefilled). And the paths that name nothing: an
 // empty `cache --dir` is not the default directory, a --dir that does not exist is an error, clearing a directory with no entry leaves no lock file there; an empty --session
 // file starts a new session (as llama.cpp's).
+// A stored prompt that extends an entry at least half its length supersedes it (a chat that
+// resends its conversation stored one entry per turn, each a copy of the last and more); the
+// longer entry then serves what the shorter did. A much longer extension keeps the shorter one.
+TEST_F(SessionTest, PromptCacheDropsTheEntriesANewOneSupersedes) {
+  VKLLM_REQUIRE_SHARED(kModel);
+  const std::string dir = path("sup");
+  const std::string common = model() + " --temp 0 -n 2 --json --prompt-cache " + dir + " -p ";
+  const auto entries = [&] {
+    size_t n = 0;
+    for (const auto& e : fs::directory_iterator(dir)) n += e.path().extension() == ".vkv";
+    return n;
+  };
+  const std::string a = "Once upon a time there was a little girl named Lily. She loved to play outside.";
+  ASSERT_EQ(vkllm(common + "'" + a + "'").rc, 0);
+  ASSERT_EQ(entries(), 1u);
+  const Result longer = vkllm(common + "'" + a + " One day she saw a big red ball.'");
+  ASSERT_EQ(longer.rc, 0) << longer.err;
+  EXPECT_EQ(entries(), 1u) << "the shorter entry was kept beside the one that extends it";
+  // Another continuation of the first prompt still reuses it, from the longer entry.
+  const Result other = vkllm(common + "'" + a + " Her friend Tom came too.'");
+  ASSERT_EQ(other.rc, 0) << other.err;
+  const nlohmann::json j = nlohmann::json::parse(other.out);
+  const nlohmann::json first = nlohmann::json::parse(vkllm("tokenize --count -m " + vkllm::test::shared_path(kModel) + " -p '" + a + "'").out);
+  EXPECT_GE(j["cached_tokens"].get<int>(), first.get<int>() - 1) << other.err;
+  EXPECT_EQ(entries(), 2u);  // the two continuations (neither begins the other)
+  // Far longer than the entry it extends (more than twice): both stay.
+  std::string story = a;
+  for (int i = 0; i < 4; ++i) story += " Lily and Tom went to the park to play with a big red ball.";
+  ASSERT_EQ(vkllm(common + "'" + story + "'").rc, 0);
+  EXPECT_EQ(entries(), 3u);
+}
+
 TEST_F(SessionTest, PromptCacheLoadsOnlyRealPrefixesAndWritesOnlyItsFiles) {
   VKLLM_REQUIRE_SHARED(kModel);
   const std::string dir = path("pc");

@@ -292,9 +292,32 @@ uint64_t PromptCache::store(const Engine& engine, uint32_t n) {
       fs::remove(path, ec);
       return too_large(bytes);
     }
+    if (!cache.window_ring()) drop_superseded(toks, path);
   }
   evict_to_cap(true);
   return bytes;
+}
+
+void PromptCache::drop_superseded(std::span<const int32_t> tokens, const std::string& except) {
+  DirLock lock(dir_);
+  if (!lock.held()) return;  // evict_to_cap says so
+  const std::string prefix = entry_prefix();
+  std::error_code ec;
+  for (const fs::directory_entry& de : fs::directory_iterator(dir_, ec)) {
+    const std::string name = de.path().filename().string();
+    if (!is_entry_name(name) || name.rfind(prefix, 0) != 0 || !is_plain_file(de) || de.path().string() == except) continue;
+    SessionInfo info;
+    try {
+      info = read_session_info(de.path().string(), false);
+    } catch (const Error&) {
+      continue;  // another run's business (find() removes a damaged entry when it meets one)
+    }
+    const size_t n = info.tokens.size();
+    if (n == 0 || n >= tokens.size() || 2 * n < tokens.size() || !std::equal(info.tokens.begin(), info.tokens.end(), tokens.begin()))
+      continue;
+    std::error_code ec2;
+    fs::remove(de.path(), ec2);
+  }
 }
 
 void PromptCache::evict_to_cap(bool stored) {

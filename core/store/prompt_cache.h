@@ -78,9 +78,16 @@ class PromptCache {
   // false, with the cache unchanged, when the match is not worth loading, or (with a warning) when
   // the entry vanished or is corrupt.
   bool load(const PromptCacheMatch& m, uint32_t n, Engine& engine);
-  // Stores the first n tokens of the engine's cache as an entry, then evicts least recently
-  // used entries until the directory is under the cap. Failures become warnings: the cache is
-  // an optimisation and never fails a run. Returns the entry's size (0: not stored).
+  // Stores the first n tokens of the engine's cache as an entry, removes the entries it supersedes
+  // (below), then evicts least recently used entries until the directory is under the cap.
+  // Failures become warnings: the cache is an optimisation and never fails a run. Returns the
+  // entry's size (0: not stored).
+  //
+  // An entry whose tokens begin the new one's and that is at least half as long is superseded:
+  // the new entry serves every prompt it served (a load takes any prefix of an entry), reading at
+  // most twice the bytes. A chat that resends its conversation otherwise stored one entry per turn,
+  // each a copy of the last one and more: disk use grew with the square of the turns. Entries of
+  // caches with window rings are kept (only a whole entry serves there).
   uint64_t store(const Engine& engine, uint32_t n);
 
   // What went wrong but did not stop the run, one line each, for the CLI to print.
@@ -92,6 +99,8 @@ class PromptCache {
   // `stored`: this run stored an entry (a read-only directory's missing lock is then worth a warning).
   void evict_to_cap(bool stored);
   void drop(const std::string& path, const std::string& why);
+  // Removes this model's entries that `tokens` supersedes (see store).
+  void drop_superseded(std::span<const int32_t> tokens, const std::string& except);
 
   std::string dir_;
   uint64_t max_bytes_;
