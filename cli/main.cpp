@@ -8,6 +8,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <iostream>
 #include <string>
 #include <string_view>
 
@@ -127,7 +128,14 @@ int main(int argc, char** argv) {
     return checked_stdout(e.get_exit_code());  // a subcommand's own exit status (chat: 130 after Ctrl+C)
   } catch (const CLI::ParseError& e) {
     // --help and --version are "errors" with exit code 0: CLI11 prints them.
-    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    // (Through std::cout: a --help that cannot be written fails as any output does.)
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
+      app.exit(e);
+      errno = 0;
+      if (std::cout.flush()) return checked_stdout(0);
+      std::fprintf(stderr, "vkllm: error: cannot write to stdout: %s\n", std::strerror(errno ? errno : EIO));
+      return 1;
+    }
     std::string msg = e.what();
     std::replace(msg.begin(), msg.end(), '\n', ' ');
     std::fprintf(stderr, "vkllm: error: %s (see --help)\n", one_line(msg.c_str()).c_str());
