@@ -223,6 +223,8 @@ class LineReader {
         line.push_back(char(ch));
       }
       if (ending()) return Status::Ended;
+      // (std::cin reads through stdio: a failed read is an EOF with the error flag set.)
+      if (ch == EOF && std::ferror(stdin)) throw Error(std::string("stdin: cannot read the messages: ") + std::strerror(errno ? errno : EIO));
       if (ch == EOF && line.empty()) return Status::Eof;
       if (!line.empty() && line.back() == '\r') line.pop_back();
       return Status::Line;
@@ -751,6 +753,10 @@ int chat(const ChatCommand& c) {
     while (!system.empty() && (system.back() == '\n' || system.back() == '\r')) system.pop_back();
   }
   check_session_path(c.session);
+  // Messages come from stdin: one that cannot be read (a directory) is refused before the load
+  // (it read as an empty chat, status 0).
+  if (struct stat st{}; ::fstat(STDIN_FILENO, &st) == 0 && S_ISDIR(st.st_mode))
+    throw Error("stdin: cannot read the messages: Is a directory");
   // The template is resolved before the weights load: a wrong --chat-template is refused at once.
   std::optional<ChatTemplate> tmpl;
   const bool resuming = session_to_resume(c.session, c.opts.quiet);

@@ -590,6 +590,10 @@ TEST(ChatCli, PipedFailuresSetTheStatus) {
   EXPECT_FALSE(r.out.empty());  // the reply to Hello
   const Piped ok = piped(tmp, chat_cmd("-n 4 -q --chat-template " + tmpl), "Hello\n");
   EXPECT_EQ(ok.status, 0) << ok.err;
+  // stdin that cannot be read (a directory) is refused before the load; it read as an empty chat, status 0.
+  const ShellRun dir_in = run_shell("timeout 60 " + chat_cmd("-n 4") + " </tmp 2>&1");
+  EXPECT_EQ(dir_in.status, 1) << dir_in.out;
+  EXPECT_EQ(dir_in.out, "vkllm: error: stdin: cannot read the messages: Is a directory\n");
   const Piped nodir = piped(tmp, chat_cmd("-n 4 -q --session " + tmp.path("missing/s.vkv")), "Hello\n");
   EXPECT_EQ(nodir.status, 1);
   EXPECT_TRUE(nodir.out.empty());
