@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 
+#include "base/cache_dir.h"
 #include "format.h"
 #include "model/kv_layout.h"
 #include "model/summary.h"
@@ -293,7 +294,8 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
                 s.ctx->info().name + " has " + human_bytes(heap) + hint);
   }
 
-  s.pipelines = std::make_unique<Pipelines>(*s.ctx, default_cache_dir().empty() ? "" : default_cache_dir() + "/pipelines.bin");
+  const std::string cache_dir = user_cache_dir();
+  s.pipelines = std::make_unique<Pipelines>(*s.ctx, cache_dir.empty() ? "" : cache_dir + "/pipelines.bin");
   // A CPU driver compiles each kernel when it first runs it, so the first prompt on a machine waits
   // for a minute or two, and any process's first steps a little: a status line on a terminal says why.
   if (stderr_is_tty())

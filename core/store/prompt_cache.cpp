@@ -2,6 +2,7 @@
 #include "store/prompt_cache.h"
 
 #include "atomic_file.h"
+#include "base/cache_dir.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -90,9 +91,8 @@ class DirLock {
 }  // namespace
 
 std::string default_prompt_cache_dir() {
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/vkllm/prompt-cache";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/vkllm/prompt-cache";
-  return "";
+  const std::string dir = user_cache_dir();
+  return dir.empty() ? "" : dir + "/prompt-cache";
 }
 
 std::vector<PromptCacheEntry> list_prompt_cache(const std::string& dir) {

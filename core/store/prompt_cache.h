@@ -31,7 +31,7 @@
 
 namespace vkllm {
 
-// $XDG_CACHE_HOME/vkllm/prompt-cache (or ~/.cache/vkllm/prompt-cache); "" when neither is set.
+// user_cache_dir()/prompt-cache (base/cache_dir.h); "" when no cache directory is known.
 std::string default_prompt_cache_dir();
 
 struct PromptCacheEntry {

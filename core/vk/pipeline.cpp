@@ -1,7 +1,6 @@
 // Pipeline creation from embedded SPIR-V, with specialization constants and a persisted cache.
 #include "vk/pipeline.h"
 
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -119,12 +118,6 @@ Pipeline::~Pipeline() {
   if (layout_) vkDestroyPipelineLayout(d, layout_, nullptr);
   if (set_layout_) vkDestroyDescriptorSetLayout(d, set_layout_, nullptr);
   if (module_) vkDestroyShaderModule(d, module_, nullptr);
-}
-
-std::string default_cache_dir() {
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/vkllm";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/vkllm";
-  return "";
 }
 
 namespace {

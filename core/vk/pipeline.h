@@ -138,7 +138,4 @@ class Pipelines {
   std::chrono::milliseconds first_use_after_{1000};
 };
 
-// $XDG_CACHE_HOME/vkllm (or ~/.cache/vkllm): where the pipeline cache lives; "" when unknown.
-std::string default_cache_dir();
-
 }  // namespace vkllm
