@@ -59,7 +59,8 @@ void list(const CacheCommand& c) {
                 types.c_str(), name.c_str(), file.c_str());
   }
   std::fflush(stdout);
-  std::fprintf(stderr, "vkllm: %s: %s entries, %s\n", dir.c_str(), with_commas(entries.size()).c_str(), human_bytes(total).c_str());
+  std::fprintf(stderr, "vkllm: %s: %s %s, %s\n", dir.c_str(), with_commas(entries.size()).c_str(), entries.size() == 1 ? "entry" : "entries",
+               human_bytes(total).c_str());
 }
 
 void clear(const CacheCommand& c) {

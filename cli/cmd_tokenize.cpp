@@ -99,7 +99,7 @@ void add_tokenize_command(CLI::App& app) {
     }
     if (o->bench) {
       const double mib = double(text.size()) / (1024.0 * 1024.0);
-      std::fprintf(stderr, "%s: %zu bytes → %zu tokens in %.3f s: %.2f MiB/s\n", o->model.c_str(), text.size(),
+      std::fprintf(stderr, "vkllm: %s: %zu bytes → %zu tokens in %.3f s: %.2f MiB/s\n", o->model.c_str(), text.size(),
                    tokens.size(), seconds, seconds > 0 ? mib / seconds : 0.0);
     }
   });

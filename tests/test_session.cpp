@@ -506,6 +506,12 @@ TEST_F(SessionTest, PromptCacheLoadsOnlyRealPrefixesAndWritesOnlyItsFiles) {
   const Result over = vkllm(model() + " --temp 0 -n 2 --ctx 32 --prompt-cache " + path("over") + " -p '" + story + "'");
   ASSERT_EQ(over.rc, 0) << over.err;
   EXPECT_NE(over.err.find("prompt cache: not stored: the prompt overflowed --ctx 32 (the ring evicted "), std::string::npos) << over.err;
+  // A directory that cannot be made says why (it said the directory does not exist).
+  std::ofstream(path("a_file")) << "x";
+  const Result blocked = vkllm(model() + " --temp 0 -n 2 --prompt-cache " + path("a_file/pc") + " -p 'Once upon a time there was a dog'");
+  ASSERT_EQ(blocked.rc, 0) << blocked.err;
+  EXPECT_NE(blocked.err.find("prompt cache: not stored: cannot create " + path("a_file/pc") + ": Not a directory"), std::string::npos)
+      << blocked.err;
 
   // A bare --prompt-cache (its value optional) is the default directory; so is `--prompt-cache ""`,
   // which the parser does not tell apart from it. (Mesa's shader cache stays where it was.)

@@ -266,7 +266,10 @@ uint64_t PromptCache::store(const Engine& engine, uint32_t n) {
   std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(XXH64(toks.data(), toks.size_bytes(), 0)));
   const std::string path = dir_ + "/" + entry_prefix() + hash + ".vkv";
   std::error_code ec;
-  fs::create_directories(dir_, ec);
+  if (fs::create_directories(dir_, ec); ec) {  // a read-only file system, a file in the way
+    warnings_.push_back("prompt cache: not stored: cannot create " + dir_ + ": " + ec.message());
+    return 0;
+  }
   uint64_t bytes = 0;
   // Only a regular file of this name is ours: a link (even a dangling one) is not written through,
   // nor anything else replaced.
