@@ -1,5 +1,8 @@
 // vkllm: entry point. Parses the subcommand and turns any input error into one line on stderr:
 // exit status 2 for a bad command line, 1 for bad input (a file, a device), 2 for a bug.
+#include <poll.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
@@ -22,11 +25,15 @@ namespace {
 
 // Output that did not reach stdout (a full disk, a closed descriptor) fails the command: a script
 // must not take a lost answer for success. Returns the exit status.
+// A closed pipe (`| head` took what it wanted) is the reader's choice, not news: status 1 without
+// a word, as coreutils die of SIGPIPE without one.
 int checked_stdout(int status) {
   errno = 0;
   if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return status;
-  const int error = errno ? errno : vkllm::cli::noted_stdout_error();
-  std::fprintf(stderr, "vkllm: error: cannot write to stdout: %s\n", std::strerror(error ? error : EIO));
+  int error = errno ? errno : vkllm::cli::noted_stdout_error();
+  // A write that failed inside printf left no errno behind: a pipe whose reader is gone polls as an error.
+  if (pollfd out{STDOUT_FILENO, 0, 0}; error == 0 && ::poll(&out, 1, 0) == 1 && (out.revents & POLLERR) != 0) error = EPIPE;
+  if (error != EPIPE) std::fprintf(stderr, "vkllm: error: cannot write to stdout: %s\n", std::strerror(error ? error : EIO));
   return status == 0 ? 1 : status;
 }
 
