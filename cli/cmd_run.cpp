@@ -1,5 +1,6 @@
 // `vkllm run`: one prompt in, the generated text out on stdout, one stats line on stderr.
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -54,7 +55,13 @@ void check_raw_session(const std::string& path, const std::string& blob) {
 std::string gather_prompt(const RunCommand& c) {
   std::string text;
   // (A closed stdin, `<&-`, is no input.)
-  if (!isatty(STDIN_FILENO) && ::fcntl(STDIN_FILENO, F_GETFD) != -1) text += read_fd_input(STDIN_FILENO, "stdin", "the prompt");
+  if (!isatty(STDIN_FILENO) && ::fcntl(STDIN_FILENO, F_GETFD) != -1) {
+    // A pipe that stays open (a script's own stdin, inherited: `while read q; do vkllm run -p "$q"`)
+    // is waited for without a word otherwise; after 2 s of nothing a note says what it waits on.
+    if (pollfd in{STDIN_FILENO, POLLIN, 0}; !c.opts.quiet && ::poll(&in, 1, 2000) == 0)
+      std::fprintf(stderr, "vkllm: waiting for the prompt on stdin, which is piped and still open (</dev/null when the prompt is -p or -f alone)\n");
+    text += read_fd_input(STDIN_FILENO, "stdin", "the prompt");
+  }
   if (!c.prompt_file.empty()) text += read_text_input(c.prompt_file, "the prompt file");
   text += c.prompt;
   return text;

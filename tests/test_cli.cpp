@@ -27,15 +27,10 @@ struct Result {
   std::string out, err;
 };
 
-// Runs the vkllm binary with `args` (shell words), capturing stdout and stderr separately.
-Result vkllm(const std::string& args, const std::string& stdin_text = "") {
-  const std::string dir = testing::TempDir();
-  const std::string err_path = dir + "/vkllm_cli_stderr.txt", in_path = dir + "/vkllm_cli_stdin.txt";
-  {
-    std::ofstream in(in_path, std::ios::binary);
-    in << stdin_text;
-  }
-  const std::string cmd = std::string(VKLLM_BINARY) + " " + args + " <" + in_path + " 2>" + err_path;
+// Runs a shell command line, capturing stdout and stderr separately.
+Result vkllm_shell(const std::string& command) {
+  const std::string err_path = testing::TempDir() + "/vkllm_cli_stderr.txt";
+  const std::string cmd = "{ " + command + "; } 2>" + err_path;
   Result r;
   FILE* p = popen(cmd.c_str(), "r");
   std::array<char, 4096> buf;
@@ -46,6 +41,16 @@ Result vkllm(const std::string& args, const std::string& stdin_text = "") {
   std::ifstream e(err_path, std::ios::binary);
   r.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
   return r;
+}
+
+// Runs the vkllm binary with `args` (shell words), capturing stdout and stderr separately.
+Result vkllm(const std::string& args, const std::string& stdin_text = "") {
+  const std::string in_path = testing::TempDir() + "/vkllm_cli_stdin.txt";
+  {
+    std::ofstream in(in_path, std::ios::binary);
+    in << stdin_text;
+  }
+  return vkllm_shell(std::string(VKLLM_BINARY) + " " + args + " <" + in_path);
 }
 
 // `base` + prompt generating 2n tokens at once gives the same tokens as n, saved to `session`,
@@ -1054,6 +1059,20 @@ TEST(Cli, AnOptionGivenTwiceTakesTheLast) {
   const Result want = vkllm("tokenize --ids -p 'Once upon'" + m);
   ASSERT_EQ(tok.status, 0) << tok.err;
   EXPECT_EQ(tok.out, want.out);
+}
+
+// A piped stdin that stays open is waited for (it is the prompt's first part), with a note after
+// 2 s saying so (a script's inherited stdin, as in `while read q; do vkllm run -p "$q"; done`,
+// was waited on without a word); the text then runs as stdin + -p.
+TEST(Cli, AnOpenStdinIsSaid) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const std::string cmd = std::string(VKLLM_BINARY) + " run --temp 0 -n 3 -m " + model("stories260K.gguf") + " -p ' upon a'";
+  const Result late = vkllm_shell("(sleep 3; printf Once) | " + cmd);
+  ASSERT_EQ(late.status, 0) << late.err;
+  EXPECT_NE(late.err.find("vkllm: waiting for the prompt on stdin, which is piped and still open"), std::string::npos) << late.err;
+  const Result direct = vkllm_shell("printf Once | " + cmd);
+  EXPECT_EQ(direct.out, late.out);
+  EXPECT_EQ(direct.err.find("waiting for the prompt"), std::string::npos) << direct.err;
 }
 
 // Input the model cannot take is refused before the weights load: no model or memory line, one
