@@ -218,13 +218,22 @@ class LineReader {
       // error naming it instead of filling the memory.
       std::streambuf* in = std::cin.rdbuf();
       int ch = EOF;
-      while ((ch = in->sbumpc()) != EOF && ch != '\n') {
-        if (line.size() == k_max_text_input) refuse_endless_input("stdin", "a line");
-        line.push_back(char(ch));
+      for (;;) {
+        errno = 0;
+        while ((ch = in->sbumpc()) != EOF && ch != '\n') {
+          if (line.size() == k_max_text_input) refuse_endless_input("stdin", "a line");
+          line.push_back(char(ch));
+        }
+        // (std::cin reads through stdio: a failed read is an EOF with the error flag set. A signal
+        // interrupts the read, EINTR: Ctrl+C ends a piped chat as its end of input does, status 0;
+        // another signal's read is taken up again.)
+        const int error = ch == EOF && std::ferror(stdin) ? (errno ? errno : EIO) : 0;
+        if (error == 0) break;
+        std::clearerr(stdin);
+        if (error != EINTR) throw Error(std::string("stdin: cannot read the messages: ") + std::strerror(error));
+        if (ending() || g_sigint.load() > 0) break;
       }
       if (ending()) return Status::Ended;
-      // (std::cin reads through stdio: a failed read is an EOF with the error flag set.)
-      if (ch == EOF && std::ferror(stdin)) throw Error(std::string("stdin: cannot read the messages: ") + std::strerror(errno ? errno : EIO));
       if (ch == EOF && line.empty()) return Status::Eof;
       if (!line.empty() && line.back() == '\r') line.pop_back();
       return Status::Line;
@@ -358,7 +367,7 @@ class ChatSession {
   void print_stats() const;
   void print_kv() const;
   void status_line() const;
-  // Once per chat: a pin (BOS and the system prompt) longer than the cache can hold is said.
+  // Once per pin: a pin (BOS and the system prompt) longer than the cache can hold is said.
   void warn_pin_cut();
   void save_session(const std::string& file);
   void load_session(const std::string& file);
@@ -380,7 +389,7 @@ class ChatSession {
   LineReader reader_;
   bool last_interrupted_ = false;  // the previous event was a Ctrl+C
   int exit_code_ = -1;
-  bool pin_cut_said_ = false;
+  std::pair<uint32_t, uint32_t> pin_cut_said_{};  // the pin (wanted, held) last warned of
   bool failed_ = false;  // a turn, a --session save, a /save or a /load failed: a piped chat then exits 1
   // A script piping messages learns from the status that a reply, a save or a load failed.
   int exit_status(int code) const { return !tty_in_ && failed_ ? 1 : code; }
@@ -462,8 +471,9 @@ void dim_line(const std::string& text) {
 
 void ChatSession::warn_pin_cut() {
   const std::string w = pin_cut_warning(conv_.pin_wanted(), conv_.pinned(), s_.engine->cache());
-  if (w.empty() || pin_cut_said_) return;
-  pin_cut_said_ = true;
+  const std::pair said{conv_.pin_wanted(), conv_.pinned()};
+  if (w.empty() || pin_cut_said_ == said) return;  // once per pin (a /system or /load may make another)
+  pin_cut_said_ = said;
   std::fprintf(stderr, "vkllm: warning: %s\n", w.c_str());
 }
 
@@ -543,7 +553,9 @@ void ChatSession::stream_reply(bool regen, const std::string& text) {
     const uint32_t pinned = conv_.pinned();
     std::fprintf(stderr, "vkllm: error: the message fills --ctx %s%s: no room for a reply (a larger --ctx, or -n N to run through the ring)\n",
                  with_commas(s_.engine->cache().capacity()).c_str(),
-                 pinned > 1 ? (" with the " + with_commas(pinned) + " pinned tokens of BOS and the system prompt").c_str() : "");
+                 pinned <= 1            ? ""
+                 : c_.opts.keep >= 0 ? (" with the " + with_commas(pinned) + " tokens --keep pins").c_str()
+                                     : (" with the " + with_commas(pinned) + " pinned tokens of BOS and the system prompt").c_str());
     failed_ = true;
   }
   if (last_interrupted_ && tty_in_) dim_line("[interrupted]");
@@ -600,7 +612,7 @@ void ChatSession::print_kv() const {
 }
 
 const ModelFingerprint& ChatSession::fingerprint() {
-  if (!fingerprint_) fingerprint_ = model_fingerprint(s_.file);
+  if (!fingerprint_) fingerprint_ = model_fingerprint(s_.file, s_.engine->cache().capacity());
   return *fingerprint_;
 }
 
@@ -760,9 +772,9 @@ int chat(const ChatCommand& c) {
   // The template is resolved before the weights load: a wrong --chat-template is refused at once.
   std::optional<ChatTemplate> tmpl;
   const bool resuming = session_to_resume(c.session, c.opts.quiet);
-  Session s = open_session(c.opts, [&](const gguf::File& file, const Tokenizer&, uint32_t) {
+  Session s = open_session(c.opts, [&](const gguf::File& file, const Tokenizer&, uint32_t capacity) {
     tmpl.emplace(ChatTemplate::resolve(&file, c.chat_template));
-    if (resuming) precheck_session(c.session, file);
+    if (resuming) precheck_session(c.session, file, capacity);
   });
   Sampler sampler(c.opts.sampling);
   Conversation conv(*s.engine, *s.tokenizer, sampler, std::move(*tmpl), system, c.opts.keep);

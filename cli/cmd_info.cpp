@@ -20,6 +20,7 @@ struct InfoOptions {
   uint32_t seqs = 1;
   std::string cache_type = "f16";
   uint32_t ubatch = 512;  // the prefill chunk, which sizes the window layers' rings: a GPU's default (info opens no device)
+  bool ubatch_given = false;
 };
 
 constexpr CacheType k_cache_types[] = {CacheType::F16, CacheType::Q8_0, CacheType::Q4_0};
@@ -127,7 +128,7 @@ void print_human(const ModelSummary& s, const InfoOptions& o, uint32_t ctx, Cach
     std::printf("  per token: every layer; × tokens: the %u window layers keep only a ring of %s slots each (window %s\n"
                 "  + one %u-token prefill chunk%s), the %u global layers all %s\n",
                 window_layers(c), with_commas(ring).c_str(), with_commas(c.n_swa).c_str(), o.ubatch,
-                o.ubatch == 512 ? ", a GPU's default; CPU drivers take 64: --ubatch 64" : "", c.n_layer - window_layers(c),
+                o.ubatch_given ? "" : ", a GPU's default; CPU drivers take 64: --ubatch 64", c.n_layer - window_layers(c),
                 with_commas(ctx).c_str());
 }
 
@@ -146,7 +147,8 @@ void add_info_command(CLI::App& app) {
       ->check(CLI::Range(1u, 8192u));
   cmd->add_option("--cache-type", o->cache_type, "KV cache type to highlight: f16, q8_0, q4_0")
       ->check(CLI::IsMember({"f16", "q8_0", "q4_0"}));
-  cmd->callback([o] {
+  cmd->callback([o, cmd] {
+    o->ubatch_given = cmd->count("--ubatch") > 0;
     const gguf::File f = gguf::File::open(o->model);
     const ModelSummary s = summarize_model(f);
     const uint32_t ctx = o->ctx ? o->ctx : s.config.n_ctx_train;

@@ -26,9 +26,10 @@ void run(PerplexityCommand& c) {
   const std::string text = read_text_input(c.file, "the text file");
   // Chunked mode evaluates whole chunks from an empty cache: ubatch covers a chunk when it can.
   if (!c.stream) c.opts.ubatch = std::max(c.opts.ubatch, c.opts.ctx);
-  // Chunks run the kernels for groups of columns (a last group of one, --ctx 4k + 1, makes its
-  // kernel when it runs), a stream only those for one column.
-  c.opts.kernels = {.one_column = c.stream, .columns = !c.stream};
+  // A stream runs only the kernels for one column. (Chunks take both: a chunk is cut where the
+  // logits of a piece reach the device's storage range too, 261 rows of a 128k vocabulary on
+  // lavapipe, so a piece may end in a group of one column.)
+  c.opts.kernels = {.one_column = true, .columns = !c.stream};
   std::vector<int32_t> tokens;
   // The text is tokenized and its length checked before the weights load.
   Session s = open_session(c.opts, [&](const gguf::File&, const Tokenizer& tok, uint32_t) {
@@ -40,7 +41,7 @@ void run(PerplexityCommand& c) {
     ProgressBar bar(c.stream ? "scoring" : "chunks", c.stream ? "tok" : "chunks", c.opts.quiet);
     const auto progress = [&](uint64_t done, uint64_t total, double running) {
       char estimate[48];
-      std::snprintf(estimate, sizeof estimate, ", perplexity so far %.4f", running);
+      std::snprintf(estimate, sizeof estimate, ", ppl %.4f", running);
       bar.update(done, total, estimate);
     };
     if (c.stream) {

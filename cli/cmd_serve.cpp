@@ -112,7 +112,7 @@ void serve_forever(const ServeCommand& c) {
 
   std::optional<PromptCache> pc;
   if (c.persist.prompt_cache())
-    pc.emplace(pc_dir, prompt_cache_bytes, model_fingerprint(s.file), s.engine->cache().type_k(),
+    pc.emplace(pc_dir, prompt_cache_bytes, model_fingerprint(s.file, s.engine->cache().capacity()), s.engine->cache().type_k(),
                s.engine->cache().type_v());
   serve::Metrics metrics;
   serve::SchedulerOptions sched_opts;
@@ -132,6 +132,11 @@ void serve_forever(const ServeCommand& c) {
   // more connections, which get their 503 (queue full), /health or /metrics at once.
   so.threads = c.parallel + c.queue + k_spare_connections;
   serve::HttpServer http(so, sched, metrics, api);
+  // Whatever leaves from here on (an exception too), the waiting threads end before http and sched go.
+  Finally stop_threads{[&] {
+    live_http = nullptr;
+    end_stopper();
+  }};
   const int port = http.bind();
   // An IPv6 address goes in brackets in a URL (http://[::1]:8080/v1).
   const std::string url_host = so.host.find(':') != std::string::npos ? "[" + so.host + "]" : so.host;

@@ -91,6 +91,16 @@ std::vector<CLI::Option*> add_sampling_options(CLI::App* cmd, SamplerParams& s) 
   return opts;
 }
 
+std::string fit_terminal_row(std::string line) {
+  winsize ws{};
+  if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1 && line.size() >= ws.ws_col) {
+    line.resize(ws.ws_col - 1);
+    while (!line.empty() && (static_cast<unsigned char>(line.back()) & 0xC0) == 0x80) line.pop_back();  // no torn character
+    if (!line.empty() && static_cast<unsigned char>(line.back()) >= 0xC0) line.pop_back();
+  }
+  return line;
+}
+
 ProgressBar::ProgressBar(std::string label, std::string unit, bool quiet)
     : label_(std::move(label)),
       unit_(std::move(unit)),
@@ -124,7 +134,10 @@ void ProgressBar::update(uint64_t done, uint64_t total, const std::string& extra
   const int width = 30, filled = int(double(done) / double(total) * width);
   std::string bar(size_t(filled), '=');
   bar.resize(width, ' ');
-  std::fprintf(stderr, "\r%s [%s] %3d%% %s%s", label_.c_str(), bar.c_str(), percent, counts.c_str(), extra.c_str());
+  char head[16];
+  std::snprintf(head, sizeof head, "] %3d%% ", percent);
+  std::string line = label_ + " [" + bar + head + counts + extra;
+  std::fprintf(stderr, "\r%s", fit_terminal_row(line).c_str());
   std::fflush(stderr);
 }
 
@@ -310,13 +323,7 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
         // from Mesa's cache after a machine's first run); the first run on a machine, minutes.
         std::string line = "vkllm: preparing the GPU kernels on " + device + " (a machine's first run compiles them: minutes): " +
                            std::to_string(shown) + " s";
-        winsize ws{};
-        if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1 && line.size() >= ws.ws_col) {
-          line.resize(ws.ws_col - 1);
-          while (!line.empty() && (static_cast<unsigned char>(line.back()) & 0xC0) == 0x80) line.pop_back();  // no torn character
-          if (!line.empty() && static_cast<unsigned char>(line.back()) >= 0xC0) line.pop_back();
-        }
-        std::fprintf(stderr, "\r%s\033[K", line.c_str());
+        std::fprintf(stderr, "\r%s\033[K", fit_terminal_row(line).c_str());
       }
       std::fflush(stderr);
     });

@@ -97,6 +97,10 @@ class ProgressBar {
 // the rest of the system prompt is evicted once the ring wraps. "" when it fits.
 std::string pin_cut_warning(uint32_t wanted, uint32_t pinned, const KvCache& cache);
 
+// `line` cut to one row of the terminal stderr is (bytes, never inside a UTF-8 character): a line
+// redrawn in place that wraps would leave a row behind at each redraw.
+std::string fit_terminal_row(std::string line);
+
 bool stderr_is_tty();
 bool stdout_is_tty();
 // Prints "vkllm: warning: …" lines for tokenizer warnings.

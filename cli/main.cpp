@@ -25,16 +25,20 @@ namespace {
 
 // Output that did not reach stdout (a full disk, a closed descriptor) fails the command: a script
 // must not take a lost answer for success. Returns the exit status.
-// A closed pipe (`| head` took what it wanted) is the reader's choice, not news: status 1 without
-// a word, as coreutils die of SIGPIPE without one.
-int checked_stdout(int status) {
-  errno = 0;
-  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return status;
-  int error = errno ? errno : vkllm::cli::noted_stdout_error();
+// Says why stdout could not be written (`error`, 0 when unknown) and returns the status. A closed
+// pipe (`| head` took what it wanted) is the reader's choice, not news: status 1 without a word, as
+// coreutils die of SIGPIPE without one.
+int stdout_failed(int error, int status) {
   // A write that failed inside printf left no errno behind: a pipe whose reader is gone polls as an error.
   if (pollfd out{STDOUT_FILENO, 0, 0}; error == 0 && ::poll(&out, 1, 0) == 1 && (out.revents & POLLERR) != 0) error = EPIPE;
   if (error != EPIPE) std::fprintf(stderr, "vkllm: error: cannot write to stdout: %s\n", std::strerror(error ? error : EIO));
   return status == 0 ? 1 : status;
+}
+
+int checked_stdout(int status) {
+  errno = 0;
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return status;
+  return stdout_failed(errno ? errno : vkllm::cli::noted_stdout_error(), status);
 }
 
 // Every option of every subcommand, for the rules that hold for all of them.
@@ -137,11 +141,12 @@ int main(int argc, char** argv) {
     // --help and --version are "errors" with exit code 0: CLI11 prints them.
     // (Through std::cout: a --help that cannot be written fails as any output does.)
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
-      app.exit(e);
       errno = 0;
-      if (std::cout.flush()) return checked_stdout(0);
-      std::fprintf(stderr, "vkllm: error: cannot write to stdout: %s\n", std::strerror(errno ? errno : EIO));
-      return 1;
+      app.exit(e);
+      int error = errno;
+      if (std::cout.flush() && !std::cout.fail()) return checked_stdout(0);
+      if (error == 0) error = errno;
+      return stdout_failed(error, 0);
     }
     std::string msg = e.what();
     std::replace(msg.begin(), msg.end(), '\n', ' ');

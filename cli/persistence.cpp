@@ -31,8 +31,8 @@ void check_session_path(const std::string& session) {
   }
 }
 
-ModelFingerprint precheck_session(const std::string& session, const gguf::File& model) {
-  ModelFingerprint fp = model_fingerprint(model);
+ModelFingerprint precheck_session(const std::string& session, const gguf::File& model, uint32_t n_ctx) {
+  ModelFingerprint fp = model_fingerprint(model, n_ctx);
   check_session_model(session, read_session_info(session, false), fp);
   return fp;
 }
@@ -63,7 +63,7 @@ std::string prompt_cache_dir(const PersistenceOptions& o) {
   // (CLI11 gives `--prompt-cache ""` as it gives a bare `--prompt-cache`: both are the default.)
   if (!o.prompt_cache_dir.empty()) return o.prompt_cache_dir;
   std::string d = default_prompt_cache_dir();
-  if (d.empty()) throw Error("--prompt-cache: neither XDG_CACHE_HOME nor HOME is set; give a directory");
+  if (d.empty()) throw Error("--prompt-cache: no cache directory (XDG_CACHE_HOME unset or relative, HOME unset); give a directory");
   return d;
 }
 

@@ -386,7 +386,7 @@ struct SessionChat {
   Conversation conv;
   explicit SessionChat(uint32_t capacity, const std::string& system = "You tell stories.")
       : rig(capacity),
-        fp(model_fingerprint(rig.file)),
+        fp(model_fingerprint(rig.file, rig.engine.cache().capacity())),
         conv(rig.engine, rig.tok, rig.sampler, ChatTemplate::builtin("chatml"), system) {}
   KvCache& cache() { return rig.engine.cache(); }
 };
@@ -594,6 +594,14 @@ TEST(ChatCli, PipedFailuresSetTheStatus) {
   const ShellRun dir_in = run_shell("timeout 60 " + chat_cmd("-n 4") + " </tmp 2>&1");
   EXPECT_EQ(dir_in.status, 1) << dir_in.out;
   EXPECT_EQ(dir_in.out, "vkllm: error: stdin: cannot read the messages: Is a directory\n");
+  // Ctrl+C while a piped chat waits for its next line ends it as its end of input does, status 0
+  // (the interrupted read, EINTR, was taken for a read error: status 1).
+  const std::string fifo = tmp.path("fifo");
+  const ShellRun sigint = run_shell("mkfifo " + fifo + "; (sleep 20 >" + fifo + " & echo $! >" + fifo + ".pid); " + chat_cmd("-n 4 -q") +
+                                    " <" + fifo + " 2>&1 & p=$!; sleep 2; kill -INT $p; wait $p; s=$?; kill $(cat " + fifo +
+                                    ".pid); exit $s");
+  EXPECT_EQ(sigint.status, 0) << sigint.out;
+  EXPECT_EQ(sigint.out, "");
   const Piped nodir = piped(tmp, chat_cmd("-n 4 -q --session " + tmp.path("missing/s.vkv")), "Hello\n");
   EXPECT_EQ(nodir.status, 1);
   EXPECT_TRUE(nodir.out.empty());

@@ -266,32 +266,31 @@ TEST_F(EnginePrepare, ModelLoadPreparesTheKernelsTheEngineTakes) {
   EXPECT_EQ(c.decode(prompt, LogitsMode::Last), logits);
 }
 
-// A load told which kernels its run takes prepares only those: a chunked perplexity's groups of
-// columns, then runs a chunk without making any other matvec_simd kernel.
+// A load told which kernels its run takes prepares only those: a streamed perplexity's one-column
+// kernels, then runs token by token without making any other matvec_simd kernel.
 TEST_F(EnginePrepare, ModelLoadPreparesOnlyTheKernelsOfItsUse) {
   const std::string model_rel = "models/synth-llama-q4_0.gguf";
   VKLLM_REQUIRE_SHARED(model_rel);
   const gguf::File file = gguf::File::open(test::shared_path(model_rel));
-  Pipelines all(test::vk(), ""), groups(test::vk(), "");
+  Pipelines all(test::vk(), ""), single(test::vk(), "");
   const Model full(test::vk(), file, {}, &all);
-  const Model model(test::vk(), file, {}, &groups, MatmulUse{.one_column = false, .columns = true});
+  const Model model(test::vk(), file, {}, &single, MatmulUse{.one_column = true, .columns = false});
   all.wait_prepared();
-  groups.wait_prepared();
+  single.wait_prepared();
   if (test::vk().info().type != "cpu") GTEST_SKIP() << "only CPU drivers prepare kernels";
-  ASSERT_EQ(groups.made().size() * 2, all.made().size());
+  ASSERT_EQ(single.made().size() * 2, all.made().size());
   EngineOptions o;
   o.cache.capacity = 64;
-  o.n_ubatch = 64;
-  Engine engine(test::vk(), groups, model, o);
+  Engine engine(test::vk(), single, model, o);
   const auto simd_kernels = [&] {
     std::vector<std::string> keys;
-    for (const std::string& k : groups.made())
+    for (const std::string& k : single.made())
       if (k.rfind("matvec_simd_", 0) == 0) keys.push_back(k);
     std::sort(keys.begin(), keys.end());
     return keys;
   };
   const std::vector<std::string> prepared = simd_kernels();
-  engine.decode(std::vector<int32_t>{1, 15, 27, 300, 41, 5, 9, 11}, LogitsMode::AllLogProbs);
+  for (int32_t t : {1, 15, 27}) engine.decode(std::vector<int32_t>{t}, LogitsMode::AllLogProbs);
   EXPECT_EQ(simd_kernels(), prepared);
 }
 

@@ -270,10 +270,10 @@ TEST(SessionFile, FingerprintDistinguishesModels) {
   VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
   VKLLM_REQUIRE_SHARED("models/synth-llama-f16.gguf");
   VKLLM_REQUIRE_SHARED("models/synth-llama-q8_0.gguf");
-  const auto a = vkllm::model_fingerprint(gguf::File::open(vkllm::test::shared_path("models/stories260K.gguf")));
-  const auto a2 = vkllm::model_fingerprint(gguf::File::open(vkllm::test::shared_path("models/stories260K.gguf")));
-  const auto b = vkllm::model_fingerprint(gguf::File::open(vkllm::test::shared_path("models/synth-llama-f16.gguf")));
-  const auto c = vkllm::model_fingerprint(gguf::File::open(vkllm::test::shared_path("models/synth-llama-q8_0.gguf")));
+  const auto a = vkllm::model_fingerprint(gguf::File::open(vkllm::test::shared_path("models/stories260K.gguf")), 2048);
+  const auto a2 = vkllm::model_fingerprint(gguf::File::open(vkllm::test::shared_path("models/stories260K.gguf")), 2048);
+  const auto b = vkllm::model_fingerprint(gguf::File::open(vkllm::test::shared_path("models/synth-llama-f16.gguf")), 2048);
+  const auto c = vkllm::model_fingerprint(gguf::File::open(vkllm::test::shared_path("models/synth-llama-q8_0.gguf")), 2048);
   EXPECT_EQ(a.hash, a2.hash);
   EXPECT_NE(a.hash, b.hash);
   EXPECT_NE(b.hash, c.hash);

@@ -68,8 +68,8 @@ void record_matmul(CommandRecorder& rec, const DeviceTensor& w, const BufferView
                    MatmulKernel kernel = MatmulKernel::Auto);
 
 // Which matvec kernels a run takes: for one column (a decode step of one sequence) and for a group
-// of columns (prefill chunks, a step of several sequences). A chunked perplexity takes only groups,
-// a streamed one only single columns.
+// of columns (prefill chunks, a step of several sequences). A streamed perplexity takes only
+// single columns.
 struct MatmulUse {
   bool one_column = true;
   bool columns = true;

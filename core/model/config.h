@@ -49,6 +49,8 @@ struct ModelConfig {
   uint32_t n_embd_kv() const { return n_head_kv * head_dim; }  // width of one token's K (or V) row
   bool is_swa(uint32_t layer) const { return n_swa > 0 && swa_pattern > 0 && layer % swa_pattern < swa_pattern - 1; }
   bool has_swa() const { return n_swa > 0 && swa_pattern > 1; }
+  // Phi-3's LongRoPE: a cache of n_ctx slots takes the long factors past the original context.
+  bool long_rope(uint32_t n_ctx) const { return n_ctx > n_ctx_orig; }
 };
 
 // Reads the hyperparameters of `f`; throws Error naming the missing or inconsistent key.

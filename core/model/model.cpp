@@ -189,7 +189,7 @@ Model::Model(const VulkanContext& ctx, const gguf::File& file, const ProgressFn&
 
 const DeviceTensor* Model::rope_factors(uint32_t n_ctx) const {
   if (weights_.rope_freqs) return &*weights_.rope_freqs;
-  if (weights_.rope_long) return n_ctx > config_.n_ctx_orig ? &*weights_.rope_long : &*weights_.rope_short;
+  if (weights_.rope_long) return config_.long_rope(n_ctx) ? &*weights_.rope_long : &*weights_.rope_short;
   return nullptr;
 }
 

@@ -295,7 +295,8 @@ uint64_t PromptCache::store(const Engine& engine, uint32_t n) {
       fs::remove(path, ec);
       return too_large(bytes);
     }
-    if (!cache.window_ring()) drop_superseded(toks, path);
+    // (A model with window layers keeps them: another run's rings reuse only whole entries.)
+    if (!engine.config().has_swa()) drop_superseded(toks, path);
   }
   evict_to_cap(true);
   return bytes;
@@ -316,7 +317,8 @@ void PromptCache::drop_superseded(std::span<const int32_t> tokens, const std::st
       continue;  // another run's business (find() removes a damaged entry when it meets one)
     }
     const size_t n = info.tokens.size();
-    if (n == 0 || n >= tokens.size() || 2 * n < tokens.size() || !std::equal(info.tokens.begin(), info.tokens.end(), tokens.begin()))
+    if (n < k_min_shared_tokens || n >= tokens.size() || 2 * n < tokens.size() ||
+        !std::equal(info.tokens.begin(), info.tokens.end(), tokens.begin()))
       continue;
     std::error_code ec2;
     fs::remove(de.path(), ec2);

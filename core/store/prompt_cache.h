@@ -83,11 +83,13 @@ class PromptCache {
   // Failures become warnings: the cache is an optimisation and never fails a run. Returns the
   // entry's size (0: not stored).
   //
-  // An entry whose tokens begin the new one's and that is at least half as long is superseded:
-  // the new entry serves every prompt it served (a load takes any prefix of an entry), reading at
-  // most twice the bytes. A chat that resends its conversation otherwise stored one entry per turn,
-  // each a copy of the last one and more: disk use grew with the square of the turns. Entries of
-  // caches with window rings are kept (only a whole entry serves there).
+  // An entry of at least 8 tokens whose tokens begin the new one's and that is at least half as
+  // long is superseded: a load takes any prefix of the new entry, so it serves the prompts the old
+  // one served, reading at most twice the bytes, but for those sharing under 1/16 of the new entry
+  // (worth_loading), which now prefill those ≤ 1/8 of the old entry's tokens. A chat that resends
+  // its conversation otherwise stored one entry per turn, each a copy of the last one and more:
+  // disk use grew with the square of the turns. Models with window layers keep theirs (a run with
+  // rings reuses only whole entries).
   uint64_t store(const Engine& engine, uint32_t n);
 
   // What went wrong but did not stop the run, one line each, for the CLI to print.

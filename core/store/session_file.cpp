@@ -334,7 +334,7 @@ std::string ModelFingerprint::hex() const {
   return buf;
 }
 
-ModelFingerprint model_fingerprint(const gguf::File& f) {
+ModelFingerprint model_fingerprint(const gguf::File& f, uint32_t n_ctx) {
   XXH3_state_t* st = XXH3_createState();
   VKLLM_CHECK(st != nullptr, "XXH3_createState failed");
   XXH3_64bits_reset(st);
@@ -361,12 +361,21 @@ ModelFingerprint model_fingerprint(const gguf::File& f) {
       hash_bytes(st, t.data + t.n_bytes - kSample, kSample);
     }
   }
+  // Which of Phi-3's two RoPE factor sets this context takes (Model::rope_factors).
+  std::string rope_set;
+  if (f.find_tensor("rope_factors_long.weight")) {
+    const ModelConfig c = read_model_config(f);
+    if (c.arch == Arch::Phi3) rope_set = c.long_rope(n_ctx) ? "long" : "short";
+  }
+  if (!rope_set.empty()) hash_string(st, "rope factors " + rope_set);
   ModelFingerprint fp;
   fp.hash = XXH3_64bits_digest(st);
   XXH3_freeState(st);
   fp.name = f.get_string_or("general.name", "");
   if (fp.name.empty()) fp.name = std::filesystem::path(f.path()).filename().string();
-  if (fp.name.size() > kMaxName) fp.name.resize(kMaxName);
+  const std::string suffix = rope_set.empty() ? "" : " (" + rope_set + " RoPE factors)";
+  if (fp.name.size() + suffix.size() > kMaxName) fp.name.resize(kMaxName - suffix.size());
+  fp.name += suffix;
   return fp;
 }
 

@@ -61,8 +61,12 @@ struct ModelFingerprint {
   std::string hex() const;  // 16 lower-case hex digits
 };
 // Hashes the metadata, the tensor table and up to 3 × 4 KiB of every tensor's data. Compute it
-// once per loaded model (it reads a few MiB of the mapping on a large model).
-ModelFingerprint model_fingerprint(const gguf::File& f);
+// once per loaded model (it reads a few MiB of the mapping on a large model). A cache's rows depend
+// on the context too where the model has two sets of RoPE factors (Phi-3's LongRoPE: the long set
+// past rope.scaling.original_context_length): then which set a cache of n_ctx slots takes is
+// hashed and named, so that rows computed with the other set are another model's (a session is
+// refused, a prompt-cache entry not found).
+ModelFingerprint model_fingerprint(const gguf::File& f, uint32_t n_ctx);
 
 // What a session holds besides the KV rows.
 // load_session's refusal of a prefix whose sliding-window rows the file does not hold (the file

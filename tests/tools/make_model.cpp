@@ -78,6 +78,7 @@ struct Options {
   float attn_softcap = 0.0f;   // gemma2: attn_logit_softcapping (0: not written)
   float final_softcap = 0.0f;  // gemma2: final_logit_softcapping (0: not written)
   float rope_scale = 0.0f;     // linear rope.scaling.factor (0: not written)
+  std::string rope_scaling = "linear";  // rope.scaling.type written with --rope-scale
   float post_norm = 1.0f;      // gemma2/3: centre of the post-norm weights
   uint32_t n_vocab = 0;  // 0: the tokenizer's size
   uint32_t n_ctx = 4096;
@@ -352,7 +353,7 @@ void make_model(const Options& o) {
   if (o.orig_ctx) w.set(a + "rope.scaling.original_context_length", Value::u32(o.orig_ctx));
   if (o.attn_factor > 0.0f) w.set(a + "rope.scaling.attn_factor", Value::f32(o.attn_factor));
   if (o.rope_scale > 0.0f) {
-    w.set(a + "rope.scaling.type", Value::str("linear"));
+    w.set(a + "rope.scaling.type", Value::str(o.rope_scaling));
     w.set(a + "rope.scaling.factor", Value::f32(o.rope_scale));
   }
   if (o.window) w.set(a + "attention.sliding_window", Value::u32(o.window));
@@ -439,6 +440,7 @@ int main(int argc, char** argv) {
   app.add_option("--attn-softcap", o.attn_softcap, "gemma2: attn_logit_softcapping");
   app.add_option("--final-softcap", o.final_softcap, "gemma2: final_logit_softcapping");
   app.add_option("--rope-scale", o.rope_scale, "linear rope.scaling.factor");
+  app.add_option("--rope-scaling", o.rope_scaling, "rope.scaling.type written with --rope-scale (default linear; yarn to test its refusal)");
   app.add_option("--post-norm", o.post_norm, "gemma2/gemma3: post-norm weights near this (default 1)");
   app.add_option("--logit-scale", o.logit_scale, "output.weight drawn this many times wider (peaked logits)");
   app.add_option("--vocab", o.n_vocab, "vocabulary size (default: the tokenizer's)");
