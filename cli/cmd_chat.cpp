@@ -470,11 +470,9 @@ void dim_line(const std::string& text) {
 }
 
 void ChatSession::warn_pin_cut() {
-  const std::string w = pin_cut_warning(conv_.pin_wanted(), conv_.pinned(), s_.engine->cache());
-  const std::pair said{conv_.pin_wanted(), conv_.pinned()};
-  if (w.empty() || pin_cut_said_ == said) return;  // once per pin (a /system or /load may make another)
-  pin_cut_said_ = said;
-  std::fprintf(stderr, "vkllm: warning: %s\n", w.c_str());
+  const std::pair pin{conv_.pin_wanted(), conv_.pinned()};
+  if (pin == pin_cut_said_) return;  // once per pin (a /system or /load may make another)
+  if (cli::warn_pin_cut(pin.first, pin.second, s_.engine->cache())) pin_cut_said_ = pin;
 }
 
 void ChatSession::status_line() const {

@@ -215,8 +215,7 @@ int run(const RunCommand& c) {
   if (!resumed) {
     cache.set_keep(c.opts.keep >= 0 ? std::min<uint32_t>(uint32_t(c.opts.keep), cache.capacity() - 1)
                                     : std::min<uint32_t>(p.pinned, cache.max_keep()));
-    if (const std::string w = c.opts.keep < 0 ? pin_cut_warning(p.pinned, cache.keep(), cache) : ""; !w.empty())
-      std::fprintf(stderr, "vkllm: warning: %s\n", w.c_str());
+    if (c.opts.keep < 0) warn_pin_cut(p.pinned, cache.keep(), cache);
   }
 
   // A continued session holds its tokens (a chat's, its conversation); the prompt cache is for
@@ -311,8 +310,7 @@ int run(const RunCommand& c) {
       conv->say(text, go, sink, [&](uint64_t done, uint64_t total) { bar->update(done, total); },
                 {[&] {
                    bar.reset();
-                   if (const std::string w = pin_cut_warning(conv->pin_wanted(), conv->pinned(), cache); !w.empty())
-                     std::fprintf(stderr, "vkllm: warning: %s\n", w.c_str());
+                   warn_pin_cut(conv->pin_wanted(), conv->pinned(), cache);
                    stop_signals.emplace();
                  },
                  stopped_by_signal});

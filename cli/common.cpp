@@ -146,14 +146,15 @@ void ProgressBar::finish() {
   shown_ = false;
 }
 
-std::string pin_cut_warning(uint32_t wanted, uint32_t pinned, const KvCache& cache) {
-  if (wanted <= pinned) return "";
-  return "BOS and the system prompt take " + with_commas(wanted) + " tokens, more than the " + with_commas(pinned) +
-         " this cache pins (--ctx " + with_commas(cache.capacity()) +
-         (cache.window_ring() ? " less the sliding-window rings' " + with_commas(cache.window_ring()) + " slots"
-                              : std::string(" − 1")) +
-         "): its last " + with_commas(wanted - pinned) +
-         " are evicted like any token once the ring wraps (a larger --ctx, or a shorter system prompt)";
+bool warn_pin_cut(uint32_t wanted, uint32_t pinned, const KvCache& cache) {
+  if (wanted <= pinned) return false;
+  const std::string limit = cache.window_ring() ? " less the sliding-window rings' " + with_commas(cache.window_ring()) + " slots" : " − 1";
+  std::fprintf(stderr,
+               "vkllm: warning: BOS and the system prompt take %s tokens, more than the %s this cache pins (--ctx %s%s): its last %s "
+               "are evicted like any token once the ring wraps (a larger --ctx, or a shorter system prompt)\n",
+               with_commas(wanted).c_str(), with_commas(pinned).c_str(), with_commas(cache.capacity()).c_str(), limit.c_str(),
+               with_commas(wanted - pinned).c_str());
+  return true;
 }
 
 void print_profile(const std::vector<DispatchTiming>& timings, const std::string& what) {

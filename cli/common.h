@@ -93,9 +93,10 @@ class ProgressBar {
   bool tty_, quiet_;
 };
 
-// The warning for a chat whose pin (BOS and the system prompt) is longer than the cache can pin:
-// the rest of the system prompt is evicted once the ring wraps. "" when it fits.
-std::string pin_cut_warning(uint32_t wanted, uint32_t pinned, const KvCache& cache);
+// Warns (stderr) of a chat whose pin (BOS and the system prompt, `wanted` tokens) is longer than the
+// `pinned` the cache can hold: the rest of the system prompt is evicted once the ring wraps.
+// Returns whether it warned (false when the pin fits).
+bool warn_pin_cut(uint32_t wanted, uint32_t pinned, const KvCache& cache);
 
 // `line` cut to one row of the terminal stderr is (bytes, never inside a UTF-8 character): a line
 // redrawn in place that wraps would leave a row behind at each redraw.

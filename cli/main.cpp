@@ -23,8 +23,6 @@
 
 namespace {
 
-// Output that did not reach stdout (a full disk, a closed descriptor) fails the command: a script
-// must not take a lost answer for success. Returns the exit status.
 // Says why stdout could not be written (`error`, 0 when unknown) and returns the status. A closed
 // pipe (`| head` took what it wanted) is the reader's choice, not news: status 1 without a word, as
 // coreutils die of SIGPIPE without one.
@@ -35,6 +33,8 @@ int stdout_failed(int error, int status) {
   return status == 0 ? 1 : status;
 }
 
+// Output that did not reach stdout (a full disk, a closed descriptor) fails the command: a script
+// must not take a lost answer for success. Returns the exit status.
 int checked_stdout(int status) {
   errno = 0;
   if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return status;

@@ -83,16 +83,16 @@ ModelConfig read_model_config(const gguf::File& f) {
   c.n_ctx_train = f.get_u32_or(a + "context_length", 2048);
   c.rms_eps = f.get_f32_or(a + "attention.layer_norm_rms_epsilon", 1e-5f);
   c.rope_freq_base = f.get_f32_or(a + "rope.freq_base", 10000.0f);
-  // Linear RoPE scaling: positions are multiplied by 1/factor. (Llama 3.1's "llama3" scaling
-  // arrives as the rope_freqs tensor instead.)
   // YaRN (Qwen2.5/Qwen3 long-context files) is not implemented: run without it, the output is another
   // model's from the first token, so such a file is refused in one line.
   const std::string scaling = f.get_string_or(a + "rope.scaling.type", "");
   if (!scaling.empty() && scaling != "none" && scaling != "linear" && scaling != "longrope")
     throw Error(f.path() + ": key '" + a + "rope.scaling.type' is '" + scaling + "': vkllm implements RoPE scaling 'linear' (and " +
                 "Phi-3's LongRoPE factors), not '" + scaling + "'");
+  // Linear RoPE scaling (a factor with no type is linear): positions are multiplied by 1/factor.
+  // (Llama 3.1's "llama3" scaling arrives as the rope_freqs tensor instead.)
   float factor = 0.0f;
-  if (f.find(a + "rope.scaling.factor") && f.get_string_or(a + "rope.scaling.type", "linear") == "linear")
+  if (f.find(a + "rope.scaling.factor") && (scaling.empty() || scaling == "linear"))
     factor = f.get_f32(a + "rope.scaling.factor");
   else if (f.find(a + "rope.scale_linear"))
     factor = f.get_f32(a + "rope.scale_linear");
