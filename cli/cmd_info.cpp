@@ -84,7 +84,8 @@ nlohmann::json to_json(const ModelSummary& s, const InfoOptions& o, uint32_t ctx
       {"rope", {{"style", c.rope_style == RopeStyle::NeoX ? "neox" : "normal"},
                 {"n_rot", c.n_rot},
                 {"freq_base", c.rope_freq_base},
-                {"freq_scale", c.rope_freq_scale}}},
+                {"freq_scale", c.rope_freq_scale},
+                {"yarn", c.yarn_ext_factor > 0.0f ? nlohmann::json{{"ext_factor", c.yarn_ext_factor}, {"orig_ctx", c.n_ctx_orig}} : nlohmann::json()}}},
       {"sliding_window", {{"window", c.has_swa() ? c.n_swa : 0}, {"window_layers", window_layers(c)}}},
       {"kv_cache", {{"ctx", ctx}, {"window_ring_slots", window_ring_slots(c, ctx, o.ubatch)}, {"seqs", o.seqs}, {"cache_type", cache_type_name(chosen)}, {"types", kv},
                     {"cpu_rotated_k_bytes_per_seq", rotated_k_copy_bytes(c, ctx)}}},
@@ -104,8 +105,10 @@ void print_human(const ModelSummary& s, const InfoOptions& o, uint32_t ctx, Cach
   std::printf("layers          %u\n", c.n_layer);
   std::printf("heads           %u (KV heads %u, head dim %u)\n", c.n_head, c.n_head_kv, c.head_dim);
   std::printf("embedding       %u (feed-forward %u)\n", c.n_embd, c.n_ff);
-  std::printf("rope            %s, %u dims, base %g, scale %g\n", c.rope_style == RopeStyle::NeoX ? "neox" : "normal",
-              c.n_rot, c.rope_freq_base, c.rope_freq_scale);
+  std::printf("rope            %s, %u dims, base %g, scale %g", c.rope_style == RopeStyle::NeoX ? "neox" : "normal", c.n_rot,
+              c.rope_freq_base, c.rope_freq_scale);
+  if (c.yarn_ext_factor > 0.0f) std::printf(" (YaRN from an original context of %s)", with_commas(c.n_ctx_orig).c_str());
+  std::printf("\n");
   if (c.has_swa())
     std::printf("attention       sliding window of %s tokens on %u of %u layers (the others see the whole context)\n",
                 with_commas(c.n_swa).c_str(), window_layers(c), c.n_layer);

@@ -37,6 +37,11 @@ cases=(
   "qwen3-q4_k--sy-1|$qwen3_shape --type q4_k --logit-scale 40 --seed 3|sy-1|1.0"
   "qwen3-iq4_nl--sy-2|$qwen3_shape --type iq4_nl --logit-scale 40 --seed 4|sy-2|1.0"
   "qwen3-iq4_xs--sy-2|$qwen3_shape --type iq4_xs --logit-scale 40 --seed 1|sy-2|1.0"
+  # qwen3 with YaRN (long-context Qwen files): factor 4 over an original context of 4,096, so the
+  # ramp runs from pair 10 to 23 of 32 (the pairs below keep their angle, those above are
+  # interpolated) and cos and sin take 1 + 0.1·ln 4.
+  "qwen3-f32-yarn--sy-2|$qwen3_shape --rope-scale 4 --rope-scaling yarn --orig-ctx 4096 --type f32 --logit-scale 12 --seed 1|sy-2|0.05"
+  "qwen3-q8_0-yarn--sy-1|$qwen3_shape --rope-scale 4 --rope-scaling yarn --orig-ctx 4096 --type q8_0 --logit-scale 40 --seed 5|sy-1|1.0"
   # phi3: fused QKV and gate|up, 48 of 64 dims rotated, attn_factor 1.19 (Phi-3-128k's); the long
   # RoPE factors when the context passes --orig-ctx 16, the short ones under 1,000,000. llama.cpp
   # needs phi3's <|end|> token, so the Phi-3 vocabulary. phi3-q4_k-short uses seed 6, not 1: with

@@ -350,17 +350,18 @@ TEST(Cli, CorruptModelKeysAreNamed) {
   }
 }
 
-// YaRN RoPE scaling (long-context Qwen2.5/Qwen3 files) is not implemented: such a file is refused in
-// one line naming the key (it ran without the scaling, another model's output from the first token).
-TEST(Cli, YarnScalingIsRefused) {
-  const std::string path = testing::TempDir() + "/vkllm_yarn.gguf";
+// A RoPE scaling type vkllm does not implement (llama.cpp knows none, linear, yarn and longrope, and
+// stops on others) is refused in one line naming the key: run without it, the output would be
+// another model's from the first token.
+TEST(Cli, UnknownRopeScalingIsRefused) {
+  const std::string path = testing::TempDir() + "/vkllm_dynamic.gguf";
   ASSERT_EQ(std::system((std::string(VKLLM_MAKE_MODEL) + " --arch qwen3 --layers 1 --embd 64 --ff 64 --heads 4 --kv-heads 2" +
-                         " --rope-scale 4 --rope-scaling yarn -o " + path + " >/dev/null").c_str()), 0);
+                         " --rope-scale 4 --rope-scaling dynamic -o " + path + " >/dev/null").c_str()), 0);
   for (const std::string cmd : {"info", "run -p hi -n 1"}) {
     const Result r = vkllm(cmd + " -m " + path);
     EXPECT_EQ(r.status, 1) << r.err;
-    EXPECT_EQ(r.err, "vkllm: error: " + path + ": key 'qwen3.rope.scaling.type' is 'yarn': vkllm implements RoPE scaling 'linear' " +
-                         "(and Phi-3's LongRoPE factors), not 'yarn'\n");
+    EXPECT_EQ(r.err, "vkllm: error: " + path + ": key 'qwen3.rope.scaling.type' is 'dynamic': vkllm implements RoPE scaling " +
+                         "'linear', 'yarn' and Phi-3's 'longrope', not 'dynamic'\n");
   }
 }
 

@@ -34,22 +34,29 @@ ref::RopeParams ref_rope(uint32_t head_dim, uint32_t n_rot, bool neox, const std
 }
 
 // The rope table (cos, sin of every position's pair angles) rotates like the reference RoPE, in
-// both pair layouts, with per-pair frequency factors and partial rotation: x rotated on the host
-// with the table's entries equals ref::rope.
+// both pair layouts, with per-pair frequency factors, partial rotation and YaRN (its ramp from pair
+// 10 to 23 of 32, or 5 to 12 of 16, for an original context of 4,096; attn_factor 1.25): x rotated on
+// the host with the table's entries equals ref::rope.
 TEST_F(AttentionOps, RopeTableBothLayoutsWithFactors) {
   for (bool neox : {false, true}) {
     for (uint32_t n_rot : {64u, 32u}) {
-      for (bool with_factors : {false, true}) {
+      for (int variant = 0; variant < 3; ++variant) {
+        const bool with_factors = variant == 1, yarn = variant == 2;
         const uint32_t n_tokens = 5, n_heads = 3, head_dim = 64, n_pos = 4096;
         const auto x = test::random_floats(size_t(n_tokens) * n_heads * head_dim, n_rot + neox);
         const std::vector<int32_t> pos = {0, 1, 17, 1000, 4095};
         std::vector<float> factors(n_rot / 2);
         for (uint32_t i = 0; i < n_rot / 2; ++i) factors[i] = 1.0f + 0.25f * float(i % 5);
         std::vector<float> want(x.size());
-        ref::rope(x.data(), pos.data(), n_tokens, n_heads, ref_rope(head_dim, n_rot, neox, with_factors ? &factors : nullptr),
-                  want.data());
+        ref::RopeParams rp = ref_rope(head_dim, n_rot, neox, with_factors ? &factors : nullptr);
         Buffer df = test::to_device(factors), dt(test::vk(), uint64_t{n_pos} * head_dim * 4, MemoryUse::Device, "rope table");
         RopeConfig rc{head_dim, n_rot, 10000.0f, 0.5f, neox, with_factors ? df.view() : BufferView{}};
+        if (yarn) {
+          rp.attn_factor = rc.attn_factor = 1.25f;
+          rp.ext_factor = rc.ext_factor = 1.0f;
+          rp.n_ctx_orig = rc.n_ctx_orig = 4096;
+        }
+        ref::rope(x.data(), pos.data(), n_tokens, n_heads, rp, want.data());
         CommandRecorder rec(test::vk(), &test::pipelines());
         record_rope_table(rec, dt.view(), n_pos, rc);
         rec.submit_and_wait();
@@ -67,7 +74,7 @@ TEST_F(AttentionOps, RopeTableBothLayoutsWithFactors) {
             }
           }
         }
-        EXPECT_LE(test::nmse(got, want), 1e-7) << "neox " << neox << " n_rot " << n_rot << " factors " << with_factors;
+        EXPECT_LE(test::nmse(got, want), 1e-7) << "neox " << neox << " n_rot " << n_rot << " factors " << with_factors << " yarn " << yarn;
       }
     }
   }

@@ -373,9 +373,17 @@ uint32_t Engine::window_list_start(uint32_t n) const {
 RopeConfig Engine::rope_config(bool swa) const {
   const ModelConfig& c = model_.config();
   const DeviceTensor* factors = model_.rope_factors(cache_.capacity());
-  return RopeConfig{c.head_dim, c.n_rot, swa ? c.rope_freq_base_swa : c.rope_freq_base,
-                    swa ? c.rope_freq_scale_swa : c.rope_freq_scale, c.rope_style == RopeStyle::NeoX,
-                    factors ? factors->whole() : BufferView{}, c.rope_attn_factor};
+  return RopeConfig{c.head_dim,
+                    c.n_rot,
+                    swa ? c.rope_freq_base_swa : c.rope_freq_base,
+                    swa ? c.rope_freq_scale_swa : c.rope_freq_scale,
+                    c.rope_style == RopeStyle::NeoX,
+                    factors ? factors->whole() : BufferView{},
+                    c.rope_attn_factor * c.yarn_attn_factor,
+                    c.yarn_ext_factor,
+                    c.n_ctx_orig,
+                    c.yarn_beta_fast,
+                    c.yarn_beta_slow};
 }
 
 void Engine::record_residual(const DeviceTensor& w, const BufferView& in, uint32_t in_stride, uint32_t n,

@@ -13,7 +13,7 @@ static_assert(sizeof(BinaryParams) == 8);
 static_assert(sizeof(NormParams) == 28);
 static_assert(sizeof(ScaleParams) == 8);
 static_assert(sizeof(RowParams) == 8);
-static_assert(sizeof(RopeParams) == 36);
+static_assert(sizeof(RopeParams) == 48);
 static_assert(sizeof(KvStoreParams) == 20);
 static_assert(sizeof(AttentionParams) == 92);
 

@@ -83,22 +83,28 @@ ModelConfig read_model_config(const gguf::File& f) {
   c.n_ctx_train = f.get_u32_or(a + "context_length", 2048);
   c.rms_eps = f.get_f32_or(a + "attention.layer_norm_rms_epsilon", 1e-5f);
   c.rope_freq_base = f.get_f32_or(a + "rope.freq_base", 10000.0f);
-  // YaRN (Qwen2.5/Qwen3 long-context files) is not implemented: run without it, the output is another
-  // model's from the first token, so such a file is refused in one line.
+  // RoPE scaling: linear (a factor with no type is linear: positions are multiplied by 1/factor),
+  // YaRN (long-context Qwen2.5/Qwen3 files: the same factor, mixed per pair with the unscaled angle),
+  // Phi-3's LongRoPE (factor tensors, model.cpp). Llama 3.1's "llama3" scaling arrives as the
+  // rope_freqs tensor. Anything else would run as another model, so it is refused in one line.
   const std::string scaling = f.get_string_or(a + "rope.scaling.type", "");
-  if (!scaling.empty() && scaling != "none" && scaling != "linear" && scaling != "longrope")
-    throw Error(f.path() + ": key '" + a + "rope.scaling.type' is '" + scaling + "': vkllm implements RoPE scaling 'linear' (and " +
-                "Phi-3's LongRoPE factors), not '" + scaling + "'");
-  // Linear RoPE scaling (a factor with no type is linear): positions are multiplied by 1/factor.
-  // (Llama 3.1's "llama3" scaling arrives as the rope_freqs tensor instead.)
+  if (!scaling.empty() && scaling != "none" && scaling != "linear" && scaling != "yarn" && scaling != "longrope")
+    throw Error(f.path() + ": key '" + a + "rope.scaling.type' is '" + scaling + "': vkllm implements RoPE scaling 'linear', " +
+                "'yarn' and Phi-3's 'longrope', not '" + scaling + "'");
   float factor = 0.0f;
-  if (f.find(a + "rope.scaling.factor") && (scaling.empty() || scaling == "linear"))
+  if (f.find(a + "rope.scaling.factor") && (scaling.empty() || scaling == "linear" || scaling == "yarn"))
     factor = f.get_f32(a + "rope.scaling.factor");
   else if (f.find(a + "rope.scale_linear"))
     factor = f.get_f32(a + "rope.scale_linear");
   if (factor > 0.0f) c.rope_freq_scale = 1.0f / factor;
   c.rope_attn_factor = f.get_f32_or(a + "rope.scaling.attn_factor", 1.0f);
   c.n_ctx_orig = f.get_u32_or(a + "rope.scaling.original_context_length", c.n_ctx_train);
+  // llama.cpp: ext_factor from its key when ≥ 0, else 1 for YaRN and 0 otherwise.
+  const float ext = f.get_f32_or(a + "rope.scaling.yarn_ext_factor", -1.0f);
+  c.yarn_ext_factor = ext >= 0.0f ? ext : scaling == "yarn" ? 1.0f : 0.0f;
+  c.yarn_attn_factor = f.get_f32_or(a + "rope.scaling.yarn_attn_factor", 1.0f);
+  c.yarn_beta_fast = f.get_f32_or(a + "rope.scaling.yarn_beta_fast", 32.0f);
+  c.yarn_beta_slow = f.get_f32_or(a + "rope.scaling.yarn_beta_slow", 1.0f);
 
   auto bad = [&](const std::string& key, uint64_t value, const std::string& expected) {
     throw Error(f.path() + ": key '" + key + "' is " + std::to_string(value) + ", expected " + expected);
@@ -142,6 +148,13 @@ ModelConfig read_model_config(const gguf::File& f) {
   positive(a + "attention.layer_norm_rms_epsilon", c.rms_eps);
   positive(a + "rope.freq_base", c.rope_freq_base);
   positive(a + "rope.scaling.attn_factor", c.rope_attn_factor);
+  if (c.yarn_ext_factor > 0.0f) {
+    if (!std::isfinite(c.yarn_ext_factor)) positive(a + "rope.scaling.yarn_ext_factor", c.yarn_ext_factor);
+    positive(a + "rope.scaling.yarn_attn_factor", c.yarn_attn_factor);
+    positive(a + "rope.scaling.yarn_beta_fast", c.yarn_beta_fast);
+    positive(a + "rope.scaling.yarn_beta_slow", c.yarn_beta_slow);
+    if (c.n_ctx_orig == 0) bad(a + "rope.scaling.original_context_length", 0, "> 0");
+  }
   if (factor != 0.0f) positive(a + (f.find(a + "rope.scaling.factor") ? "rope.scaling.factor" : "rope.scale_linear"), factor);
 
   if (c.arch == Arch::Gemma2 || c.arch == Arch::Gemma3) read_gemma_config(f, c);

@@ -31,7 +31,14 @@ struct ModelConfig {
   bool qk_norm = false;        // per-head RMSNorm of q and k before RoPE (qwen3: attn_q_norm, attn_k_norm)
   float rope_attn_factor = 1.0f;  // rope.scaling.attn_factor: RoPE's cos and sin are scaled by it (phi3 LongRoPE)
   uint32_t n_ctx_orig = 0;     // rope.scaling.original_context_length (default n_ctx_train): phi3 uses its long
-                               // RoPE factors when the context is longer, the short ones otherwise
+                               // RoPE factors when the context is longer, the short ones otherwise; YaRN's
+                               // correction dims are computed from it
+  // YaRN (rope.scaling.type yarn; docs/models.md): ext_factor > 0 mixes each pair's interpolated and
+  // extrapolated angles; the rope.scaling.yarn_* keys as llama.cpp reads them.
+  float yarn_ext_factor = 0.0f;   // 1 for a YaRN file unless its key says otherwise, else 0
+  float yarn_attn_factor = 1.0f;  // a further scale of the rotated pairs' cos and sin
+  float yarn_beta_fast = 32.0f;
+  float yarn_beta_slow = 1.0f;
   // Gemma 2 / 3 (see docs/models.md)
   float embd_scale = 1.0f;     // token embeddings are multiplied by it (√n_embd)
   float attn_scale = 0.0f;     // query scale; 0: 1/√head_dim

@@ -106,7 +106,8 @@ struct RowParams {
 };
 
 // rope_table: the (cos, sin) of the first n_rot/2 pairs' angles pos · freq_scale · base^(−2i/n_rot)
-// / factor[i] for positions 0 … n_pos−1 (Normal: pairs (2i, 2i+1); NeoX: pairs (i, i + n_rot/2)).
+// / factor[i] for positions 0 … n_pos−1 (Normal: pairs (2i, 2i+1); NeoX: pairs (i, i + n_rot/2)),
+// with YaRN's mix when ext_factor > 0.
 struct RopeParams {
   u32 n_pos;
   u32 head_dim;
@@ -117,6 +118,9 @@ struct RopeParams {
   u32 has_factors;   // 1: divide each pair's angle by factors[i]
   float attn_factor; // ggml's mscale: rotated pairs' cos and sin are scaled by it
   u32 pos_first;     // the dispatch's first position (grid y counts from it: a dispatch holds at most 65,535 rows)
+  float ext_factor;  // YaRN: > 0 mixes θ·freq_scale with θ by ext_factor · ramp(i) (ggml's rope_yarn)
+  float corr_lo;     // the ramp is 1 up to pair corr_lo and 0 from corr_hi (ggml's correction dims)
+  float corr_hi;
 };
 
 // kv_store: cache[slots[t]] = convert(src[t][0..row_len)) in the cache type; K, then V from src[v_offset].

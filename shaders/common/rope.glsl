@@ -1,4 +1,4 @@
-// RoPE angle of pair i at position pos (ggml_rope_ext without YaRN):
+// RoPE angle of pair i at position pos (ggml_rope_ext; YaRN below):
 //   theta = pos · freq_scale · freq_base^(−2i / n_rot) / factor_i
 // and the pair layout: Normal rotates dims (2i, 2i+1); NeoX rotates (i, i + n_rot/2). Dims at or
 // past n_rot are left as they are.
@@ -17,6 +17,18 @@ void rope_pair(uint i, uint head_dim, uint n_rot, bool neox, out uint d0, out ui
 
 float rope_theta(float pos, uint i, uint n_rot, float freq_base, float freq_scale, float factor) {
   return pos * freq_scale * pow(freq_base, -2.0 * float(i) / float(n_rot)) / factor;
+}
+
+// YaRN (ggml's rope_yarn): the angle of pair i mixes the interpolated θ·freq_scale with the
+// extrapolated θ (freq_scale 1) by ext_factor · ramp, the ramp 1 for pairs up to corr_lo and 0 from
+// corr_hi (fast-turning pairs keep their angle; slow ones are interpolated).
+float rope_theta_yarn(float pos, uint i, uint n_rot, float freq_base, float freq_scale, float factor, float ext_factor,
+                      float corr_lo, float corr_hi) {
+  const float extrap = rope_theta(pos, i, n_rot, freq_base, 1.0, factor);
+  const float interp = freq_scale * extrap;
+  const float ramp = 1.0 - clamp((float(i) - corr_lo) / max(0.001, corr_hi - corr_lo), 0.0, 1.0);
+  const float mix_ = ramp * ext_factor;
+  return interp * (1.0 - mix_) + extrap * mix_;
 }
 
 // Element d of a head after RoPE by (cos, sin) = cs, given the element (self) and its pair partner:

@@ -22,6 +22,8 @@
 //               rope.scaling.factor (its global layers' scaling); --post-norm F centres the
 //               post-norm weights at F, so the layers outweigh the √n_embd-scaled input embedding
 //               (which, tied to the output, otherwise makes the last token the likeliest next one)
+//   --rope-scale F --rope-scaling TYPE  rope.scaling.factor and .type (default linear) for any
+//               architecture; with yarn, --orig-ctx N sets the original context its ramp is cut from
 //   --logit-scale S  output.weight drawn S times wider (when tied, the output norm's weights are S
 //               instead of 1), so the logits have standard deviation ≈ S and the greedy choices
 //               clear margins (references need decided steps)
@@ -440,7 +442,7 @@ int main(int argc, char** argv) {
   app.add_option("--attn-softcap", o.attn_softcap, "gemma2: attn_logit_softcapping");
   app.add_option("--final-softcap", o.final_softcap, "gemma2: final_logit_softcapping");
   app.add_option("--rope-scale", o.rope_scale, "linear rope.scaling.factor");
-  app.add_option("--rope-scaling", o.rope_scaling, "rope.scaling.type written with --rope-scale (default linear; yarn to test its refusal)");
+  app.add_option("--rope-scaling", o.rope_scaling, "rope.scaling.type written with --rope-scale (default linear; yarn, or an unknown type to test its refusal)");
   app.add_option("--post-norm", o.post_norm, "gemma2/gemma3: post-norm weights near this (default 1)");
   app.add_option("--logit-scale", o.logit_scale, "output.weight drawn this many times wider (peaked logits)");
   app.add_option("--vocab", o.n_vocab, "vocabulary size (default: the tokenizer's)");
