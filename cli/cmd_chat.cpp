@@ -610,7 +610,7 @@ void ChatSession::print_kv() const {
 }
 
 const ModelFingerprint& ChatSession::fingerprint() {
-  if (!fingerprint_) fingerprint_ = model_fingerprint(s_.file, s_.engine->cache().capacity());
+  if (!fingerprint_) fingerprint_ = model_fingerprint(s_.file, s_.engine->cache().capacity(), c_.opts.rope);
   return *fingerprint_;
 }
 
@@ -772,7 +772,7 @@ int chat(const ChatCommand& c) {
   const bool resuming = session_to_resume(c.session, c.opts.quiet);
   Session s = open_session(c.opts, [&](const gguf::File& file, const Tokenizer&, uint32_t capacity) {
     tmpl.emplace(ChatTemplate::resolve(&file, c.chat_template));
-    if (resuming) precheck_session(c.session, file, capacity);
+    if (resuming) precheck_session(c.session, file, capacity, c.opts.rope);
   });
   Sampler sampler(c.opts.sampling);
   Conversation conv(*s.engine, *s.tokenizer, sampler, std::move(*tmpl), system, c.opts.keep);

@@ -142,7 +142,7 @@ int run(const RunCommand& c) {
   std::optional<ModelFingerprint> checked_fp;  // computed by the session's model check
   Session s = open_session(c.opts, [&](const gguf::File& file, const Tokenizer& tok, uint32_t capacity) {
     if (resuming) {
-      checked_fp = precheck_session(c.persist.session, file, capacity);
+      checked_fp = precheck_session(c.persist.session, file, capacity, c.opts.rope);
       return;
     }
     p = c.chat ? chat_prompt(file, tok, c.chat_template, c.system, text) : raw_prompt(tok, text, c.special);
@@ -151,7 +151,7 @@ int run(const RunCommand& c) {
   const Tokenizer& tok = *s.tokenizer;
   KvCache& cache = s.engine->cache();
   const bool persist = !c.persist.session.empty() || c.persist.prompt_cache();
-  const ModelFingerprint fp = checked_fp ? *checked_fp : persist ? model_fingerprint(s.file, cache.capacity()) : ModelFingerprint{};
+  const ModelFingerprint fp = checked_fp ? *checked_fp : persist ? model_fingerprint(s.file, cache.capacity(), c.opts.rope) : ModelFingerprint{};
 
   Sampler sampler(c.opts.sampling);
   Generator gen(*s.engine, tok, sampler);

@@ -112,7 +112,7 @@ void serve_forever(const ServeCommand& c) {
 
   std::optional<PromptCache> pc;
   if (c.persist.prompt_cache())
-    pc.emplace(pc_dir, prompt_cache_bytes, model_fingerprint(s.file, s.engine->cache().capacity()), s.engine->cache().type_k(),
+    pc.emplace(pc_dir, prompt_cache_bytes, model_fingerprint(s.file, s.engine->cache().capacity(), c.opts.rope), s.engine->cache().type_k(),
                s.engine->cache().type_v());
   serve::Metrics metrics;
   serve::SchedulerOptions sched_opts;

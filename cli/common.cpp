@@ -42,6 +42,39 @@ void add_model_options(CLI::App* cmd, RunOptions& o) {
                 "Sliding-window layers keep the whole context instead of their window (more memory; every prompt-cache prefix reusable)");
   cmd->add_flag("-q,--quiet", o.quiet, "No statistics on stderr");
   cmd->add_flag("--profile", o.profile, "Print GPU time per op at the end");
+  add_rope_options(cmd, o.rope);
+}
+
+void add_rope_options(CLI::App* cmd, RopeOverrides& r) {
+  // A finite number > 0 (≥ 0 where zero means something): CLI11's own checks let "inf" and "nan" through.
+  const auto finite = [](bool zero_ok) {
+    return CLI::Validator(
+        [zero_ok](std::string& v) {
+          char* end = nullptr;
+          const double x = std::strtod(v.c_str(), &end);
+          if (end == v.c_str() || *end != '\0' || !std::isfinite(x) || x < 0.0 || (!zero_ok && x == 0.0))
+            return v + " is not a finite number " + (zero_ok ? ">= 0" : "> 0");
+          return std::string();
+        },
+        zero_ok ? "NUMBER>=0" : "NUMBER>0");
+  };
+  const std::string group = "RoPE (llama.cpp's flags; a saved session or prompt-cache entry is reused only with the same)";
+  cmd->add_option("--rope-scaling", r.scaling, "RoPE scaling type: none, linear, yarn (default: the model's)")
+      ->check(CLI::IsMember({"none", "linear", "yarn"}))
+      ->group(group);
+  CLI::Option* scale = cmd->add_option_function<float>("--rope-scale", [&r](float n) { r.freq_scale = 1.0f / n; },
+                                                         "RoPE context scaling factor N: positions × 1/N (default: the model's)")
+                           ->check(finite(false))
+                           ->group(group);
+  cmd->add_option("--rope-freq-scale", r.freq_scale, "RoPE frequency scale (1/--rope-scale)")->check(finite(false))->excludes(scale)->group(group);
+  cmd->add_option("--rope-freq-base", r.freq_base, "RoPE base frequency (default: the model's)")->check(finite(false))->group(group);
+  cmd->add_option("--yarn-orig-ctx", r.orig_ctx, "YaRN: the model's original context (default: the model's)")
+      ->check(CLI::Range(1u, k_max_ctx))
+      ->group(group);
+  cmd->add_option("--yarn-ext-factor", r.ext_factor, "YaRN extrapolation mix, 0 to 1 (default: 1 with yarn)")->check(finite(true))->group(group);
+  cmd->add_option("--yarn-attn-factor", r.attn_factor, "YaRN magnitude factor (default: the model's, or 1)")->check(finite(false))->group(group);
+  cmd->add_option("--yarn-beta-fast", r.beta_fast, "YaRN low correction dim (default: the model's, or 32)")->check(finite(false))->group(group);
+  cmd->add_option("--yarn-beta-slow", r.beta_slow, "YaRN high correction dim (default: the model's, or 1)")->check(finite(false))->group(group);
 }
 
 void add_n_predict_option(CLI::App* cmd, int32_t& n_predict, const std::string& what) {
@@ -272,10 +305,12 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
     std::fprintf(stderr, "vkllm: memory: weights %s + KV cache %s + activations %s = %s of %s on %s\n",
                  human_bytes(plan.weights).c_str(), human_bytes(plan.kv_cache).c_str(), human_bytes(plan.activations).c_str(),
                  human_bytes(plan.total()).c_str(), human_bytes(heap).c_str(), s.ctx->info().name.c_str());
-    // As llama.cpp warns: positions past the trained context are where a model's output degrades.
-    if (c.n_ctx_train && eo.cache.capacity > c.n_ctx_train)
-      std::fprintf(stderr, "vkllm: warning: --ctx %s is more than the %s tokens the model was trained on: its output may degrade past them\n",
-                   with_commas(eo.cache.capacity).c_str(), with_commas(c.n_ctx_train).c_str());
+    // As llama.cpp warns: positions past the trained context are where a model's output degrades
+    // (past the context YaRN scales it to, where --rope-* flags or the file ask for YaRN).
+    const uint32_t trained = read_model_config(s.file, o.rope).n_ctx_rope();
+    if (trained && eo.cache.capacity > trained)
+      std::fprintf(stderr, "vkllm: warning: --ctx %s is more than the %s tokens the model was trained on%s: its output may degrade past them\n",
+                   with_commas(eo.cache.capacity).c_str(), with_commas(trained).c_str(), trained == c.n_ctx_train ? "" : " (with its RoPE scaling)");
   }
   if (heap && plan.total() > heap) {
     // The largest --ctx (a multiple of 256) whose whole plan fits the heap and whose largest buffer
@@ -331,7 +366,7 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
   {
     ProgressBar bar("loading", "bytes", o.quiet);
     s.model = std::make_unique<Model>(*s.ctx, s.file, [&](uint64_t done, uint64_t total) { bar.update(done, total); },
-                                      s.pipelines.get(), o.kernels);
+                                      s.pipelines.get(), o.kernels, o.rope);
   }
   s.engine = std::make_unique<Engine>(*s.ctx, *s.pipelines, *s.model, eo);
   for (uint32_t i = 1; i < o.sequences; ++i) s.more_engines.push_back(std::make_unique<Engine>(*s.ctx, *s.pipelines, *s.model, eo));

@@ -32,11 +32,16 @@ struct RunOptions {
   AttentionKernel attention = AttentionKernel::Auto;  // set by `bench --attention`
   uint32_t sequences = 1;  // engines (KV cache + activations each) sharing the weights: `serve --parallel`
   MatmulUse kernels;       // the matvec kernels made while the weights load (perplexity takes one kind)
+  RopeOverrides rope;      // --rope-*, --yarn-*
   SamplerParams sampling;
 };
 
-// -m, --device, --ctx, --cache-type[-k|-v], --keep, --ubatch, --swa-full, --quiet, --profile
+// -m, --device, --ctx, --cache-type[-k|-v], --keep, --ubatch, --swa-full, --quiet, --profile, and
+// the RoPE flags
 void add_model_options(CLI::App* cmd, RunOptions& o);
+// llama.cpp's RoPE flags: --rope-scaling, --rope-scale, --rope-freq-scale, --rope-freq-base,
+// --yarn-orig-ctx, --yarn-ext-factor, --yarn-attn-factor, --yarn-beta-fast, --yarn-beta-slow.
+void add_rope_options(CLI::App* cmd, RopeOverrides& r);
 // --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n, --frequency-penalty,
 // --presence-penalty, --seed. Returns the options, whose count() says which the command line gave
 // (a resumed session takes those: apply_sampling_flags).

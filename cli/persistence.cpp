@@ -31,8 +31,8 @@ void check_session_path(const std::string& session) {
   }
 }
 
-ModelFingerprint precheck_session(const std::string& session, const gguf::File& model, uint32_t n_ctx) {
-  ModelFingerprint fp = model_fingerprint(model, n_ctx);
+ModelFingerprint precheck_session(const std::string& session, const gguf::File& model, uint32_t n_ctx, const RopeOverrides& rope) {
+  ModelFingerprint fp = model_fingerprint(model, n_ctx, rope);
   check_session_model(session, read_session_info(session, false), fp);
   return fp;
 }

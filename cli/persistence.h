@@ -32,7 +32,7 @@ void check_session_path(const std::string& session);
 // token list read and checked, and its model against `model`, so that a file of another model or
 // with a damaged head is refused at once, not after a load of minutes (its rows are checked when
 // it is loaded). Returns the model's fingerprint, which the save needs too.
-ModelFingerprint precheck_session(const std::string& session, const gguf::File& model, uint32_t n_ctx);
+ModelFingerprint precheck_session(const std::string& session, const gguf::File& model, uint32_t n_ctx, const RopeOverrides& rope);
 // Whether --session names a saved session to continue: a file that exists and is not empty. An
 // empty one (as `mktemp` makes) starts a new session, as llama.cpp's --prompt-cache does, with a
 // note unless quiet; the save then fills it.

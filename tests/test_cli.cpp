@@ -1121,6 +1121,66 @@ TEST(Cli, LongRopeFactorSetsDoNotShareCachedRows) {
   std::filesystem::remove_all(dir);
 }
 
+// llama.cpp's RoPE flags: a plain file run with --rope-scaling yarn --rope-scale 4 --yarn-orig-ctx
+// 4096 (Qwen2.5's instructions for long contexts) computes what the file with those keys computes
+// (which tests/data/arch checks against llama.cpp); --rope-scaling linear and none on that file give
+// the linear and the unscaled model. The flags are part of the fingerprint: a prompt-cache entry or
+// a session made without them is another model's, while a flag equal to the file's value changes
+// nothing. Bad values are refused.
+TEST(Cli, RopeFlagsActAsTheFileKeys) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const std::string dir = testing::TempDir() + "/vkllm_rope_flags", plain = dir + "/plain.gguf", yarn = dir + "/yarn.gguf";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string make = std::string(VKLLM_MAKE_MODEL) +
+                           " --arch qwen3 --layers 2 --embd 128 --ff 256 --heads 4 --kv-heads 2 --head-dim 32 --type f32 --logit-scale 12 --seed 1";
+  ASSERT_EQ(std::system((make + " -o " + plain + " >/dev/null").c_str()), 0);
+  ASSERT_EQ(std::system((make + " --rope-scale 4 --rope-scaling yarn --orig-ctx 4096 -o " + yarn + " >/dev/null").c_str()), 0);
+  const std::string prompt = " -f " + shared_path("reference/prompts/sy-2.txt");
+  const auto greedy = [&](const std::string& args) {
+    const Result r = vkllm("run --json -q --temp 0 --ignore-eos --logprobs -n 8" + prompt + " " + args);
+    EXPECT_EQ(r.status, 0) << args << ": " << r.err;
+    return r.status == 0 ? json::parse(r.out) : json();
+  };
+  const auto same = [](const json& a, const json& b) {
+    if (a["tokens"] != b["tokens"]) return false;
+    for (size_t i = 0; i < a["logprobs"].size(); ++i)
+      if (std::abs(a["logprobs"][i].get<double>() - b["logprobs"][i].get<double>()) > 1e-4) return false;
+    return true;
+  };
+  const json by_flags = greedy("-m " + plain + " --rope-scaling yarn --rope-scale 4 --yarn-orig-ctx 4096");
+  const json by_keys = greedy("-m " + yarn);
+  const json unscaled = greedy("-m " + plain), linear = greedy("-m " + plain + " --rope-freq-scale 0.25");
+  EXPECT_TRUE(same(by_flags, by_keys)) << by_flags << "\n" << by_keys;
+  EXPECT_FALSE(same(by_keys, unscaled));
+  EXPECT_FALSE(same(by_keys, linear));
+  EXPECT_FALSE(same(linear, unscaled));
+  EXPECT_TRUE(same(greedy("-m " + yarn + " --rope-scaling linear"), linear));
+  EXPECT_TRUE(same(greedy("-m " + yarn + " --rope-scaling none"), unscaled));
+
+  const std::string run = "run --json -q --temp 0 -n 4 -m " + plain + " -p 'Once upon a time'";
+  ASSERT_EQ(vkllm(run + " --prompt-cache " + dir + "/pc").status, 0);
+  const Result flagged = vkllm(run + " --rope-scale 4 --prompt-cache " + dir + "/pc");
+  ASSERT_EQ(flagged.status, 0) << flagged.err;
+  EXPECT_EQ(json::parse(flagged.out)["cached_tokens"], 0) << flagged.out;
+  const Result file_base = vkllm(run + " --rope-freq-base 10000 --prompt-cache " + dir + "/pc");
+  ASSERT_EQ(file_base.status, 0) << file_base.err;
+  EXPECT_GT(json::parse(file_base.out)["cached_tokens"].get<int>(), 0) << file_base.out;
+  ASSERT_EQ(vkllm(run + " --rope-scale 4 --session " + dir + "/s.vkv").status, 0);
+  const Result resumed = vkllm("run -q --temp 0 -n 2 -m " + plain + " --session " + dir + "/s.vkv");
+  EXPECT_EQ(resumed.status, 1) << resumed.err;
+  EXPECT_NE(resumed.err.find("(RoPE flags)"), std::string::npos) << resumed.err;
+  EXPECT_EQ(vkllm("run -q --temp 0 -n 2 -m " + plain + " --rope-scale 4 --session " + dir + "/s.vkv").status, 0);
+
+  for (const std::string bad : {"--rope-scale 0", "--rope-scale inf", "--rope-freq-base nan", "--yarn-ext-factor -1",
+                                "--rope-scaling dynamic", "--rope-scale 4 --rope-freq-scale 0.25", "--yarn-orig-ctx 0"}) {
+    const Result r = vkllm("run -q -n 1 -m " + plain + " -p hi " + bad);
+    EXPECT_NE(r.status, 0) << bad;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << bad << ": " << r.err;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // Input the model cannot take is refused before the weights load: no model or memory line, one
 // error naming the count.
 TEST(Cli, ShortTextsAndLongPromptsAreRefusedBeforeLoading) {

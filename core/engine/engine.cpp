@@ -381,7 +381,7 @@ RopeConfig Engine::rope_config(bool swa) const {
                     factors ? factors->whole() : BufferView{},
                     c.rope_attn_factor * c.yarn_attn_factor,
                     c.yarn_ext_factor,
-                    c.n_ctx_orig,
+                    c.n_ctx_orig_yarn,
                     c.yarn_beta_fast,
                     c.yarn_beta_slow};
 }

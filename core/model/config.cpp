@@ -46,7 +46,7 @@ const char* arch_name(Arch a) {
   return "?";
 }
 
-ModelConfig read_model_config(const gguf::File& f) {
+ModelConfig read_model_config(const gguf::File& f, const RopeOverrides& rope) {
   ModelConfig c;
   c.arch_name = f.get_string("general.architecture");
   if (c.arch_name == "llama") {
@@ -87,24 +87,30 @@ ModelConfig read_model_config(const gguf::File& f) {
   // YaRN (long-context Qwen2.5/Qwen3 files: the same factor, mixed per pair with the unscaled angle),
   // Phi-3's LongRoPE (factor tensors, model.cpp). Llama 3.1's "llama3" scaling arrives as the
   // rope_freqs tensor. Anything else would run as another model, so it is refused in one line.
-  const std::string scaling = f.get_string_or(a + "rope.scaling.type", "");
-  if (!scaling.empty() && scaling != "none" && scaling != "linear" && scaling != "yarn" && scaling != "longrope")
-    throw Error(f.path() + ": key '" + a + "rope.scaling.type' is '" + scaling + "': vkllm implements RoPE scaling 'linear', " +
-                "'yarn' and Phi-3's 'longrope', not '" + scaling + "'");
+  const std::string file_scaling = f.get_string_or(a + "rope.scaling.type", "");
+  if (!file_scaling.empty() && file_scaling != "none" && file_scaling != "linear" && file_scaling != "yarn" && file_scaling != "longrope")
+    throw Error(f.path() + ": key '" + a + "rope.scaling.type' is '" + file_scaling + "': vkllm implements RoPE scaling 'linear', " +
+                "'yarn' and Phi-3's 'longrope', not '" + file_scaling + "'");
+  const std::string scaling = rope.scaling.empty() ? file_scaling : rope.scaling;
+  // The factor of a linear or YaRN file (a LongRoPE file's is its factor tensors' business, and type
+  // none scales nothing).
   float factor = 0.0f;
-  if (f.find(a + "rope.scaling.factor") && (scaling.empty() || scaling == "linear" || scaling == "yarn"))
+  if (file_scaling == "longrope" || file_scaling == "none")
+    factor = 0.0f;
+  else if (f.find(a + "rope.scaling.factor"))
     factor = f.get_f32(a + "rope.scaling.factor");
   else if (f.find(a + "rope.scale_linear"))
     factor = f.get_f32(a + "rope.scale_linear");
   if (factor > 0.0f) c.rope_freq_scale = 1.0f / factor;
   c.rope_attn_factor = f.get_f32_or(a + "rope.scaling.attn_factor", 1.0f);
   c.n_ctx_orig = f.get_u32_or(a + "rope.scaling.original_context_length", c.n_ctx_train);
-  // llama.cpp: ext_factor from its key when ≥ 0, else 1 for YaRN and 0 otherwise.
-  const float ext = f.get_f32_or(a + "rope.scaling.yarn_ext_factor", -1.0f);
+  c.n_ctx_orig_yarn = rope.orig_ctx ? rope.orig_ctx : c.n_ctx_orig;
+  // llama.cpp: ext_factor from the flag or the key when ≥ 0, else 1 for YaRN and 0 otherwise.
+  const float ext = rope.ext_factor >= 0.0f ? rope.ext_factor : f.get_f32_or(a + "rope.scaling.yarn_ext_factor", -1.0f);
   c.yarn_ext_factor = ext >= 0.0f ? ext : scaling == "yarn" ? 1.0f : 0.0f;
-  c.yarn_attn_factor = f.get_f32_or(a + "rope.scaling.yarn_attn_factor", 1.0f);
-  c.yarn_beta_fast = f.get_f32_or(a + "rope.scaling.yarn_beta_fast", 32.0f);
-  c.yarn_beta_slow = f.get_f32_or(a + "rope.scaling.yarn_beta_slow", 1.0f);
+  c.yarn_attn_factor = rope.attn_factor >= 0.0f ? rope.attn_factor : f.get_f32_or(a + "rope.scaling.yarn_attn_factor", 1.0f);
+  c.yarn_beta_fast = rope.beta_fast >= 0.0f ? rope.beta_fast : f.get_f32_or(a + "rope.scaling.yarn_beta_fast", 32.0f);
+  c.yarn_beta_slow = rope.beta_slow >= 0.0f ? rope.beta_slow : f.get_f32_or(a + "rope.scaling.yarn_beta_slow", 1.0f);
 
   auto bad = [&](const std::string& key, uint64_t value, const std::string& expected) {
     throw Error(f.path() + ": key '" + key + "' is " + std::to_string(value) + ", expected " + expected);
@@ -148,22 +154,39 @@ ModelConfig read_model_config(const gguf::File& f) {
   positive(a + "attention.layer_norm_rms_epsilon", c.rms_eps);
   positive(a + "rope.freq_base", c.rope_freq_base);
   positive(a + "rope.scaling.attn_factor", c.rope_attn_factor);
+  // (The flags are checked by the command line: a bad value here is the file's.)
   if (c.yarn_ext_factor > 0.0f) {
     if (!std::isfinite(c.yarn_ext_factor)) positive(a + "rope.scaling.yarn_ext_factor", c.yarn_ext_factor);
     positive(a + "rope.scaling.yarn_attn_factor", c.yarn_attn_factor);
     positive(a + "rope.scaling.yarn_beta_fast", c.yarn_beta_fast);
     positive(a + "rope.scaling.yarn_beta_slow", c.yarn_beta_slow);
-    if (c.n_ctx_orig == 0) bad(a + "rope.scaling.original_context_length", 0, "> 0");
+    if (c.n_ctx_orig_yarn == 0) bad(a + "rope.scaling.original_context_length", 0, "> 0");
   }
   if (factor != 0.0f) positive(a + (f.find(a + "rope.scaling.factor") ? "rope.scaling.factor" : "rope.scale_linear"), factor);
 
   if (c.arch == Arch::Gemma2 || c.arch == Arch::Gemma3) read_gemma_config(f, c);
+  // The flags change the global layers' RoPE only (llama.cpp reads the window layers' from the file).
+  if (rope.freq_base > 0.0f) c.rope_freq_base = rope.freq_base;
+  if (rope.freq_scale > 0.0f) c.rope_freq_scale = rope.freq_scale;
+  if (scaling == "none") c.rope_freq_scale = 1.0f;
 
   c.tokenizer_model = f.get_string_or("tokenizer.ggml.model", "");
   if (f.find("tokenizer.ggml.tokens")) c.n_vocab = static_cast<uint32_t>(f.get_array("tokenizer.ggml.tokens").count);
   if (c.n_vocab == 0) c.n_vocab = f.get_u32_or(a + "vocab_size", 0);
   c.has_chat_template = f.find("tokenizer.chat_template") != nullptr;
   return c;
+}
+
+std::string rope_override_summary(const gguf::File& f, const RopeOverrides& rope) {
+  const ModelConfig file = read_model_config(f), ours = read_model_config(f, rope);
+  const auto key = [](const ModelConfig& c) {
+    char text[200];
+    std::snprintf(text, sizeof text, "base %g, scale %g, yarn ext %g attn %g beta %g/%g from %u", double(c.rope_freq_base),
+                  double(c.rope_freq_scale), double(c.yarn_ext_factor), double(c.yarn_attn_factor), double(c.yarn_beta_fast),
+                  double(c.yarn_beta_slow), c.yarn_ext_factor > 0.0f ? c.n_ctx_orig_yarn : 0u);
+    return std::string(text);
+  };
+  return key(file) == key(ours) ? "" : key(ours);
 }
 
 }  // namespace vkllm

@@ -1,5 +1,6 @@
 // ModelConfig: a model's hyperparameters, read and validated from GGUF metadata.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -39,6 +40,7 @@ struct ModelConfig {
   float yarn_attn_factor = 1.0f;  // a further scale of the rotated pairs' cos and sin
   float yarn_beta_fast = 32.0f;
   float yarn_beta_slow = 1.0f;
+  uint32_t n_ctx_orig_yarn = 0;   // YaRN's original context: n_ctx_orig, or --yarn-orig-ctx (phi3 keeps n_ctx_orig)
   // Gemma 2 / 3 (see docs/models.md)
   float embd_scale = 1.0f;     // token embeddings are multiplied by it (√n_embd)
   float attn_scale = 0.0f;     // query scale; 0: 1/√head_dim
@@ -58,10 +60,33 @@ struct ModelConfig {
   bool has_swa() const { return n_swa > 0 && swa_pattern > 1; }
   // Phi-3's LongRoPE: a cache of n_ctx slots takes the long factors past the original context.
   bool long_rope(uint32_t n_ctx) const { return n_ctx > n_ctx_orig; }
+  // The context the model's RoPE is meant for: the trained one, or YaRN's original context times
+  // its factor where that is longer (a Qwen2.5 file run with --rope-scaling yarn --rope-scale 4).
+  uint32_t n_ctx_rope() const {
+    if (yarn_ext_factor <= 0.0f || rope_freq_scale >= 1.0f) return n_ctx_train;
+    const double scaled = double(n_ctx_orig_yarn) / rope_freq_scale;
+    return scaled > n_ctx_train ? uint32_t(std::min(scaled, 4294967295.0)) : n_ctx_train;
+  }
+};
+
+// llama.cpp's RoPE flags: what is given replaces the file's value as llama.cpp applies it (the
+// window layers of gemma keep the file's RoPE; docs/models.md, "RoPE scaling").
+struct RopeOverrides {
+  std::string scaling;       // --rope-scaling none|linear|yarn; empty: the file's type
+  float freq_base = 0.0f;    // --rope-freq-base; 0: the file's
+  float freq_scale = 0.0f;   // --rope-freq-scale, or 1/--rope-scale; 0: the file's (none: 1)
+  uint32_t orig_ctx = 0;     // --yarn-orig-ctx; 0: the file's
+  float ext_factor = -1.0f;  // --yarn-ext-factor; < 0: the file's key, else 1 for YaRN, 0 for the others
+  float attn_factor = -1.0f; // --yarn-attn-factor; < 0: the file's
+  float beta_fast = -1.0f;   // --yarn-beta-fast; < 0: the file's
+  float beta_slow = -1.0f;   // --yarn-beta-slow; < 0: the file's
 };
 
 // Reads the hyperparameters of `f`; throws Error naming the missing or inconsistent key.
-ModelConfig read_model_config(const gguf::File& f);
+ModelConfig read_model_config(const gguf::File& f, const RopeOverrides& rope = {});
+// The RoPE that `rope` makes of `f`'s, as a line of text ("yarn, base 1e+06, scale 0.25, …"), or
+// empty where it is the file's own (a cache's rows depend on it: model_fingerprint hashes it).
+std::string rope_override_summary(const gguf::File& f, const RopeOverrides& rope);
 const char* arch_name(Arch a);
 
 }  // namespace vkllm

@@ -48,8 +48,9 @@ std::string fused_name(const std::string& first) {
 
 }  // namespace
 
-Model::Model(const VulkanContext& ctx, const gguf::File& file, const ProgressFn& progress, Pipelines* prepare, MatmulUse use)
-    : file_(file), config_(read_model_config(file)), arena_(ctx) {
+Model::Model(const VulkanContext& ctx, const gguf::File& file, const ProgressFn& progress, Pipelines* prepare, MatmulUse use,
+             const RopeOverrides& rope)
+    : file_(file), config_(read_model_config(file, rope)), arena_(ctx) {
   const ModelConfig& c = config_;
   if (c.n_vocab == 0) throw Error(file.path() + ": the model has no vocabulary (tokenizer.ggml.tokens)");
   const uint64_t qd = uint64_t{c.n_head} * c.head_dim, kvd = c.n_embd_kv();

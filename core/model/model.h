@@ -56,7 +56,7 @@ class Model {
   // projections take (those `use` names) are started there first (Pipelines::prepare), so that making
   // them overlaps the upload.
   Model(const VulkanContext& ctx, const gguf::File& file, const ProgressFn& progress = {}, Pipelines* prepare = nullptr,
-        MatmulUse use = {});
+        MatmulUse use = {}, const RopeOverrides& rope = {});
 
   const ModelConfig& config() const { return config_; }
   const Weights& weights() const { return weights_; }

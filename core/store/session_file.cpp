@@ -334,7 +334,7 @@ std::string ModelFingerprint::hex() const {
   return buf;
 }
 
-ModelFingerprint model_fingerprint(const gguf::File& f, uint32_t n_ctx) {
+ModelFingerprint model_fingerprint(const gguf::File& f, uint32_t n_ctx, const RopeOverrides& rope) {
   XXH3_state_t* st = XXH3_createState();
   VKLLM_CHECK(st != nullptr, "XXH3_createState failed");
   XXH3_64bits_reset(st);
@@ -368,12 +368,14 @@ ModelFingerprint model_fingerprint(const gguf::File& f, uint32_t n_ctx) {
     if (c.arch == Arch::Phi3) rope_set = c.long_rope(n_ctx) ? "long" : "short";
   }
   if (!rope_set.empty()) hash_string(st, "rope factors " + rope_set);
+  const std::string rope_flags = rope_override_summary(f, rope);
+  if (!rope_flags.empty()) hash_string(st, "rope flags " + rope_flags);
   ModelFingerprint fp;
   fp.hash = XXH3_64bits_digest(st);
   XXH3_freeState(st);
   fp.name = f.get_string_or("general.name", "");
   if (fp.name.empty()) fp.name = std::filesystem::path(f.path()).filename().string();
-  const std::string suffix = rope_set.empty() ? "" : " (" + rope_set + " RoPE factors)";
+  const std::string suffix = (rope_set.empty() ? "" : " (" + rope_set + " RoPE factors)") + (rope_flags.empty() ? "" : " (RoPE flags)");
   if (fp.name.size() + suffix.size() > kMaxName) fp.name.resize(kMaxName - suffix.size());
   fp.name += suffix;
   return fp;

@@ -66,7 +66,8 @@ struct ModelFingerprint {
 // past rope.scaling.original_context_length): then which set a cache of n_ctx slots takes is
 // hashed and named, so that rows computed with the other set are another model's (a session is
 // refused, a prompt-cache entry not found).
-ModelFingerprint model_fingerprint(const gguf::File& f, uint32_t n_ctx);
+// RoPE flags that change the file's RoPE (rope_override_summary) are hashed too, and named.
+ModelFingerprint model_fingerprint(const gguf::File& f, uint32_t n_ctx, const RopeOverrides& rope = {});
 
 // What a session holds besides the KV rows.
 // load_session's refusal of a prefix whose sliding-window rows the file does not hold (the file
