@@ -85,7 +85,7 @@ nlohmann::json to_json(const ModelSummary& s, const InfoOptions& o, uint32_t ctx
                 {"n_rot", c.n_rot},
                 {"freq_base", c.rope_freq_base},
                 {"freq_scale", c.rope_freq_scale},
-                {"yarn", c.yarn_ext_factor > 0.0f ? nlohmann::json{{"ext_factor", c.yarn_ext_factor}, {"orig_ctx", c.n_ctx_orig}} : nlohmann::json()}}},
+                {"yarn", c.yarn_ext_factor > 0.0f ? nlohmann::json{{"ext_factor", c.yarn_ext_factor}, {"orig_ctx", c.n_ctx_orig_yarn}} : nlohmann::json()}}},
       {"sliding_window", {{"window", c.has_swa() ? c.n_swa : 0}, {"window_layers", window_layers(c)}}},
       {"kv_cache", {{"ctx", ctx}, {"window_ring_slots", window_ring_slots(c, ctx, o.ubatch)}, {"seqs", o.seqs}, {"cache_type", cache_type_name(chosen)}, {"types", kv},
                     {"cpu_rotated_k_bytes_per_seq", rotated_k_copy_bytes(c, ctx)}}},
@@ -107,7 +107,7 @@ void print_human(const ModelSummary& s, const InfoOptions& o, uint32_t ctx, Cach
   std::printf("embedding       %u (feed-forward %u)\n", c.n_embd, c.n_ff);
   std::printf("rope            %s, %u dims, base %g, scale %g", c.rope_style == RopeStyle::NeoX ? "neox" : "normal", c.n_rot,
               c.rope_freq_base, c.rope_freq_scale);
-  if (c.yarn_ext_factor > 0.0f) std::printf(" (YaRN from an original context of %s)", with_commas(c.n_ctx_orig).c_str());
+  if (c.yarn_ext_factor > 0.0f) std::printf(" (YaRN from an original context of %s)", with_commas(c.n_ctx_orig_yarn).c_str());
   std::printf("\n");
   if (c.has_swa())
     std::printf("attention       sliding window of %s tokens on %u of %u layers (the others see the whole context)\n",

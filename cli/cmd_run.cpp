@@ -351,6 +351,7 @@ int run(const RunCommand& c) {
         {"tokens", st.tokens},
         {"prompt_tokens", st.prompt_tokens},
         {"cached_tokens", st.cached_tokens},
+        {"skipped_tokens", st.skipped_tokens},
         {"generated_tokens", st.generated},
         {"stop_reason", st.stop_reason},
         {"ttft_ms", st.ttft_ms},

@@ -46,35 +46,44 @@ void add_model_options(CLI::App* cmd, RunOptions& o) {
 }
 
 void add_rope_options(CLI::App* cmd, RopeOverrides& r) {
-  // A finite number > 0 (≥ 0 where zero means something): CLI11's own checks let "inf" and "nan" through.
-  const auto finite = [](bool zero_ok) {
+  // A number in [lo, hi] as the float the option stores (CLI11's own checks read a double, so
+  // 1e39 passed as inf and 1e-50 as 0, which means "the file's value").
+  const auto within = [](float lo, float hi) {
     return CLI::Validator(
-        [zero_ok](std::string& v) {
+        [lo, hi](std::string& v) {
           char* end = nullptr;
-          const double x = std::strtod(v.c_str(), &end);
-          if (end == v.c_str() || *end != '\0' || !std::isfinite(x) || x < 0.0 || (!zero_ok && x == 0.0))
-            return v + " is not a finite number " + (zero_ok ? ">= 0" : "> 0");
+          const float x = std::strtof(v.c_str(), &end);
+          if (end == v.c_str() || *end != '\0' || !(x >= lo && x <= hi)) {
+            char range[64];
+            std::snprintf(range, sizeof range, "%g to %g", double(lo), double(hi));
+            return v + " is not a number from " + range;
+          }
           return std::string();
         },
-        zero_ok ? "NUMBER>=0" : "NUMBER>0");
+        "");
   };
+  const CLI::Validator positive = within(1e-30f, 1e30f);
   const std::string group = "RoPE (llama.cpp's flags; a saved session or prompt-cache entry is reused only with the same)";
   cmd->add_option("--rope-scaling", r.scaling, "RoPE scaling type: none, linear, yarn (default: the model's)")
       ->check(CLI::IsMember({"none", "linear", "yarn"}))
       ->group(group);
   CLI::Option* scale = cmd->add_option_function<float>("--rope-scale", [&r](float n) { r.freq_scale = 1.0f / n; },
                                                          "RoPE context scaling factor N: positions × 1/N (default: the model's)")
-                           ->check(finite(false))
+                           ->check(positive)
                            ->group(group);
-  cmd->add_option("--rope-freq-scale", r.freq_scale, "RoPE frequency scale (1/--rope-scale)")->check(finite(false))->excludes(scale)->group(group);
-  cmd->add_option("--rope-freq-base", r.freq_base, "RoPE base frequency (default: the model's)")->check(finite(false))->group(group);
+  cmd->add_option("--rope-freq-scale", r.freq_scale, "RoPE frequency scale (1/--rope-scale)")->check(positive)->excludes(scale)->group(group);
+  cmd->add_option("--rope-freq-base", r.freq_base, "RoPE base frequency (default: the model's)")->check(positive)->group(group);
   cmd->add_option("--yarn-orig-ctx", r.orig_ctx, "YaRN: the model's original context (default: the model's)")
       ->check(CLI::Range(1u, k_max_ctx))
       ->group(group);
-  cmd->add_option("--yarn-ext-factor", r.ext_factor, "YaRN extrapolation mix, 0 to 1 (default: 1 with yarn)")->check(finite(true))->group(group);
-  cmd->add_option("--yarn-attn-factor", r.attn_factor, "YaRN magnitude factor (default: the model's, or 1)")->check(finite(false))->group(group);
-  cmd->add_option("--yarn-beta-fast", r.beta_fast, "YaRN low correction dim (default: the model's, or 32)")->check(finite(false))->group(group);
-  cmd->add_option("--yarn-beta-slow", r.beta_slow, "YaRN high correction dim (default: the model's, or 1)")->check(finite(false))->group(group);
+  cmd->add_option("--yarn-ext-factor", r.ext_factor, "YaRN extrapolation mix, 0 to 1 (default: 1 with yarn, else 0)")
+      ->check(within(0.0f, 1.0f))
+      ->group(group);
+  cmd->add_option("--yarn-attn-factor", r.attn_factor, "Scale of RoPE's cos and sin where YaRN is off (default 1; YaRN sets its own)")
+      ->check(positive)
+      ->group(group);
+  cmd->add_option("--yarn-beta-fast", r.beta_fast, "YaRN low correction dim (default 32)")->check(positive)->group(group);
+  cmd->add_option("--yarn-beta-slow", r.beta_slow, "YaRN high correction dim (default 1)")->check(positive)->group(group);
 }
 
 void add_n_predict_option(CLI::App* cmd, int32_t& n_predict, const std::string& what) {
@@ -253,7 +262,7 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
   if (o.ctx == 1) throw CLI::ValidationError("--ctx 1 is too small (at least 2 tokens)");
   if (o.ctx) check_keep(o.ctx);
   Session s{gguf::File::open(o.model), nullptr, nullptr, nullptr, nullptr, nullptr, {}};
-  const ModelSummary summary = summarize_model(s.file);
+  const ModelSummary summary = summarize_model(s.file, o.rope);
   const ModelConfig& c = summary.config;
 
   EngineOptions eo;
@@ -307,7 +316,7 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
                  human_bytes(plan.total()).c_str(), human_bytes(heap).c_str(), s.ctx->info().name.c_str());
     // As llama.cpp warns: positions past the trained context are where a model's output degrades
     // (past the context YaRN scales it to, where --rope-* flags or the file ask for YaRN).
-    const uint32_t trained = read_model_config(s.file, o.rope).n_ctx_rope();
+    const uint32_t trained = c.n_ctx_rope();
     if (trained && eo.cache.capacity > trained)
       std::fprintf(stderr, "vkllm: warning: --ctx %s is more than the %s tokens the model was trained on%s: its output may degrade past them\n",
                    with_commas(eo.cache.capacity).c_str(), with_commas(trained).c_str(), trained == c.n_ctx_train ? "" : " (with its RoPE scaling)");

@@ -42,6 +42,9 @@ cases=(
   # interpolated) and cos and sin take 1 + 0.1·ln 4.
   "qwen3-f32-yarn--sy-2|$qwen3_shape --rope-scale 4 --rope-scaling yarn --orig-ctx 4096 --type f32 --logit-scale 12 --seed 1|sy-2|0.05"
   "qwen3-q8_0-yarn--sy-1|$qwen3_shape --rope-scale 4 --rope-scaling yarn --orig-ctx 4096 --type q8_0 --logit-scale 40 --seed 5|sy-1|1.0"
+  # A factor under 1 (llama.cpp's magnitude term is 1 there, not 1 + 0.1·ln 0.5), and yarn_* keys
+  # that llama.cpp does not read for these architectures (so they must change nothing).
+  "qwen3-f32-yarn-half--sy-1|$qwen3_shape --rope-scale 0.5 --rope-scaling yarn --orig-ctx 4096 --key-f32 rope.scaling.yarn_beta_fast=8 --key-f32 rope.scaling.yarn_attn_factor=2 --type f32 --logit-scale 12 --seed 1|sy-1|0.05"
   # phi3: fused QKV and gate|up, 48 of 64 dims rotated, attn_factor 1.19 (Phi-3-128k's); the long
   # RoPE factors when the context passes --orig-ctx 16, the short ones under 1,000,000. llama.cpp
   # needs phi3's <|end|> token, so the Phi-3 vocabulary. phi3-q4_k-short uses seed 6, not 1: with

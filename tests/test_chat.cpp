@@ -704,6 +704,21 @@ TEST(ChatCli, ALongPinIsSaidAndCounted) {
   ASSERT_EQ(tokens.size(), 2u);
   EXPECT_EQ(tokens[0].find("undone"), std::string::npos) << tokens[0];
   EXPECT_NE(tokens[1].find(" of an undone exchange, replaced at the next message), conversation "), std::string::npos) << tokens[1];
+
+  // `run --chat --json`, a message per call on one session: once the conversation passes the ring,
+  // the JSON names the tokens past the window (it counted them in prompt_tokens without a word).
+  const std::string session = tmp.path("wrap.vkv");
+  uint32_t skipped = 0;
+  for (const char* message : {"Once upon a time there was a dog.", "The dog liked to run.", "One day the dog saw a cat.", "The cat ran."}) {
+    const ShellRun r = run_shell("timeout 60 " + vkllm_cmd("run", "--chat --json -q -n 8 --ctx 48 --temp 0 --chat-template " + tmpl +
+                                                                      " --session " + session + " -p '" + message + "'") +
+                                 " 2>/dev/null");
+    ASSERT_EQ(r.status, 0) << r.out;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    skipped = j["skipped_tokens"].get<uint32_t>();
+    EXPECT_LE(j["cached_tokens"].get<uint32_t>() + skipped, j["prompt_tokens"].get<uint32_t>()) << r.out;
+  }
+  EXPECT_GT(skipped, 0u);
 }
 
 const std::string kTwoTurns = "Hello\nTell me more\n/stats\n";

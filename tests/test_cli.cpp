@@ -1157,6 +1157,13 @@ TEST(Cli, RopeFlagsActAsTheFileKeys) {
   EXPECT_FALSE(same(linear, unscaled));
   EXPECT_TRUE(same(greedy("-m " + yarn + " --rope-scaling linear"), linear));
   EXPECT_TRUE(same(greedy("-m " + yarn + " --rope-scaling none"), unscaled));
+  // Each flag reaches the table: moved from the value in force it changes the log-probabilities; at
+  // that value it changes nothing (--yarn-attn-factor counts only where YaRN is off, as in llama.cpp).
+  for (const std::string flag : {"--yarn-beta-fast 8", "--yarn-beta-slow 4", "--yarn-ext-factor 0.5", "--rope-freq-base 20000",
+                                  "--yarn-orig-ctx 1024"})
+    EXPECT_FALSE(same(greedy("-m " + yarn + " " + flag), by_keys)) << flag;
+  EXPECT_TRUE(same(greedy("-m " + yarn + " --yarn-beta-fast 32 --yarn-beta-slow 1 --yarn-ext-factor 1 --yarn-attn-factor 3"), by_keys));
+  EXPECT_FALSE(same(greedy("-m " + plain + " --yarn-attn-factor 1.5"), unscaled));
 
   const std::string run = "run --json -q --temp 0 -n 4 -m " + plain + " -p 'Once upon a time'";
   ASSERT_EQ(vkllm(run + " --prompt-cache " + dir + "/pc").status, 0);
@@ -1172,8 +1179,9 @@ TEST(Cli, RopeFlagsActAsTheFileKeys) {
   EXPECT_NE(resumed.err.find("(RoPE flags)"), std::string::npos) << resumed.err;
   EXPECT_EQ(vkllm("run -q --temp 0 -n 2 -m " + plain + " --rope-scale 4 --session " + dir + "/s.vkv").status, 0);
 
-  for (const std::string bad : {"--rope-scale 0", "--rope-scale inf", "--rope-freq-base nan", "--yarn-ext-factor -1",
-                                "--rope-scaling dynamic", "--rope-scale 4 --rope-freq-scale 0.25", "--yarn-orig-ctx 0"}) {
+  for (const std::string bad : {"--rope-scale 0", "--rope-scale inf", "--rope-freq-base nan", "--yarn-ext-factor -1", "--yarn-ext-factor 2",
+                                "--rope-freq-base 1e39", "--rope-freq-scale 1e-50", "--rope-scaling dynamic",
+                                "--rope-scale 4 --rope-freq-scale 0.25", "--yarn-orig-ctx 0"}) {
     const Result r = vkllm("run -q -n 1 -m " + plain + " -p hi " + bad);
     EXPECT_NE(r.status, 0) << bad;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << bad << ": " << r.err;

@@ -35,13 +35,13 @@ ref::RopeParams ref_rope(uint32_t head_dim, uint32_t n_rot, bool neox, const std
 
 // The rope table (cos, sin of every position's pair angles) rotates like the reference RoPE, in
 // both pair layouts, with per-pair frequency factors, partial rotation and YaRN (its ramp from pair
-// 10 to 23 of 32, or 5 to 12 of 16, for an original context of 4,096; attn_factor 1.25): x rotated on
-// the host with the table's entries equals ref::rope.
+// 10 to 23 of 32, or 5 to 12 of 16, for an original context of 4,096; with and without factors;
+// attn_factor 1.25): x rotated on the host with the table's entries equals ref::rope.
 TEST_F(AttentionOps, RopeTableBothLayoutsWithFactors) {
   for (bool neox : {false, true}) {
     for (uint32_t n_rot : {64u, 32u}) {
-      for (int variant = 0; variant < 3; ++variant) {
-        const bool with_factors = variant == 1, yarn = variant == 2;
+      for (int variant = 0; variant < 4; ++variant) {
+        const bool with_factors = variant == 1 || variant == 3, yarn = variant >= 2;
         const uint32_t n_tokens = 5, n_heads = 3, head_dim = 64, n_pos = 4096;
         const auto x = test::random_floats(size_t(n_tokens) * n_heads * head_dim, n_rot + neox);
         const std::vector<int32_t> pos = {0, 1, 17, 1000, 4095};

@@ -83,7 +83,7 @@ AttentionParams attention_params(const AttentionShape& shape, const RopeConfig& 
                                  uint32_t q_stride, uint32_t out_stride, uint32_t n_split, uint32_t kv_per_split) {
   const float scale = shape.scale > 0.0f ? shape.scale : 1.0f / std::sqrt(float(shape.head_dim));
   return {n_q,   n_kv,       shape.n_head, shape.n_head_kv, shape.head_dim,     q_stride,      out_stride,   n_split,
-          kv_per_split, scale, rope.n_rot,   rope.neox ? 1u : 0u, rope_mscale(rope), shape.softcap, shape.window, 0};
+          kv_per_split, scale, rope.n_rot,   rope.neox ? 1u : 0u, rope.attn_factor, shape.softcap, shape.window, 0};
 }
 
 // The query tokens an engine's scratch holds the scores of (a prefill chunk runs in groups of
@@ -198,14 +198,10 @@ void record_decode_attention(CommandRecorder& rec, CacheType type, const Attenti
 
 }  // namespace
 
-float rope_mscale(const RopeConfig& rope) {
-  return rope.ext_factor > 0.0f ? rope.attn_factor * (1.0f + 0.1f * std::log(1.0f / rope.freq_scale)) : rope.attn_factor;
-}
-
 void record_rope_table(CommandRecorder& rec, const BufferView& table, uint32_t n_pos, const RopeConfig& rope) {
   const Pipeline& p = rec.pipelines().get("rope_table", 2, sizeof(RopeParams), {32});
   RopeParams params{n_pos, rope.head_dim, rope.n_rot, rope.freq_base, rope.freq_scale, rope.neox ? 1u : 0u,
-                    rope.factors.buffer ? 1u : 0u, rope_mscale(rope), 0, 0.0f, 0.0f, 0.0f};
+                    rope.factors.buffer ? 1u : 0u, rope.attn_factor, 0, 0.0f, 0.0f, 0.0f};
   if (rope.ext_factor > 0.0f) {
     params.ext_factor = rope.ext_factor;
     // ggml's correction dims: the pair whose wavelength fits beta times into n_ctx_orig, rounded

@@ -146,20 +146,17 @@ struct RopeConfig {
   float freq_scale = 1.0f;
   bool neox = false;             // NeoX pairing (i, i + n_rot/2); else (2i, 2i+1)
   BufferView factors;            // [n_rot/2] f32 per-pair frequency divisors; buffer null for none
-  // ggml's attn_factor (mscale): the rotated pairs' cos and sin are scaled by it (the pairs past
-  // n_rot are not), in the rope table, so q and K both.
+  // ggml's mscale: the rotated pairs' cos and sin are scaled by it (the pairs past n_rot are not),
+  // in the rope table, so q and K both. YaRN's magnitude term included (ModelConfig::rope_mscale).
   float attn_factor = 1.0f;
   // YaRN (ggml's rope_yarn) when ext_factor > 0: pair i's angle mixes the scaled θ·freq_scale with
   // the unscaled θ by ext_factor times a ramp falling from 1 to 0 across ggml's correction dims (from
-  // n_ctx_orig, beta_fast and beta_slow), and cos and sin take a further 1 + 0.1·ln(1/freq_scale).
+  // n_ctx_orig, beta_fast and beta_slow).
   float ext_factor = 0.0f;
   uint32_t n_ctx_orig = 0;
   float beta_fast = 32.0f;
   float beta_slow = 1.0f;
 };
-
-// The scale of the rope table's rotated pairs: attn_factor, times YaRN's magnitude term.
-float rope_mscale(const RopeConfig& rope);
 
 // The cos/sin of every pair angle for positions 0..n_pos-1: table [n_pos][head_dim/2] vec2 f32.
 void record_rope_table(CommandRecorder& rec, const BufferView& table, uint32_t n_pos, const RopeConfig& rope);

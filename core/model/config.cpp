@@ -104,13 +104,13 @@ ModelConfig read_model_config(const gguf::File& f, const RopeOverrides& rope) {
   if (factor > 0.0f) c.rope_freq_scale = 1.0f / factor;
   c.rope_attn_factor = f.get_f32_or(a + "rope.scaling.attn_factor", 1.0f);
   c.n_ctx_orig = f.get_u32_or(a + "rope.scaling.original_context_length", c.n_ctx_train);
-  c.n_ctx_orig_yarn = rope.orig_ctx ? rope.orig_ctx : c.n_ctx_orig;
-  // llama.cpp: ext_factor from the flag or the key when ≥ 0, else 1 for YaRN and 0 otherwise.
-  const float ext = rope.ext_factor >= 0.0f ? rope.ext_factor : f.get_f32_or(a + "rope.scaling.yarn_ext_factor", -1.0f);
-  c.yarn_ext_factor = ext >= 0.0f ? ext : scaling == "yarn" ? 1.0f : 0.0f;
-  c.yarn_attn_factor = rope.attn_factor >= 0.0f ? rope.attn_factor : f.get_f32_or(a + "rope.scaling.yarn_attn_factor", 1.0f);
-  c.yarn_beta_fast = rope.beta_fast >= 0.0f ? rope.beta_fast : f.get_f32_or(a + "rope.scaling.yarn_beta_fast", 32.0f);
-  c.yarn_beta_slow = rope.beta_slow >= 0.0f ? rope.beta_slow : f.get_f32_or(a + "rope.scaling.yarn_beta_slow", 1.0f);
+  c.n_ctx_orig_yarn = rope.orig_ctx ? rope.orig_ctx : c.n_ctx_orig ? c.n_ctx_orig : c.n_ctx_train;
+  // As llama.cpp's context parameters: the flags, else its defaults (it reads no rope.scaling.yarn_*
+  // key for these architectures; measured with the anchor: such keys change nothing there).
+  c.yarn_ext_factor = rope.ext_factor >= 0.0f ? rope.ext_factor : scaling == "yarn" ? 1.0f : 0.0f;
+  c.yarn_attn_factor = rope.attn_factor >= 0.0f ? rope.attn_factor : 1.0f;
+  c.yarn_beta_fast = rope.beta_fast >= 0.0f ? rope.beta_fast : 32.0f;
+  c.yarn_beta_slow = rope.beta_slow >= 0.0f ? rope.beta_slow : 1.0f;
 
   auto bad = [&](const std::string& key, uint64_t value, const std::string& expected) {
     throw Error(f.path() + ": key '" + key + "' is " + std::to_string(value) + ", expected " + expected);
@@ -154,14 +154,6 @@ ModelConfig read_model_config(const gguf::File& f, const RopeOverrides& rope) {
   positive(a + "attention.layer_norm_rms_epsilon", c.rms_eps);
   positive(a + "rope.freq_base", c.rope_freq_base);
   positive(a + "rope.scaling.attn_factor", c.rope_attn_factor);
-  // (The flags are checked by the command line: a bad value here is the file's.)
-  if (c.yarn_ext_factor > 0.0f) {
-    if (!std::isfinite(c.yarn_ext_factor)) positive(a + "rope.scaling.yarn_ext_factor", c.yarn_ext_factor);
-    positive(a + "rope.scaling.yarn_attn_factor", c.yarn_attn_factor);
-    positive(a + "rope.scaling.yarn_beta_fast", c.yarn_beta_fast);
-    positive(a + "rope.scaling.yarn_beta_slow", c.yarn_beta_slow);
-    if (c.n_ctx_orig_yarn == 0) bad(a + "rope.scaling.original_context_length", 0, "> 0");
-  }
   if (factor != 0.0f) positive(a + (f.find(a + "rope.scaling.factor") ? "rope.scaling.factor" : "rope.scale_linear"), factor);
 
   if (c.arch == Arch::Gemma2 || c.arch == Arch::Gemma3) read_gemma_config(f, c);
@@ -179,11 +171,14 @@ ModelConfig read_model_config(const gguf::File& f, const RopeOverrides& rope) {
 
 std::string rope_override_summary(const gguf::File& f, const RopeOverrides& rope) {
   const ModelConfig file = read_model_config(f), ours = read_model_config(f, rope);
+  // What the rope table is made of (the window layers' RoPE is the file's whatever the flags).
   const auto key = [](const ModelConfig& c) {
     char text[200];
-    std::snprintf(text, sizeof text, "base %g, scale %g, yarn ext %g attn %g beta %g/%g from %u", double(c.rope_freq_base),
-                  double(c.rope_freq_scale), double(c.yarn_ext_factor), double(c.yarn_attn_factor), double(c.yarn_beta_fast),
-                  double(c.yarn_beta_slow), c.yarn_ext_factor > 0.0f ? c.n_ctx_orig_yarn : 0u);
+    int n = std::snprintf(text, sizeof text, "base %.9g, scale %.9g, mscale %.9g", double(c.rope_freq_base), double(c.rope_freq_scale),
+                          double(c.rope_mscale()));
+    if (c.yarn_ext_factor > 0.0f)
+      std::snprintf(text + n, sizeof text - size_t(n), ", yarn %.9g from %u, beta %.9g/%.9g", double(c.yarn_ext_factor), c.n_ctx_orig_yarn,
+                    double(c.yarn_beta_fast), double(c.yarn_beta_slow));
     return std::string(text);
   };
   return key(file) == key(ours) ? "" : key(ours);

@@ -1,6 +1,7 @@
 // ModelConfig: a model's hyperparameters, read and validated from GGUF metadata.
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -34,13 +35,14 @@ struct ModelConfig {
   uint32_t n_ctx_orig = 0;     // rope.scaling.original_context_length (default n_ctx_train): phi3 uses its long
                                // RoPE factors when the context is longer, the short ones otherwise; YaRN's
                                // correction dims are computed from it
-  // YaRN (rope.scaling.type yarn; docs/models.md): ext_factor > 0 mixes each pair's interpolated and
-  // extrapolated angles; the rope.scaling.yarn_* keys as llama.cpp reads them.
-  float yarn_ext_factor = 0.0f;   // 1 for a YaRN file unless its key says otherwise, else 0
-  float yarn_attn_factor = 1.0f;  // a further scale of the rotated pairs' cos and sin
+  // YaRN (rope.scaling.type yarn, or --rope-scaling yarn; docs/models.md): ext_factor > 0 mixes each
+  // pair's interpolated and extrapolated angles. llama.cpp reads no rope.scaling.yarn_* key for these
+  // architectures: the values are its defaults unless a --yarn-* flag gives them.
+  float yarn_ext_factor = 0.0f;   // 1 with YaRN, else 0
+  float yarn_attn_factor = 1.0f;  // --yarn-attn-factor: scales cos and sin where YaRN is off
   float yarn_beta_fast = 32.0f;
   float yarn_beta_slow = 1.0f;
-  uint32_t n_ctx_orig_yarn = 0;   // YaRN's original context: n_ctx_orig, or --yarn-orig-ctx (phi3 keeps n_ctx_orig)
+  uint32_t n_ctx_orig_yarn = 0;   // YaRN's original context: --yarn-orig-ctx, else n_ctx_orig, else n_ctx_train
   // Gemma 2 / 3 (see docs/models.md)
   float embd_scale = 1.0f;     // token embeddings are multiplied by it (√n_embd)
   float attn_scale = 0.0f;     // query scale; 0: 1/√head_dim
@@ -60,6 +62,12 @@ struct ModelConfig {
   bool has_swa() const { return n_swa > 0 && swa_pattern > 1; }
   // Phi-3's LongRoPE: a cache of n_ctx slots takes the long factors past the original context.
   bool long_rope(uint32_t n_ctx) const { return n_ctx > n_ctx_orig; }
+  // The scale of RoPE's cos and sin (ggml's mscale, as llama.cpp sets it): rope.scaling.attn_factor,
+  // times YaRN's 1 + 0.1·ln(factor) for a factor > 1 where YaRN is on, else times --yarn-attn-factor.
+  float rope_mscale() const {
+    if (yarn_ext_factor <= 0.0f) return rope_attn_factor * yarn_attn_factor;
+    return rope_freq_scale < 1.0f ? rope_attn_factor * (1.0f + 0.1f * std::log(1.0f / rope_freq_scale)) : rope_attn_factor;
+  }
   // The context the model's RoPE is meant for: the trained one, or YaRN's original context times
   // its factor where that is longer (a Qwen2.5 file run with --rope-scaling yarn --rope-scale 4).
   uint32_t n_ctx_rope() const {
@@ -76,10 +84,10 @@ struct RopeOverrides {
   float freq_base = 0.0f;    // --rope-freq-base; 0: the file's
   float freq_scale = 0.0f;   // --rope-freq-scale, or 1/--rope-scale; 0: the file's (none: 1)
   uint32_t orig_ctx = 0;     // --yarn-orig-ctx; 0: the file's
-  float ext_factor = -1.0f;  // --yarn-ext-factor; < 0: the file's key, else 1 for YaRN, 0 for the others
-  float attn_factor = -1.0f; // --yarn-attn-factor; < 0: the file's
-  float beta_fast = -1.0f;   // --yarn-beta-fast; < 0: the file's
-  float beta_slow = -1.0f;   // --yarn-beta-slow; < 0: the file's
+  float ext_factor = -1.0f;  // --yarn-ext-factor; < 0: 1 for YaRN, 0 for the others
+  float attn_factor = -1.0f; // --yarn-attn-factor; < 0: 1
+  float beta_fast = -1.0f;   // --yarn-beta-fast; < 0: 32
+  float beta_slow = -1.0f;   // --yarn-beta-slow; < 0: 1
 };
 
 // Reads the hyperparameters of `f`; throws Error naming the missing or inconsistent key.

@@ -3,9 +3,9 @@
 
 namespace vkllm {
 
-ModelSummary summarize_model(const gguf::File& f) {
+ModelSummary summarize_model(const gguf::File& f, const RopeOverrides& rope) {
   ModelSummary s;
-  s.config = read_model_config(f);
+  s.config = read_model_config(f, rope);
   s.file_size = f.file_size();
   s.gguf_version = f.version();
   s.n_tensors = f.tensors().size();

@@ -22,6 +22,7 @@ struct ModelSummary {
   double bits_per_weight() const { return n_params ? 8.0 * double(weight_bytes) / double(n_params) : 0.0; }
 };
 
-ModelSummary summarize_model(const gguf::File& f);
+// `rope`: the command line's RoPE flags, in the config as the model will run it.
+ModelSummary summarize_model(const gguf::File& f, const RopeOverrides& rope = {});
 
 }  // namespace vkllm

@@ -47,9 +47,9 @@ std::vector<float> forward(const gguf::File& f, std::span<const int32_t> tokens,
   rp.freq_base = c.rope_freq_base;
   rp.freq_scale = c.rope_freq_scale;
   rp.style = c.rope_style;
-  rp.attn_factor = c.rope_attn_factor * c.yarn_attn_factor;
+  rp.attn_factor = c.rope_mscale();
   rp.ext_factor = c.yarn_ext_factor;
-  rp.n_ctx_orig = c.n_ctx_orig;
+  rp.n_ctx_orig = c.n_ctx_orig_yarn;
   rp.beta_fast = c.yarn_beta_fast;
   rp.beta_slow = c.yarn_beta_slow;
   if (const gguf::TensorInfo* ff = f.find_tensor("rope_freqs.weight")) rp.freq_factors = f32_data(*ff);

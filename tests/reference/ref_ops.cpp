@@ -135,11 +135,11 @@ int64_t argmax(const float* x, int64_t n) {
 void rope(const float* x, const int32_t* pos, int64_t n_tokens, int64_t n_heads, const RopeParams& p, float* out) {
   if (p.n_rot % 2 != 0 || p.n_rot > p.head_dim) throw std::invalid_argument("ref::rope: n_rot must be even and ≤ head_dim");
   const int64_t half = p.n_rot / 2;
-  // YaRN: each pair's share of the unscaled angle and the magnitude. Pair k turns
+  // YaRN: each pair's share of the unscaled angle. Pair k turns
   // n_ctx_orig / (2π base^(2k/n_rot)) times over the original context; it counts as turning β times
   // at k(β) = n_rot · ln(n_ctx_orig / (2πβ)) / (2 ln base).
   std::vector<double> extrap_share(static_cast<size_t>(half), 0.0);
-  double mscale = p.attn_factor;
+  const double mscale = p.attn_factor;
   if (p.ext_factor > 0.0f) {
     const auto pair_turning = [&](double beta) {
       return static_cast<double>(p.n_rot) * std::log(static_cast<double>(p.n_ctx_orig) / (2.0 * M_PI * beta)) /
@@ -151,7 +151,6 @@ void rope(const float* x, const int32_t* pos, int64_t n_tokens, int64_t n_heads,
       const double y = (static_cast<double>(k) - lo) / std::max(0.001, hi - lo);
       extrap_share[static_cast<size_t>(k)] = p.ext_factor * (1.0 - std::clamp(y, 0.0, 1.0));
     }
-    mscale *= 1.0 + 0.1 * std::log(1.0 / static_cast<double>(p.freq_scale));
   }
   std::vector<float> cos_k(static_cast<size_t>(half)), sin_k(static_cast<size_t>(half));
   for (int64_t t = 0; t < n_tokens; ++t) {

@@ -83,11 +83,11 @@ struct RopeParams {
   float freq_scale = 1.0f;          // linear scaling: angle = freq_scale * pos * base^(-2i/n_rot)
   const float* freq_factors = nullptr;  // [n_rot / 2] divisors of each pair's angle, or nullptr
   RopeStyle style = RopeStyle::Normal;  // Normal: pairs (2i, 2i+1); NeoX: pairs (i, i + n_rot/2)
-  float attn_factor = 1.0f;         // rotated pairs' cos and sin are scaled by it
+  float attn_factor = 1.0f;         // rotated pairs' cos and sin are scaled by it (YaRN's magnitude included)
   // YaRN (the paper's "NTK-by-parts" interpolation with ggml's rounding): with ext_factor > 0 pair
   // k's angle is freq_scale·θ mixed with θ by ext_factor·γ(k), γ 1 for pairs that turn more than
   // beta_fast times over n_ctx_orig positions, 0 for those under beta_slow, linear between (bounds
-  // rounded outwards to whole pairs), and cos and sin take a further 1 + 0.1·ln(1/freq_scale).
+  // rounded outwards to whole dims).
   float ext_factor = 0.0f;
   int64_t n_ctx_orig = 0;
   float beta_fast = 32.0f;

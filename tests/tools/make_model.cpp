@@ -24,6 +24,7 @@
 //               (which, tied to the output, otherwise makes the last token the likeliest next one)
 //   --rope-scale F --rope-scaling TYPE  rope.scaling.factor and .type (default linear) for any
 //               architecture; with yarn, --orig-ctx N sets the original context its ramp is cut from
+//   --key-f32 KEY=VALUE  any further <arch>.KEY as an f32 (repeatable)
 //   --logit-scale S  output.weight drawn S times wider (when tied, the output norm's weights are S
 //               instead of 1), so the logits have standard deviation ≈ S and the greedy choices
 //               clear margins (references need decided steps)
@@ -75,6 +76,7 @@ struct Options {
   float logit_scale = 1.0f;
   uint32_t n_rot = 0;      // 0: the head dim
   uint32_t orig_ctx = 0;   // phi3: rope.scaling.original_context_length (0: not written)
+  std::vector<std::string> f32_keys;  // --key-f32 KEY=VALUE: <arch>.KEY written as f32
   float attn_factor = 0.0f;  // phi3: rope.scaling.attn_factor (0: not written)
   uint32_t window = 0;       // gemma2/3: attention.sliding_window (0: not written)
   float attn_softcap = 0.0f;   // gemma2: attn_logit_softcapping (0: not written)
@@ -354,6 +356,11 @@ void make_model(const Options& o) {
   w.set(a + "rope.dimension_count", Value::u32(n_rot));
   if (o.orig_ctx) w.set(a + "rope.scaling.original_context_length", Value::u32(o.orig_ctx));
   if (o.attn_factor > 0.0f) w.set(a + "rope.scaling.attn_factor", Value::f32(o.attn_factor));
+  for (const std::string& kv : o.f32_keys) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos) throw std::runtime_error("--key-f32 " + kv + ": expected KEY=VALUE");
+    w.set(a + kv.substr(0, eq), Value::f32(std::stof(kv.substr(eq + 1))));
+  }
   if (o.rope_scale > 0.0f) {
     w.set(a + "rope.scaling.type", Value::str(o.rope_scaling));
     w.set(a + "rope.scaling.factor", Value::f32(o.rope_scale));
@@ -437,6 +444,7 @@ int main(int argc, char** argv) {
   app.add_option("--head-dim", o.head_dim, "per-head width (default: embd / heads)");
   app.add_option("--rot", o.n_rot, "rope.dimension_count (default: the head dim)");
   app.add_option("--orig-ctx", o.orig_ctx, "phi3: rope.scaling.original_context_length");
+  app.add_option("--key-f32", o.f32_keys, "KEY=VALUE: writes <arch>.KEY as an f32 (repeatable), e.g. rope.scaling.yarn_beta_fast=8");
   app.add_option("--attn-factor", o.attn_factor, "phi3: rope.scaling.attn_factor");
   app.add_option("--window", o.window, "gemma2/gemma3: attention.sliding_window");
   app.add_option("--attn-softcap", o.attn_softcap, "gemma2: attn_logit_softcapping");
