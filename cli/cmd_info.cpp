@@ -85,7 +85,7 @@ nlohmann::json to_json(const ModelSummary& s, const InfoOptions& o, uint32_t ctx
                 {"n_rot", c.n_rot},
                 {"freq_base", c.rope_freq_base},
                 {"freq_scale", c.rope_freq_scale},
-                {"yarn", c.yarn_ext_factor > 0.0f ? nlohmann::json{{"ext_factor", c.yarn_ext_factor}, {"orig_ctx", c.n_ctx_orig_yarn}} : nlohmann::json()}}},
+                {"yarn", c.yarn_ext_factor > 0.0f ? nlohmann::json{{"ext_factor", c.yarn_ext_factor}, {"orig_ctx", c.n_ctx_orig_yarn}, {"scaled_ctx", c.n_ctx_rope()}} : nlohmann::json()}}},
       {"sliding_window", {{"window", c.has_swa() ? c.n_swa : 0}, {"window_layers", window_layers(c)}}},
       {"kv_cache", {{"ctx", ctx}, {"window_ring_slots", window_ring_slots(c, ctx, o.ubatch)}, {"seqs", o.seqs}, {"cache_type", cache_type_name(chosen)}, {"types", kv},
                     {"cpu_rotated_k_bytes_per_seq", rotated_k_copy_bytes(c, ctx)}}},
@@ -101,7 +101,9 @@ void print_human(const ModelSummary& s, const InfoOptions& o, uint32_t ctx, Cach
   std::printf("tensor types   ");
   for (const auto& [name, count] : s.type_counts) std::printf(" %s×%llu", name.c_str(), (unsigned long long)count);
   std::printf("\n");
-  std::printf("context         %s tokens (trained)\n", with_commas(c.n_ctx_train).c_str());
+  std::printf("context         %s tokens (trained", with_commas(c.n_ctx_train).c_str());
+  if (c.n_ctx_rope() != c.n_ctx_train) std::printf("; %s with its YaRN scaling", with_commas(c.n_ctx_rope()).c_str());
+  std::printf(")\n");
   std::printf("layers          %u\n", c.n_layer);
   std::printf("heads           %u (KV heads %u, head dim %u)\n", c.n_head, c.n_head_kv, c.head_dim);
   std::printf("embedding       %u (feed-forward %u)\n", c.n_embd, c.n_ff);

@@ -1148,6 +1148,9 @@ TEST(Cli, RopeFlagsActAsTheFileKeys) {
       if (std::abs(a["logprobs"][i].get<double>() - b["logprobs"][i].get<double>()) > 1e-4) return false;
     return true;
   };
+  const Result info = vkllm("info -m " + yarn);
+  EXPECT_NE(info.out.find("(YaRN from an original context of 4,096)"), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("; 16,384 with its YaRN scaling)"), std::string::npos) << info.out;
   const json by_flags = greedy("-m " + plain + " --rope-scaling yarn --rope-scale 4 --yarn-orig-ctx 4096");
   const json by_keys = greedy("-m " + yarn);
   const json unscaled = greedy("-m " + plain), linear = greedy("-m " + plain + " --rope-freq-scale 0.25");
