@@ -62,6 +62,10 @@ cases=(
   "gemma3-f32--sy-2|$gemma3_shape --type f32 --logit-scale 12 --seed 1|sy-2|0.05"
   "gemma3-q8_0--sy-2|$gemma3_shape --type q8_0 --logit-scale 40 --seed 1|sy-2|1.0"
   "gemma3-q4_k--sy-1|$gemma3_shape --type q4_k --logit-scale 40 --seed 2|sy-1|1.0"
+  # gemma3 with YaRN on its global layers: the window layers keep scale 1 but take llama.cpp's one
+  # attention factor (1 / (1 + 0.1·ln 4) of the global layers' magnitude), and their own base from
+  # rope.freq_base_swa, which newer converters write.
+  "gemma3-f32-yarn--sy-2|${gemma3_shape/--rope-scale 8/--rope-scale 4 --rope-scaling yarn --orig-ctx 64 --key-f32 rope.freq_base_swa=1000} --type f32 --logit-scale 12 --seed 1|sy-2|0.05"
 )
 
 tmp=$(mktemp -d)

@@ -379,7 +379,7 @@ RopeConfig Engine::rope_config(bool swa) const {
                     swa ? c.rope_freq_scale_swa : c.rope_freq_scale,
                     c.rope_style == RopeStyle::NeoX,
                     factors ? factors->whole() : BufferView{},
-                    c.rope_mscale(),
+                    c.rope_mscale(swa),
                     c.yarn_ext_factor,
                     c.n_ctx_orig_yarn,
                     c.yarn_beta_fast,

@@ -30,6 +30,8 @@ void read_gemma_config(const gguf::File& f, ModelConfig& c) {
     c.rope_freq_base_swa = 10000.0f;
     c.rope_freq_scale_swa = 1.0f;
   }
+  // Newer converters write the window layers' base (llama.cpp reads it for both).
+  c.rope_freq_base_swa = f.get_f32_or(a + "rope.freq_base_swa", c.rope_freq_base_swa);
 }
 
 }  // namespace
@@ -92,12 +94,10 @@ ModelConfig read_model_config(const gguf::File& f, const RopeOverrides& rope) {
     throw Error(f.path() + ": key '" + a + "rope.scaling.type' is '" + file_scaling + "': vkllm implements RoPE scaling 'linear', " +
                 "'yarn' and Phi-3's 'longrope', not '" + file_scaling + "'");
   const std::string scaling = rope.scaling.empty() ? file_scaling : rope.scaling;
-  // The factor of a linear or YaRN file (a LongRoPE file's is its factor tensors' business, and type
-  // none scales nothing).
+  // The factor, whatever the type, as llama.cpp reads it (the type in force decides below: none
+  // scales nothing, and gemma2's window layers take the file's factor even then).
   float factor = 0.0f;
-  if (file_scaling == "longrope" || file_scaling == "none")
-    factor = 0.0f;
-  else if (f.find(a + "rope.scaling.factor"))
+  if (f.find(a + "rope.scaling.factor"))
     factor = f.get_f32(a + "rope.scaling.factor");
   else if (f.find(a + "rope.scale_linear"))
     factor = f.get_f32(a + "rope.scale_linear");
@@ -156,7 +156,10 @@ ModelConfig read_model_config(const gguf::File& f, const RopeOverrides& rope) {
   positive(a + "rope.scaling.attn_factor", c.rope_attn_factor);
   if (factor != 0.0f) positive(a + (f.find(a + "rope.scaling.factor") ? "rope.scaling.factor" : "rope.scale_linear"), factor);
 
-  if (c.arch == Arch::Gemma2 || c.arch == Arch::Gemma3) read_gemma_config(f, c);
+  if (c.arch == Arch::Gemma2 || c.arch == Arch::Gemma3) {
+    read_gemma_config(f, c);
+    positive(a + "rope.freq_base_swa", c.rope_freq_base_swa);
+  }
   // The flags change the global layers' RoPE only (llama.cpp reads the window layers' from the file).
   if (rope.freq_base > 0.0f) c.rope_freq_base = rope.freq_base;
   if (rope.freq_scale > 0.0f) c.rope_freq_scale = rope.freq_scale;
@@ -171,11 +174,12 @@ ModelConfig read_model_config(const gguf::File& f, const RopeOverrides& rope) {
 
 std::string rope_override_summary(const gguf::File& f, const RopeOverrides& rope) {
   const ModelConfig file = read_model_config(f), ours = read_model_config(f, rope);
-  // What the rope table is made of (the window layers' RoPE is the file's whatever the flags).
+  // What the rope tables are made of (the window layers' base and scale are the file's whatever the
+  // flags; their magnitude under YaRN is not).
   const auto key = [](const ModelConfig& c) {
-    char text[200];
-    int n = std::snprintf(text, sizeof text, "base %.9g, scale %.9g, mscale %.9g", double(c.rope_freq_base), double(c.rope_freq_scale),
-                          double(c.rope_mscale()));
+    char text[240];
+    int n = std::snprintf(text, sizeof text, "base %.9g, scale %.9g, mscale %.9g (window layers %.9g)", double(c.rope_freq_base),
+                          double(c.rope_freq_scale), double(c.rope_mscale(false)), double(c.rope_mscale(true)));
     if (c.yarn_ext_factor > 0.0f)
       std::snprintf(text + n, sizeof text - size_t(n), ", yarn %.9g from %u, beta %.9g/%.9g", double(c.yarn_ext_factor), c.n_ctx_orig_yarn,
                     double(c.yarn_beta_fast), double(c.yarn_beta_slow));

@@ -62,11 +62,17 @@ struct ModelConfig {
   bool has_swa() const { return n_swa > 0 && swa_pattern > 1; }
   // Phi-3's LongRoPE: a cache of n_ctx slots takes the long factors past the original context.
   bool long_rope(uint32_t n_ctx) const { return n_ctx > n_ctx_orig; }
-  // The scale of RoPE's cos and sin (ggml's mscale, as llama.cpp sets it): rope.scaling.attn_factor,
-  // times YaRN's 1 + 0.1·ln(factor) for a factor > 1 where YaRN is on, else times --yarn-attn-factor.
-  float rope_mscale() const {
+  // The scale of RoPE's cos and sin in the global (or, `swa`, the window) layers, ggml's mscale as
+  // llama.cpp sets it. YaRN off: rope.scaling.attn_factor × --yarn-attn-factor. YaRN on: one
+  // attention factor for all layers, rope.scaling.attn_factor × (1 + 0.1·ln f for a factor f > 1,
+  // else 1) / (1 + 0.1·ln f), which ggml multiplies per layer by 1 + 0.1·ln(1/the layer's scale):
+  // so the global layers get rope.scaling.attn_factor × (1 + 0.1·ln f, or 1), and window layers
+  // of scale 1 that divided by 1 + 0.1·ln f.
+  float rope_mscale(bool swa) const {
     if (yarn_ext_factor <= 0.0f) return rope_attn_factor * yarn_attn_factor;
-    return rope_freq_scale < 1.0f ? rope_attn_factor * (1.0f + 0.1f * std::log(1.0f / rope_freq_scale)) : rope_attn_factor;
+    const float factor = 1.0f / rope_freq_scale, layer_scale = swa ? rope_freq_scale_swa : rope_freq_scale;
+    const float attn = (factor > 1.0f ? 1.0f + 0.1f * std::log(factor) : 1.0f) / (1.0f + 0.1f * std::log(factor)) * rope_attn_factor;
+    return attn * (1.0f + 0.1f * std::log(1.0f / layer_scale));
   }
   // The context the model's RoPE is meant for: the trained one, or YaRN's original context times
   // its factor where that is longer (a Qwen2.5 file run with --rope-scaling yarn --rope-scale 4).

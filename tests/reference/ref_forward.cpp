@@ -47,7 +47,7 @@ std::vector<float> forward(const gguf::File& f, std::span<const int32_t> tokens,
   rp.freq_base = c.rope_freq_base;
   rp.freq_scale = c.rope_freq_scale;
   rp.style = c.rope_style;
-  rp.attn_factor = c.rope_mscale();
+  rp.attn_factor = c.rope_mscale(false);
   rp.ext_factor = c.yarn_ext_factor;
   rp.n_ctx_orig = c.n_ctx_orig_yarn;
   rp.beta_fast = c.yarn_beta_fast;
