@@ -770,9 +770,10 @@ int chat(const ChatCommand& c) {
   // The template is resolved before the weights load: a wrong --chat-template is refused at once.
   std::optional<ChatTemplate> tmpl;
   const bool resuming = session_to_resume(c.session, c.opts.quiet);
-  Session s = open_session(c.opts, [&](const gguf::File& file, const Tokenizer&, uint32_t capacity) {
+  const RunOptions opts = resuming ? with_session_cache_type(c.session, c.opts) : c.opts;
+  Session s = open_session(opts, [&](const gguf::File& file, const Tokenizer&, uint32_t capacity) {
     tmpl.emplace(ChatTemplate::resolve(&file, c.chat_template));
-    if (resuming) precheck_session(c.session, file, capacity, c.opts.rope);
+    if (resuming) precheck_session(c.session, file, capacity, opts);
   });
   Sampler sampler(c.opts.sampling);
   Conversation conv(*s.engine, *s.tokenizer, sampler, std::move(*tmpl), system, c.opts.keep);

@@ -140,9 +140,10 @@ int run(const RunCommand& c) {
   const bool resuming = session_to_resume(c.persist.session, c.opts.quiet);
   PromptTokens p;
   std::optional<ModelFingerprint> checked_fp;  // computed by the session's model check
-  Session s = open_session(c.opts, [&](const gguf::File& file, const Tokenizer& tok, uint32_t capacity) {
+  const RunOptions opts = resuming ? with_session_cache_type(c.persist.session, c.opts) : c.opts;
+  Session s = open_session(opts, [&](const gguf::File& file, const Tokenizer& tok, uint32_t capacity) {
     if (resuming) {
-      checked_fp = precheck_session(c.persist.session, file, capacity, c.opts.rope);
+      checked_fp = precheck_session(c.persist.session, file, capacity, opts);
       return;
     }
     p = c.chat ? chat_prompt(file, tok, c.chat_template, c.system, text) : raw_prompt(tok, text, c.special);

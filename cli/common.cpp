@@ -45,6 +45,16 @@ void add_model_options(CLI::App* cmd, RunOptions& o) {
   add_rope_options(cmd, o.rope);
 }
 
+std::pair<CacheType, CacheType> cache_types(const RunOptions& o) {
+  const auto type = [&](const std::string& one) {
+    const std::string& name = !o.cache_type.empty() ? o.cache_type : !one.empty() ? one : "f16";
+    const std::optional<CacheType> t = cache_type_from_name(name);
+    if (!t) throw CLI::ValidationError("unknown cache type " + name);
+    return *t;
+  };
+  return {type(o.cache_type_k), type(o.cache_type_v)};
+}
+
 void add_rope_options(CLI::App* cmd, RopeOverrides& r) {
   // A number in [lo, hi] as the float the option stores (CLI11's own checks read a double, so
   // 1e39 passed as inf and 1e-50 as 0, which means "the file's value").
@@ -245,8 +255,7 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
   }
   // K and V in one type (the attention kernels read both in it, docs/kv-cache.md): a mix, or
   // --cache-type against an explicit --cache-type-k/-v, is a bad command line.
-  const std::string tk = !o.cache_type.empty() ? o.cache_type : !o.cache_type_k.empty() ? o.cache_type_k : "f16";
-  const std::string tv = !o.cache_type.empty() ? o.cache_type : !o.cache_type_v.empty() ? o.cache_type_v : "f16";
+  const std::string tk = cache_type_name(cache_types(o).first), tv = cache_type_name(cache_types(o).second);
   for (const auto& [flag, value] : {std::pair{"--cache-type-k", &o.cache_type_k}, std::pair{"--cache-type-v", &o.cache_type_v}})
     if (!o.cache_type.empty() && !value->empty() && *value != o.cache_type)
       throw CLI::ValidationError(std::string(flag) + " " + *value + " contradicts --cache-type " + o.cache_type);

@@ -39,6 +39,9 @@ struct RunOptions {
 // -m, --device, --ctx, --cache-type[-k|-v], --keep, --ubatch, --swa-full, --quiet, --profile, and
 // the RoPE flags
 void add_model_options(CLI::App* cmd, RunOptions& o);
+// The K and V cache types the flags ask for (f16 where none is given; the names are checked by the
+// options, their agreement by open_session).
+std::pair<CacheType, CacheType> cache_types(const RunOptions& o);
 // llama.cpp's RoPE flags: --rope-scaling, --rope-scale, --rope-freq-scale, --rope-freq-base,
 // --yarn-orig-ctx, --yarn-ext-factor, --yarn-attn-factor, --yarn-beta-fast, --yarn-beta-slow.
 void add_rope_options(CLI::App* cmd, RopeOverrides& r);

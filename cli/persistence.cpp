@@ -31,10 +31,20 @@ void check_session_path(const std::string& session) {
   }
 }
 
-ModelFingerprint precheck_session(const std::string& session, const gguf::File& model, uint32_t n_ctx, const RopeOverrides& rope) {
-  ModelFingerprint fp = model_fingerprint(model, n_ctx, rope);
-  check_session_model(session, read_session_info(session, false), fp);
+ModelFingerprint precheck_session(const std::string& session, const gguf::File& model, uint32_t n_ctx, const RunOptions& o) {
+  ModelFingerprint fp = model_fingerprint(model, n_ctx, o.rope);
+  const SessionInfo info = read_session_info(session, false);
+  check_session_model(session, info, fp);
+  const auto [type_k, type_v] = cache_types(o);
+  check_session_cache_types(session, info, type_k, type_v);
   return fp;
+}
+
+RunOptions with_session_cache_type(const std::string& session, RunOptions o) {
+  if (!o.cache_type.empty() || !o.cache_type_k.empty() || !o.cache_type_v.empty()) return o;
+  const SessionInfo info = read_session_info(session, false);
+  if (info.type_k == info.type_v) o.cache_type = cache_type_name(info.type_k);
+  return o;
 }
 
 bool session_to_resume(const std::string& session, bool quiet) {

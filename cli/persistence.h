@@ -6,6 +6,7 @@
 #include <span>
 #include <string>
 
+#include "common.h"
 #include "store/prompt_cache.h"
 #include "engine/sampler.h"
 #include "text/tokenizer.h"
@@ -29,10 +30,14 @@ void add_session_option(CLI::App* cmd, std::string& session);
 // Before the model loads: a --session path that exists must be a regular file (throws Error).
 void check_session_path(const std::string& session);
 // Before the weights load (open_session's input check), for a session to resume: its header and
-// token list read and checked, and its model against `model`, so that a file of another model or
-// with a damaged head is refused at once, not after a load of minutes (its rows are checked when
-// it is loaded). Returns the model's fingerprint, which the save needs too.
-ModelFingerprint precheck_session(const std::string& session, const gguf::File& model, uint32_t n_ctx, const RopeOverrides& rope);
+// token list read and checked, its model against `model` (with o's RoPE flags) and its cache types
+// against o's, so that a file of another model, another cache type or with a damaged head is
+// refused at once, not after a load of minutes (its rows are checked when it is loaded). Returns
+// the model's fingerprint, which the save needs too.
+ModelFingerprint precheck_session(const std::string& session, const gguf::File& model, uint32_t n_ctx, const RunOptions& o);
+// Before the load, for a session to resume and a command line that names no cache type: `o` with
+// the session's own (a q8_0 session resumed without --cache-type q8_0 was refused after the load).
+RunOptions with_session_cache_type(const std::string& session, RunOptions o);
 // Whether --session names a saved session to continue: a file that exists and is not empty. An
 // empty one (as `mktemp` makes) starts a new session, as llama.cpp's --prompt-cache does, with a
 // note unless quiet; the save then fills it.

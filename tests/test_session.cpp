@@ -235,6 +235,22 @@ TEST_F(SessionTest, ChatSessionKeepsTheConversation) {
   EXPECT_NE(raw.err.find("holds a chat session; continue it with --chat"), std::string::npos) << raw.err;
 }
 
+// A session saved with a quantized cache resumes in its type when the command line names none (it
+// was refused after the weights loaded: "rerun with --cache-type q8_0"), in run and chat.
+TEST_F(SessionTest, AResumedSessionKeepsItsCacheType) {
+  VKLLM_REQUIRE_SHARED(kModel);
+  const std::string s = path("q8.vkv");
+  ASSERT_EQ(vkllm(model() + " --temp 0 --cache-type q8_0 -p 'Once upon a time there was' -n 4 -q --session " + s).rc, 0);
+  const Result run = vkllm(model() + " --temp 0 -p ' a' -n 2 --session " + s);
+  EXPECT_EQ(run.rc, 0) << run.err;
+  EXPECT_NE(run.err.find("KV q8_0/q8_0"), std::string::npos) << run.err;
+  const std::string c = path("chat.vkv");
+  ASSERT_EQ(vkllm(model() + " --chat --temp 0 --cache-type q4_0 -p Hello -n 2 -q --session " + c).rc, 0);
+  const Result chat = vkllm("chat -m " + vkllm::test::shared_path(kModel) + " --ctx 256 -n 2 --session " + c, "chat");
+  EXPECT_EQ(chat.rc, 0) << chat.err;
+  EXPECT_NE(chat.err.find("KV q4_0/q4_0"), std::string::npos) << chat.err;
+}
+
 // Refused loads: another model, another cache type, too small a --ctx, a truncated file. Each
 // is one line naming the file, and the file is left as it was.
 TEST_F(SessionTest, RefusedLoadsNameTheReason) {
@@ -256,10 +272,10 @@ TEST_F(SessionTest, RefusedLoadsNameTheReason) {
     EXPECT_EQ(std::count(early.err.begin(), early.err.end(), '\n'), 1) << cmd << ": " << early.err;
   }
 
-  const Result type = vkllm(model() + " --cache-type q8_0 -p '' -n 2 -q --session " + s);
+  // Another cache type is refused before the load too (without -q: no model or memory line).
+  const Result type = vkllm(model() + " --cache-type q8_0 -p '' -n 2 --session " + s);
   EXPECT_EQ(type.rc, 1);
-  EXPECT_NE(type.err.find("saved with KV cache type f16/f16, this cache is q8_0/q8_0; rerun with --cache-type f16"), std::string::npos)
-      << type.err;
+  EXPECT_EQ(type.err, "vkllm: error: " + s + ": saved with KV cache type f16/f16, this cache is q8_0/q8_0; rerun with --cache-type f16\n");
 
   const Result ctx = vkllm("run -m " + vkllm::test::shared_path(kModel) + " --ctx 8 -p '' -n 2 -q --session " + s);
   EXPECT_EQ(ctx.rc, 1);

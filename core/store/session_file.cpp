@@ -459,6 +459,14 @@ void check_session_model(const std::string& path, const SessionInfo& info, const
     throw Error(path + ": saved with " + info.model.name + " " + info.model.hex() + ", this is " + model.name + " " + model.hex());
 }
 
+void check_session_cache_types(const std::string& path, const SessionInfo& info, CacheType type_k, CacheType type_v) {
+  if (info.type_k == type_k && info.type_v == type_v) return;
+  const std::string hint = info.type_k == info.type_v ? std::string("rerun with --cache-type ") + cache_type_name(info.type_k)
+                                                      : std::string("this version runs K and V in one type only");
+  throw Error(path + ": saved with KV cache type " + cache_type_name(info.type_k) + "/" + cache_type_name(info.type_v) +
+              ", this cache is " + cache_type_name(type_k) + "/" + cache_type_name(type_v) + "; " + hint);
+}
+
 SessionInfo read_session_info(const std::string& path, bool with_kv) {
   FileFetch file(path);
   return parse(path, file.size(), std::ref(file), with_kv).info;
@@ -478,12 +486,7 @@ SessionInfo load_session(const std::string& path, Engine& engine, const ModelFin
     throw Error(path + ": section 'HEAD' at offset " + std::to_string(kPreambleBytes + 16) + ": saved for " + std::to_string(info.n_layer) +
                 " layers × " + std::to_string(info.n_head_kv) + " KV heads × head dim " + std::to_string(info.head_dim) + ", this model has " +
                 std::to_string(c.n_layer) + " × " + std::to_string(c.n_head_kv) + " × " + std::to_string(c.head_dim));
-  if (info.type_k != cache.type_k() || info.type_v != cache.type_v()) {
-    const std::string hint = info.type_k == info.type_v ? std::string("rerun with --cache-type ") + cache_type_name(info.type_k)
-                                                        : std::string("this version runs K and V in one type only");
-    throw Error(path + ": saved with KV cache type " + cache_type_name(info.type_k) + "/" + cache_type_name(info.type_v) +
-                ", this cache is " + cache_type_name(cache.type_k()) + "/" + cache_type_name(cache.type_v()) + "; " + hint);
-  }
+  check_session_cache_types(path, info, cache.type_k(), cache.type_v());
   if (info.row_bytes_k != cache.row_bytes_k() || info.row_bytes_v != cache.row_bytes_v())
     throw Error(path + ": saved with K/V rows of " + std::to_string(info.row_bytes_k) + "/" + std::to_string(info.row_bytes_v) +
                 " bytes, this cache has " + std::to_string(cache.row_bytes_k()) + "/" + std::to_string(cache.row_bytes_v()));

@@ -122,5 +122,7 @@ SessionInfo read_session_info(const std::string& path, bool with_kv = true);
 // Throws vkllm::Error ("PATH: saved with NAME HASH, this is NAME HASH") unless `info` was saved with
 // `model` (load_session's first check; a run checks it before the weights load too).
 void check_session_model(const std::string& path, const SessionInfo& info, const ModelFingerprint& model);
+// Throws Error when the session was saved with other cache types than (type_k, type_v).
+void check_session_cache_types(const std::string& path, const SessionInfo& info, CacheType type_k, CacheType type_v);
 
 }  // namespace vkllm
