@@ -11,9 +11,11 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <map>
 #include <iostream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "commands.h"
 #include "common.h"
@@ -69,6 +71,33 @@ void option_rules(CLI::App& app) {
     if (opt.get_items_expected_max() == 1 && opt.get_multi_option_policy() == CLI::MultiOptionPolicy::Throw)
       opt.multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   });
+}
+
+// llama.cpp's multi-letter short flags, which CLI11 reads as a one-letter flag and its value ("-ctk
+// q8_0" became "--ctx tk", and the error named --ctx): those vkllm has under another name are
+// renamed; -ngl (vkllm runs every layer on the GPU) is dropped with its value and a note.
+std::vector<char*> llama_cpp_spellings(int argc, char** argv) {
+  static const std::map<std::string_view, const char*> renamed = {
+      {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-ub", "--ubatch"}, {"-np", "--parallel"}};
+  std::vector<char*> out;
+  for (int i = 0; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") {
+      out.insert(out.end(), argv + i, argv + argc);
+      break;
+    }
+    if (const auto it = renamed.find(arg); it != renamed.end()) {
+      out.push_back(const_cast<char*>(it->second));
+    } else if (arg == "-ngl" || arg == "--n-gpu-layers" || arg == "--gpu-layers") {
+      const bool has_value = i + 1 < argc && argv[i + 1][0] != '\0' && argv[i + 1][0] != '-';
+      std::fprintf(stderr, "vkllm: note: %s%s%s ignored: vkllm runs every layer on the GPU\n", argv[i], has_value ? " " : "",
+                   has_value ? argv[i + 1] : "");
+      if (has_value) ++i;
+    } else {
+      out.push_back(argv[i]);
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -134,7 +163,8 @@ int main(int argc, char** argv) {
     level = subs.front();
   }
   try {
-    app.parse(argc, argv);
+    std::vector<char*> args = llama_cpp_spellings(argc, argv);
+    app.parse(int(args.size()), args.data());
   } catch (const CLI::RuntimeError& e) {
     return checked_stdout(e.get_exit_code());  // a subcommand's own exit status (chat: 130 after Ctrl+C)
   } catch (const CLI::ParseError& e) {

@@ -1121,6 +1121,20 @@ TEST(Cli, LongRopeFactorSetsDoNotShareCachedRows) {
   std::filesystem::remove_all(dir);
 }
 
+// llama.cpp's multi-letter short flags: -ctk/-ctv/-ub/-np are vkllm's --cache-type-k/-v, --ubatch and
+// --parallel ("-ctk q8_0" read as "--ctx tk", and the error named --ctx); -ngl N is dropped with a
+// note (every layer runs on the GPU).
+TEST(Cli, LlamaCppShortFlagsAreUnderstood) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const Result r = vkllm("run --json --temp 0 -n 2 -m " + model("stories260K.gguf") + " -p Once -ctk q8_0 -ctv q8_0 -ub 16 -ngl 99");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["kv_cache_type"], "q8_0") << r.out;
+  EXPECT_NE(r.err.find("vkllm: note: -ngl 99 ignored: vkllm runs every layer on the GPU\n"), std::string::npos) << r.err;
+  const Result bad = vkllm("run -n 2 -m " + model("stories260K.gguf") + " -p Once -ctk q5_1");
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.err.find("--cache-type-k"), std::string::npos) << bad.err;
+}
+
 // llama.cpp's RoPE flags: a plain file run with --rope-scaling yarn --rope-scale 4 --yarn-orig-ctx
 // 4096 (Qwen2.5's instructions for long contexts) computes what the file with those keys computes
 // (which tests/data/arch checks against llama.cpp); --rope-scaling linear and none on that file give
