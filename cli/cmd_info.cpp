@@ -54,7 +54,10 @@ nlohmann::json to_json(const ModelSummary& s, const InfoOptions& o, uint32_t ctx
   for (const auto& [name, count] : s.type_counts) types[name] = {{"tensors", count}, {"params", s.type_params.at(name)}};
   nlohmann::json kv = nlohmann::json::object();
   for (CacheType t : k_cache_types) {
-    if (!cache_type_fits(t, c.n_embd_kv())) continue;
+    if (!cache_type_fits(t, c.n_embd_kv())) {
+      kv[cache_type_name(t)] = {{"unavailable", "needs a KV row width that is a multiple of 32"}};
+      continue;
+    }
     const uint64_t per_token = kv_bytes_per_token(c, t, t), per_seq = kv_cache_bytes(c, t, t, ctx, window_ring_slots(c, ctx, o.ubatch));
     kv[cache_type_name(t)] = {{"bytes_per_token", per_token},
                               {"bytes_per_seq", per_seq},
@@ -121,7 +124,10 @@ void print_human(const ModelSummary& s, const InfoOptions& o, uint32_t ctx, Cach
   std::printf("  %-6s %14s %14s %14s\n", "type", "per token", ("× " + with_commas(ctx) + " tok").c_str(),
               ("× " + std::to_string(o.seqs) + " seq").c_str());
   for (CacheType t : k_cache_types) {
-    if (!cache_type_fits(t, c.n_embd_kv())) continue;
+    if (!cache_type_fits(t, c.n_embd_kv())) {
+      std::printf("  %-6s unavailable: needs a KV row width that is a multiple of 32 (this model's is %u)\n", cache_type_name(t), c.n_embd_kv());
+      continue;
+    }
     const uint64_t per_token = kv_bytes_per_token(c, t, t), per_seq = kv_cache_bytes(c, t, t, ctx, window_ring_slots(c, ctx, o.ubatch));
     std::printf("%s %-6s %14s %14s %14s\n", t == chosen ? "*" : " ", cache_type_name(t), human_bytes(per_token).c_str(),
                 human_bytes(per_seq).c_str(), human_bytes(kv_total(per_seq, o.seqs, ctx)).c_str());

@@ -55,7 +55,7 @@ void run(PerplexityCommand& c) {
   if (c.json) {
     nlohmann::json j = {{"perplexity", r.perplexity}, {"tokens_scored", r.tokens_scored}, {"chunks", r.chunks},
                         {"mode", c.stream ? "stream" : "chunked"}, {"ctx", c.opts.ctx}, {"text_tokens", tokens.size()},
-                        {"kv_evicted", s.engine->cache().evicted()}};
+                        {"kv_evicted", s.engine->cache().evicted()}, {"kv_cache_type", cache_type_name(s.engine->cache().type_k())}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("perplexity %.4f over %s tokens (%s)\n", r.perplexity, with_commas(r.tokens_scored).c_str(),

@@ -309,6 +309,23 @@ TEST(Cli, BadInputIsOneLineAndNonZero) {
   const Result rows = vkllm("run --cache-type q4_0 -n 1 -p hi -m " + hd40);
   EXPECT_EQ(rows.status, 1) << rows.err;
   EXPECT_EQ(rows.err, "vkllm: error: --cache-type q4_0 needs a KV row width that is a multiple of 32; this model's is 80\n");
+  // `info` names the types such a model cannot take (they were left out of the table without a word).
+  const Result info = vkllm("info -m " + hd40);
+  EXPECT_NE(info.out.find("  q8_0   unavailable: needs a KV row width that is a multiple of 32 (this model's is 80)\n"), std::string::npos)
+      << info.out;
+  EXPECT_EQ(json::parse(vkllm("info --json -m " + hd40).out)["kv_cache"]["types"]["q4_0"]["unavailable"],
+            "needs a KV row width that is a multiple of 32");
+  // q4_0 with heads narrower than a block (stories260K: 8) runs, with a warning of its cost;
+  // perplexity --json says which cache type it measured.
+  const Result narrow = vkllm("run --cache-type q4_0 -n 1 -p hi -m " + model("stories260K.gguf"));
+  EXPECT_EQ(narrow.status, 0) << narrow.err;
+  EXPECT_NE(narrow.err.find("vkllm: warning: --cache-type q4_0 with head dim 8: each 32-value block spans more than one head"),
+            std::string::npos) << narrow.err;
+  const std::string text = dir + "/vkllm_ppl.txt";
+  std::ofstream(text) << "Once upon a time there was a little girl named Lily. She loved to play outside in the park with her dog.";
+  const Result ppl = vkllm("perplexity --json -q --ctx 16 --cache-type q8_0 -m " + model("stories260K.gguf") + " -f " + text);
+  ASSERT_EQ(ppl.status, 0) << ppl.err;
+  EXPECT_EQ(json::parse(ppl.out)["kv_cache_type"], "q8_0") << ppl.out;
 }
 
 // A model key's 4-byte value overwritten (the key found by name; GGUF stores it as a u64 length,
