@@ -592,8 +592,11 @@ void ChatSession::print_kv() const {
   std::fprintf(out, "KV cache: %u layers × 2 (K, V) × %u KV heads × %u head dim per token\n", c.n_layer, c.n_head_kv,
                c.head_dim);
   std::fprintf(out, "  %-10s %14s %14s %14s\n", "type", "per token", ("× " + with_commas(ctx) + " tok").c_str(), "used now");
-  for (CacheType t : {CacheType::F16, CacheType::Q8_0, CacheType::Q4_0}) {
-    if (!cache_type_fits(t, c.n_embd_kv())) continue;
+  for (CacheType t : k_cache_types) {
+    if (!cache_type_fits(t, c.n_embd_kv())) {
+      std::fprintf(out, "  %-10s unavailable: %s\n", cache_type_name(t), cache_type_misfit(c.n_embd_kv()).c_str());
+      continue;
+    }
     const uint64_t per = kv_bytes_per_token(c, t, t);
     const bool chosen = t == kv.type_k() && t == kv.type_v();
     const uint32_t ring = kv.window_ring();

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "common.h"
 #include "base/error.h"
 #include "format.h"
 #include "kernels/ops.h"
@@ -23,7 +24,6 @@ struct InfoOptions {
   bool ubatch_given = false;
 };
 
-constexpr CacheType k_cache_types[] = {CacheType::F16, CacheType::Q8_0, CacheType::Q4_0};
 
 uint32_t window_layers(const ModelConfig& c) {
   uint32_t n = 0;
@@ -55,7 +55,7 @@ nlohmann::json to_json(const ModelSummary& s, const InfoOptions& o, uint32_t ctx
   nlohmann::json kv = nlohmann::json::object();
   for (CacheType t : k_cache_types) {
     if (!cache_type_fits(t, c.n_embd_kv())) {
-      kv[cache_type_name(t)] = {{"unavailable", "needs a KV row width that is a multiple of 32"}};
+      kv[cache_type_name(t)] = {{"unavailable", cache_type_misfit(c.n_embd_kv())}};
       continue;
     }
     const uint64_t per_token = kv_bytes_per_token(c, t, t), per_seq = kv_cache_bytes(c, t, t, ctx, window_ring_slots(c, ctx, o.ubatch));
@@ -125,7 +125,7 @@ void print_human(const ModelSummary& s, const InfoOptions& o, uint32_t ctx, Cach
               ("× " + std::to_string(o.seqs) + " seq").c_str());
   for (CacheType t : k_cache_types) {
     if (!cache_type_fits(t, c.n_embd_kv())) {
-      std::printf("  %-6s unavailable: needs a KV row width that is a multiple of 32 (this model's is %u)\n", cache_type_name(t), c.n_embd_kv());
+      std::printf("  %-6s unavailable: %s\n", cache_type_name(t), cache_type_misfit(c.n_embd_kv()).c_str());
       continue;
     }
     const uint64_t per_token = kv_bytes_per_token(c, t, t), per_seq = kv_cache_bytes(c, t, t, ctx, window_ring_slots(c, ctx, o.ubatch));
@@ -157,7 +157,7 @@ void add_info_command(CLI::App& app) {
                   "CPU drivers take 64)")
       ->check(CLI::Range(1u, 8192u));
   cmd->add_option("--cache-type", o->cache_type, "KV cache type to highlight: f16, q8_0, q4_0")
-      ->check(CLI::IsMember({"f16", "q8_0", "q4_0"}));
+      ->check(cache_type_names());
   cmd->callback([o, cmd] {
     o->ubatch_given = cmd->count("--ubatch") > 0;
     const gguf::File f = gguf::File::open(o->model);
@@ -165,8 +165,7 @@ void add_info_command(CLI::App& app) {
     const uint32_t ctx = o->ctx ? o->ctx : s.config.n_ctx_train;
     const CacheType chosen = *cache_type_from_name(o->cache_type);
     if (!cache_type_fits(chosen, s.config.n_embd_kv()))
-      throw Error("--cache-type " + o->cache_type + " needs a KV row width that is a multiple of 32; this model's is " +
-                  std::to_string(s.config.n_embd_kv()));
+      throw Error("--cache-type " + o->cache_type + " " + cache_type_misfit(s.config.n_embd_kv()));
     // Refused before anything is printed: f16 is the largest type.
     kv_total(kv_cache_bytes(s.config, CacheType::F16, CacheType::F16, ctx, window_ring_slots(s.config, ctx, o->ubatch)), o->seqs, ctx);
     if (o->json) std::printf("%s\n", to_json(s, *o, ctx, chosen).dump(1).c_str());

@@ -31,7 +31,7 @@ void add_model_options(CLI::App* cmd, RunOptions& o) {
   cmd->add_option("-m,--model", o.model, "GGUF model file")->required();
   cmd->add_option("--device", o.device, "Vulkan device index (see `vkllm devices`)");
   cmd->add_option("-c,--ctx", o.ctx, "KV cache capacity in tokens (default, or 0: min(trained context, 4096))")->check(CLI::Range(0u, k_max_ctx));
-  const auto types = CLI::IsMember({"f16", "q8_0", "q4_0"});
+  const CLI::IsMember types = cache_type_names();
   cmd->add_option("--cache-type", o.cache_type, "KV cache type for K and V: f16, q8_0, q4_0")->check(types);
   cmd->add_option("--cache-type-k", o.cache_type_k, "KV cache type for K")->check(types);
   cmd->add_option("--cache-type-v", o.cache_type_v, "KV cache type for V")->check(types);
@@ -43,6 +43,12 @@ void add_model_options(CLI::App* cmd, RunOptions& o) {
   cmd->add_flag("-q,--quiet", o.quiet, "No statistics on stderr");
   cmd->add_flag("--profile", o.profile, "Print GPU time per op at the end");
   add_rope_options(cmd, o.rope);
+}
+
+CLI::IsMember cache_type_names() {
+  std::vector<std::string> names;
+  for (CacheType t : k_cache_types) names.emplace_back(cache_type_name(t));
+  return CLI::IsMember(names);
 }
 
 std::pair<CacheType, CacheType> cache_types(const RunOptions& o) {
@@ -255,7 +261,8 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
   }
   // K and V in one type (the attention kernels read both in it, docs/kv-cache.md): a mix, or
   // --cache-type against an explicit --cache-type-k/-v, is a bad command line.
-  const std::string tk = cache_type_name(cache_types(o).first), tv = cache_type_name(cache_types(o).second);
+  const auto [type_k, type_v] = cache_types(o);
+  const std::string tk = cache_type_name(type_k), tv = cache_type_name(type_v);
   for (const auto& [flag, value] : {std::pair{"--cache-type-k", &o.cache_type_k}, std::pair{"--cache-type-v", &o.cache_type_v}})
     if (!o.cache_type.empty() && !value->empty() && *value != o.cache_type)
       throw CLI::ValidationError(std::string(flag) + " " + *value + " contradicts --cache-type " + o.cache_type);
@@ -277,17 +284,8 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
   EngineOptions eo;
   eo.cache.capacity = o.ctx ? o.ctx : std::min<uint32_t>(c.n_ctx_train ? c.n_ctx_train : 4096, 4096);
   check_keep(eo.cache.capacity);
-  eo.cache.type_k = *cache_type_from_name(tk);
-  eo.cache.type_v = *cache_type_from_name(tv);
-  // A quantized row needs whole blocks: refused before the memory plan prints figures for it.
-  if (!cache_type_fits(eo.cache.type_k, c.n_embd_kv()))
-    throw Error(std::string(o.cache_type.empty() ? "--cache-type-k " : "--cache-type ") + tk + " needs a KV row width that is a multiple of 32; this model's is " + std::to_string(c.n_embd_kv()));
-  // llama.cpp refuses a quantized cache where a head is narrower than a block; vkllm runs it (the
-  // blocks span heads) but says what it costs.
-  if (!o.quiet && eo.cache.type_k == CacheType::Q4_0 && c.head_dim < 32)
-    std::fprintf(stderr, "vkllm: warning: --cache-type q4_0 with head dim %u: each 32-value block spans more than one head and takes "
-                 "its scale from the largest, which costs quality (stories260K, head dim 8: perplexity 12.1, against 4.1 with f16 "
-                 "or q8_0)\n", c.head_dim);
+  eo.cache.type_k = type_k;
+  eo.cache.type_v = type_v;
   eo.n_ubatch = o.ubatch;
   eo.cache.swa_full = o.swa_full;
   eo.profile = o.profile;
@@ -295,6 +293,16 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
 
   s.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(s.file));
   if (check_input) check_input(s.file, *s.tokenizer, eo.cache.capacity);
+  // A quantized row needs whole blocks: refused before the memory plan prints figures for it (after
+  // the input check, which refuses a session of another model before its cache type is blamed).
+  if (!cache_type_fits(type_k, c.n_embd_kv()))
+    throw Error(std::string(o.cache_type.empty() ? "--cache-type-k " : "--cache-type ") + tk + " " + cache_type_misfit(c.n_embd_kv()));
+  // llama.cpp refuses a quantized cache where a head is narrower than a block; vkllm runs it (the
+  // blocks span heads) but says what it costs.
+  if (!o.quiet && type_k == CacheType::Q4_0 && c.head_dim < 32)
+    std::fprintf(stderr, "vkllm: warning: a q4_0 KV cache with head dim %u: each 32-value block spans more than one head and takes "
+                 "its scale from the largest, which costs quality (stories260K, head dim 8: perplexity 12.1, against 4.1 with f16 "
+                 "or q8_0)\n", c.head_dim);
   print_warnings(*s.tokenizer);
   ContextOptions co;
   co.device_index = o.device;

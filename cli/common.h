@@ -39,6 +39,8 @@ struct RunOptions {
 // -m, --device, --ctx, --cache-type[-k|-v], --keep, --ubatch, --swa-full, --quiet, --profile, and
 // the RoPE flags
 void add_model_options(CLI::App* cmd, RunOptions& o);
+// The check of a cache-type option: one of k_cache_types' names.
+CLI::IsMember cache_type_names();
 // The K and V cache types the flags ask for (f16 where none is given; the names are checked by the
 // options, their agreement by open_session).
 std::pair<CacheType, CacheType> cache_types(const RunOptions& o);

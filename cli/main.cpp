@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstdint>
@@ -75,10 +76,15 @@ void option_rules(CLI::App& app) {
 
 // llama.cpp's multi-letter short flags, which CLI11 reads as a one-letter flag and its value ("-ctk
 // q8_0" became "--ctx tk", and the error named --ctx): those vkllm has under another name are
-// renamed; -ngl (vkllm runs every layer on the GPU) is dropped with its value and a note.
-std::vector<char*> llama_cpp_spellings(int argc, char** argv) {
+// renamed; -ngl (vkllm runs every layer on the GPU) and -fa are dropped with their value and a note. A word
+// that is the value of the option before it (`-p -ub`) is left as it is, as is all after "--".
+std::vector<char*> llama_cpp_spellings(int argc, char** argv, const CLI::App& command) {
   static const std::map<std::string_view, const char*> renamed = {
       {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-ub", "--ubatch"}, {"-np", "--parallel"}};
+  const auto takes_value = [&](const char* word) {
+    const CLI::Option* opt = word[0] == '-' ? command.get_option_no_throw(word) : nullptr;
+    return opt != nullptr && opt->get_items_expected_min() > 0;  // (CLI11 reads an optional value only if it is no option)
+  };
   std::vector<char*> out;
   for (int i = 0; i < argc; ++i) {
     const std::string_view arg = argv[i];
@@ -86,12 +92,20 @@ std::vector<char*> llama_cpp_spellings(int argc, char** argv) {
       out.insert(out.end(), argv + i, argv + argc);
       break;
     }
-    if (const auto it = renamed.find(arg); it != renamed.end()) {
+    if (i > 0 && takes_value(argv[i - 1])) {
+      out.push_back(argv[i]);
+    } else if (const auto it = renamed.find(arg); it != renamed.end()) {
       out.push_back(const_cast<char*>(it->second));
     } else if (arg == "-ngl" || arg == "--n-gpu-layers" || arg == "--gpu-layers") {
-      const bool has_value = i + 1 < argc && argv[i + 1][0] != '\0' && argv[i + 1][0] != '-';
+      const bool has_value = i + 1 < argc && argv[i + 1][0] != '\0' && (argv[i + 1][0] != '-' || std::isdigit(static_cast<unsigned char>(argv[i + 1][1])));
       std::fprintf(stderr, "vkllm: note: %s%s%s ignored: vkllm runs every layer on the GPU\n", argv[i], has_value ? " " : "",
                    has_value ? argv[i + 1] : "");
+      if (has_value) ++i;
+    } else if (arg == "-fa" || arg == "--flash-attn") {
+      const bool has_value = i + 1 < argc && (std::string_view(argv[i + 1]) == "on" || std::string_view(argv[i + 1]) == "off" ||
+                                              std::string_view(argv[i + 1]) == "auto");
+      std::fprintf(stderr, "vkllm: note: %s%s%s ignored: vkllm's attention kernels always fuse the softmax\n", argv[i],
+                   has_value ? " " : "", has_value ? argv[i + 1] : "");
       if (has_value) ++i;
     } else {
       out.push_back(argv[i]);
@@ -163,7 +177,7 @@ int main(int argc, char** argv) {
     level = subs.front();
   }
   try {
-    std::vector<char*> args = llama_cpp_spellings(argc, argv);
+    std::vector<char*> args = llama_cpp_spellings(argc, argv, *level);
     app.parse(int(args.size()), args.data());
   } catch (const CLI::RuntimeError& e) {
     return checked_stdout(e.get_exit_code());  // a subcommand's own exit status (chat: 130 after Ctrl+C)

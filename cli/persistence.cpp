@@ -42,8 +42,12 @@ ModelFingerprint precheck_session(const std::string& session, const gguf::File& 
 
 RunOptions with_session_cache_type(const std::string& session, RunOptions o) {
   if (!o.cache_type.empty() || !o.cache_type_k.empty() || !o.cache_type_v.empty()) return o;
-  const SessionInfo info = read_session_info(session, false);
-  if (info.type_k == info.type_v) o.cache_type = cache_type_name(info.type_k);
+  try {
+    const SessionInfo info = read_session_info(session, false);
+    if (info.type_k == info.type_v) o.cache_type = cache_type_name(info.type_k);
+  } catch (const Error&) {
+    // A file that cannot be read is refused by precheck_session, after the command line's own checks.
+  }
   return o;
 }
 

@@ -311,15 +311,15 @@ TEST(Cli, BadInputIsOneLineAndNonZero) {
   EXPECT_EQ(rows.err, "vkllm: error: --cache-type q4_0 needs a KV row width that is a multiple of 32; this model's is 80\n");
   // `info` names the types such a model cannot take (they were left out of the table without a word).
   const Result info = vkllm("info -m " + hd40);
-  EXPECT_NE(info.out.find("  q8_0   unavailable: needs a KV row width that is a multiple of 32 (this model's is 80)\n"), std::string::npos)
+  EXPECT_NE(info.out.find("  q8_0   unavailable: needs a KV row width that is a multiple of 32; this model's is 80\n"), std::string::npos)
       << info.out;
   EXPECT_EQ(json::parse(vkllm("info --json -m " + hd40).out)["kv_cache"]["types"]["q4_0"]["unavailable"],
-            "needs a KV row width that is a multiple of 32");
+            "needs a KV row width that is a multiple of 32; this model's is 80");
   // q4_0 with heads narrower than a block (stories260K: 8) runs, with a warning of its cost;
   // perplexity --json says which cache type it measured.
   const Result narrow = vkllm("run --cache-type q4_0 -n 1 -p hi -m " + model("stories260K.gguf"));
   EXPECT_EQ(narrow.status, 0) << narrow.err;
-  EXPECT_NE(narrow.err.find("vkllm: warning: --cache-type q4_0 with head dim 8: each 32-value block spans more than one head"),
+  EXPECT_NE(narrow.err.find("vkllm: warning: a q4_0 KV cache with head dim 8: each 32-value block spans more than one head"),
             std::string::npos) << narrow.err;
   const std::string text = dir + "/vkllm_ppl.txt";
   std::ofstream(text) << "Once upon a time there was a little girl named Lily. She loved to play outside in the park with her dog.";
@@ -1147,6 +1147,15 @@ TEST(Cli, LlamaCppShortFlagsAreUnderstood) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(json::parse(r.out)["kv_cache_type"], "q8_0") << r.out;
   EXPECT_NE(r.err.find("vkllm: note: -ngl 99 ignored: vkllm runs every layer on the GPU\n"), std::string::npos) << r.err;
+  // After an option whose value is optional (a bare --prompt-cache) the spelling is still read.
+  const Result after_optional = vkllm("run --json -q -n 1 -m " + model("stories260K.gguf") + " -p Once --prompt-cache " +
+                                      testing::TempDir() + "/vkllm_spellings_pc -ctk q8_0 -ctv q8_0");
+  ASSERT_EQ(after_optional.status, 0) << after_optional.err;
+  EXPECT_EQ(json::parse(after_optional.out)["kv_cache_type"], "q8_0");
+  // A prompt that is such a word stays the prompt; -ngl -1 (llama.cpp's "all") is dropped whole.
+  const Result word = vkllm("run --json -q --temp 0 -n 1 -m " + model("stories260K.gguf") + " -ngl -1 -p -ub");
+  ASSERT_EQ(word.status, 0) << word.err;
+  EXPECT_EQ(json::parse(word.out)["prompt_tokens"], json::parse(vkllm("run --json -q -n 1 -m " + model("stories260K.gguf") + " --prompt=-ub").out)["prompt_tokens"]);
   const Result bad = vkllm("run -n 2 -m " + model("stories260K.gguf") + " -p Once -ctk q5_1");
   EXPECT_EQ(bad.status, 2);
   EXPECT_NE(bad.err.find("--cache-type-k"), std::string::npos) << bad.err;

@@ -249,6 +249,18 @@ TEST_F(SessionTest, AResumedSessionKeepsItsCacheType) {
   const Result chat = vkllm("chat -m " + vkllm::test::shared_path(kModel) + " --ctx 256 -n 2 --session " + c, "chat");
   EXPECT_EQ(chat.rc, 0) << chat.err;
   EXPECT_NE(chat.err.find("KV q4_0/q4_0"), std::string::npos) << chat.err;
+  // The adopted type does not come first: on another model the model is the reason (it was "--cache-type
+  // q8_0 needs a KV row width …", a flag never typed, or a q4_0 warning before the refusal) …
+  VKLLM_REQUIRE_SHARED("models/synth-llama-q8_0.gguf");
+  const Result other = vkllm("run -m " + vkllm::test::shared_path("models/synth-llama-q8_0.gguf") + " -p '' -n 1 --session " + c);
+  EXPECT_EQ(other.rc, 1);
+  EXPECT_TRUE(other.err.starts_with("vkllm: error: " + c + ": saved with ")) << other.err;
+  EXPECT_EQ(std::count(other.err.begin(), other.err.end(), '\n'), 1) << other.err;
+  // … and a bad command line is named before a damaged session (status 2, as without a session).
+  std::ofstream(path("damaged.vkv")) << "VKLLMSES";
+  const Result flags = vkllm(model() + " --top-p 5 -p '' -n 1 --session " + path("damaged.vkv"));
+  EXPECT_EQ(flags.rc, 2) << flags.err;
+  EXPECT_NE(flags.err.find("top_p"), std::string::npos) << flags.err;
 }
 
 // Refused loads: another model, another cache type, too small a --ctx, a truncated file. Each

@@ -30,4 +30,6 @@ uint64_t cache_row_bytes(CacheType t, uint64_t n) {
 
 bool cache_type_fits(CacheType t, uint64_t n) { return t == CacheType::F16 || n % 32 == 0; }
 
+std::string cache_type_misfit(uint64_t n) { return "needs a KV row width that is a multiple of 32; this model's is " + std::to_string(n); }
+
 }  // namespace vkllm

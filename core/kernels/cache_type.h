@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace vkllm {
@@ -16,5 +17,10 @@ std::optional<CacheType> cache_type_from_name(std::string_view s);
 uint64_t cache_row_bytes(CacheType t, uint64_t n);
 // Whether a row of `n` elements can be stored in `t` (quantized types need n % 32 == 0).
 bool cache_type_fits(CacheType t, uint64_t n);
+// Every type, in the order tables list them.
+inline constexpr CacheType k_cache_types[] = {CacheType::F16, CacheType::Q8_0, CacheType::Q4_0};
+// Why a quantized type does not fit a KV row of n values: "needs a KV row width that is a multiple
+// of 32; this model's is n" (every refusal of it says the same).
+std::string cache_type_misfit(uint64_t n);
 
 }  // namespace vkllm

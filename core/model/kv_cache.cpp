@@ -17,8 +17,7 @@ KvCache::KvCache(const VulkanContext& ctx, const ModelConfig& config, const KvCa
   const uint32_t row = config.n_embd_kv();
   for (CacheType t : {type_k_, type_v_})
     if (!cache_type_fits(t, row))
-      throw Error(std::string("--cache-type ") + cache_type_name(t) + " needs a KV row width that is a multiple of 32; this model's is " +
-                  std::to_string(row));
+      throw Error(std::string("--cache-type ") + cache_type_name(t) + " " + cache_type_misfit(row));
   if (capacity_ < 2) throw Error("--ctx " + std::to_string(capacity_) + " is too small (at least 2 tokens)");
   row_bytes_k_ = cache_row_bytes(type_k_, row);
   row_bytes_v_ = cache_row_bytes(type_v_, row);
