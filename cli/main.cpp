@@ -75,12 +75,30 @@ void option_rules(CLI::App& app) {
 }
 
 // llama.cpp's multi-letter short flags, which CLI11 reads as a one-letter flag and its value ("-ctk
-// q8_0" became "--ctx tk", and the error named --ctx): those vkllm has under another name are
-// renamed; -ngl (vkllm runs every layer on the GPU) and -fa are dropped with their value and a note. A word
-// that is the value of the option before it (`-p -ub`) is left as it is, as is all after "--".
+// q8_0" became "--ctx tk", and the error named --ctx; "-hf" became "-h -f" and printed the help,
+// status 0): those vkllm has under another name are renamed (-ctk/-ctv to --cache-type where a
+// command has no -k/-v), -ngl and -fa (every layer runs on the GPU; attention is always fused) are
+// dropped with their value and a note, and any other single-dash word of letters is refused,
+// named. A word that is the value of the option before it (`-p -ub`) is left as it is, as is all
+// after "--".
 std::vector<char*> llama_cpp_spellings(int argc, char** argv, const CLI::App& command) {
-  static const std::map<std::string_view, const char*> renamed = {
-      {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-ub", "--ubatch"}, {"-np", "--parallel"}};
+  const auto has = [&](const char* name) { return command.get_option_no_throw(name) != nullptr; };
+  const auto cache_type = [&](const char* one) { return has(one) || !has("--cache-type") ? one : "--cache-type"; };
+  const std::map<std::string_view, const char*> renamed = {
+      {"-ctk", cache_type("--cache-type-k")}, {"-ctv", cache_type("--cache-type-v")}, {"-ub", "--ubatch"}, {"-np", "--parallel"}};
+  struct Ignored {
+    std::vector<std::string_view> names;
+    bool (*is_value)(std::string_view);
+    const char* why;
+  };
+  static const Ignored ignored[] = {
+      {{"-ngl", "--n-gpu-layers", "--gpu-layers"},
+       [](std::string_view v) { return !v.empty() && v.find_first_not_of("-0123456789") == std::string_view::npos; },
+       "vkllm runs every layer on the GPU"},
+      {{"-fa", "--flash-attn"},
+       [](std::string_view v) { return v == "on" || v == "off" || v == "auto" || (!v.empty() && v.find_first_not_of("01,") == std::string_view::npos); },
+       "vkllm's attention kernels always fuse the softmax"},
+  };
   const auto takes_value = [&](const char* word) {
     const CLI::Option* opt = word[0] == '-' ? command.get_option_no_throw(word) : nullptr;
     return opt != nullptr && opt->get_items_expected_min() > 0;  // (CLI11 reads an optional value only if it is no option)
@@ -92,24 +110,29 @@ std::vector<char*> llama_cpp_spellings(int argc, char** argv, const CLI::App& co
       out.insert(out.end(), argv + i, argv + argc);
       break;
     }
-    if (i > 0 && takes_value(argv[i - 1])) {
+    if (i == 0 || takes_value(argv[i - 1])) {
       out.push_back(argv[i]);
-    } else if (const auto it = renamed.find(arg); it != renamed.end()) {
-      out.push_back(const_cast<char*>(it->second));
-    } else if (arg == "-ngl" || arg == "--n-gpu-layers" || arg == "--gpu-layers") {
-      const bool has_value = i + 1 < argc && argv[i + 1][0] != '\0' && (argv[i + 1][0] != '-' || std::isdigit(static_cast<unsigned char>(argv[i + 1][1])));
-      std::fprintf(stderr, "vkllm: note: %s%s%s ignored: vkllm runs every layer on the GPU\n", argv[i], has_value ? " " : "",
-                   has_value ? argv[i + 1] : "");
-      if (has_value) ++i;
-    } else if (arg == "-fa" || arg == "--flash-attn") {
-      const bool has_value = i + 1 < argc && (std::string_view(argv[i + 1]) == "on" || std::string_view(argv[i + 1]) == "off" ||
-                                              std::string_view(argv[i + 1]) == "auto");
-      std::fprintf(stderr, "vkllm: note: %s%s%s ignored: vkllm's attention kernels always fuse the softmax\n", argv[i],
-                   has_value ? " " : "", has_value ? argv[i + 1] : "");
-      if (has_value) ++i;
-    } else {
-      out.push_back(argv[i]);
+      continue;
     }
+    if (const auto it = renamed.find(arg); it != renamed.end()) {
+      out.push_back(const_cast<char*>(it->second));
+      continue;
+    }
+    const std::string_view name = arg.substr(0, arg.find('='));
+    const auto skip = std::find_if(std::begin(ignored), std::end(ignored), [&](const Ignored& g) {
+      return std::find(g.names.begin(), g.names.end(), name) != g.names.end();
+    });
+    if (skip != std::end(ignored)) {
+      std::string value = name.size() < arg.size() ? std::string(arg.substr(name.size() + 1)) : "";
+      if (value.empty() && i + 1 < argc && skip->is_value(argv[i + 1])) value = argv[++i];
+      std::fprintf(stderr, "vkllm: note: %s%s%s ignored: %s\n", std::string(name).c_str(), value.empty() ? "" : " ", value.c_str(), skip->why);
+      continue;
+    }
+    if (arg.size() >= 3 && arg[0] == '-' && std::isalpha(static_cast<unsigned char>(arg[1])) &&
+        arg.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-", 1) == std::string_view::npos)
+      throw CLI::ExtrasError("unknown option " + std::string(arg) + " (vkllm's options are one letter after '-' or a word after '--')",
+                             CLI::ExitCodes::ExtrasError);
+    out.push_back(argv[i]);
   }
   return out;
 }

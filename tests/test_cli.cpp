@@ -1156,6 +1156,29 @@ TEST(Cli, LlamaCppShortFlagsAreUnderstood) {
   const Result word = vkllm("run --json -q --temp 0 -n 1 -m " + model("stories260K.gguf") + " -ngl -1 -p -ub");
   ASSERT_EQ(word.status, 0) << word.err;
   EXPECT_EQ(json::parse(word.out)["prompt_tokens"], json::parse(vkllm("run --json -q -n 1 -m " + model("stories260K.gguf") + " --prompt=-ub").out)["prompt_tokens"]);
+  // Any other llama.cpp word is refused, named ("-hf" was "-h -f": the help on stdout, status 0;
+  // "-cnv" was "--ctx nv"); -fa with llama-bench's 0/1 and the "=" forms are ignored with a note;
+  // bench's -ctk/-ctv are its --cache-type.
+  for (const std::string word : {"-hf", "-cnv", "-mli", "-no-cnv"}) {
+    const Result r = vkllm("run -n 1 -m " + model("stories260K.gguf") + " -p Once " + word + " x");
+    EXPECT_EQ(r.status, 2) << word;
+    EXPECT_TRUE(r.out.empty()) << word << ": " << r.out;
+    EXPECT_EQ(r.err, "vkllm: error: unknown option " + word + " (vkllm's options are one letter after '-' or a word after '--') (see --help)\n");
+  }
+  const Result ignored = vkllm("run -q -n 1 -m " + model("stories260K.gguf") + " -p Once -fa 1 --n-gpu-layers=99 --flash-attn=on");
+  EXPECT_EQ(ignored.status, 0) << ignored.err;
+  EXPECT_EQ(ignored.err, "vkllm: note: -fa 1 ignored: vkllm's attention kernels always fuse the softmax\n"
+                         "vkllm: note: --n-gpu-layers 99 ignored: vkllm runs every layer on the GPU\n"
+                         "vkllm: note: --flash-attn on ignored: vkllm's attention kernels always fuse the softmax\n");
+  const Result bench = vkllm("bench --json -p 4 -n 2 -r 1 -m " + model("stories260K.gguf") + " -ctk q8_0 -ctv q8_0");
+  EXPECT_EQ(bench.status, 0) << bench.err;
+  EXPECT_EQ(json::parse(bench.out)["kv_cache_type"], "q8_0") << bench.out;
+  // llama.cpp's --prompt-cache FILE is a state file: vkllm's is a directory, and a file is refused.
+  const std::string state = testing::TempDir() + "/vkllm_state.bin";
+  std::ofstream(state) << "state";
+  const Result pc = vkllm("run -q -n 1 -m " + model("stories260K.gguf") + " -p Once --prompt-cache " + state);
+  EXPECT_EQ(pc.status, 1);
+  EXPECT_EQ(pc.err, "vkllm: error: --prompt-cache " + state + " is not a directory (a session in one file is --session FILE)\n");
   const Result bad = vkllm("run -n 2 -m " + model("stories260K.gguf") + " -p Once -ctk q5_1");
   EXPECT_EQ(bad.status, 2);
   EXPECT_NE(bad.err.find("--cache-type-k"), std::string::npos) << bad.err;
