@@ -354,6 +354,8 @@ void add_bench_command(CLI::App& app) {
   model_run.push_back(cmd->add_option("-c,--ctx", c->opts.ctx, "KV cache capacity (default: enough for the test)")->check(CLI::Range(0u, k_max_ctx)));
   model_run.push_back(cmd->add_option("--cache-type", c->opts.cache_type, "KV cache type: f16, q8_0, q4_0")
                           ->check(cache_type_names()));
+  model_run.push_back(cmd->add_option("--cache-type-k", c->opts.cache_type_k, "KV cache type for K (as --cache-type)")->check(cache_type_names()));
+  model_run.push_back(cmd->add_option("--cache-type-v", c->opts.cache_type_v, "KV cache type for V (as --cache-type)")->check(cache_type_names()));
   model_run.push_back(
       cmd->add_option("--ubatch", c->opts.ubatch, "Prompt tokens per prefill chunk (default: 512 on GPUs, 64 on CPU drivers)")
           ->check(CLI::Range(1u, 8192u)));

@@ -134,6 +134,7 @@ int run(const RunCommand& c) {
   // Flags are checked before the model loads.
   const uint64_t prompt_cache_bytes = c.persist.prompt_cache() ? parse_size("--prompt-cache-size", c.persist.prompt_cache_size) : 0;
   const std::string pc_dir = c.persist.prompt_cache() ? prompt_cache_dir(c.persist) : "";
+  if (!pc_dir.empty()) check_prompt_cache_dir(pc_dir);
   check_session_path(c.persist.session);
   // A new run's prompt is tokenized, and refused where the cache cannot hold it, before the
   // weights load; a saved session's is built once the session is read.

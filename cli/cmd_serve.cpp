@@ -99,6 +99,7 @@ void serve_forever(const ServeCommand& c) {
   if (so.max_body < 1024) throw CLI::ValidationError("--max-body " + c.max_body + " is under 1KiB: no request would fit");
   const uint64_t prompt_cache_bytes = c.persist.prompt_cache() ? parse_size("--prompt-cache-size", c.persist.prompt_cache_size) : 0;
   const std::string pc_dir = c.persist.prompt_cache() ? prompt_cache_dir(c.persist) : "";
+  if (!pc_dir.empty()) check_prompt_cache_dir(pc_dir);
   RunOptions o = c.opts;
   o.sequences = c.parallel;
   // The template is resolved before the weights load: a wrong --chat-template is refused at once.

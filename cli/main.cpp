@@ -10,9 +10,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <map>
+#include <set>
 #include <iostream>
 #include <string>
 #include <string_view>
@@ -74,18 +76,23 @@ void option_rules(CLI::App& app) {
   });
 }
 
-// llama.cpp's multi-letter short flags, which CLI11 reads as a one-letter flag and its value ("-ctk
-// q8_0" became "--ctx tk", and the error named --ctx; "-hf" became "-h -f" and printed the help,
-// status 0): those vkllm has under another name are renamed (-ctk/-ctv to --cache-type where a
-// command has no -k/-v), -ngl and -fa (every layer runs on the GPU; attention is always fused) are
-// dropped with their value and a note, and any other single-dash word of letters is refused,
-// named. A word that is the value of the option before it (`-p -ub`) is left as it is, as is all
-// after "--".
-std::vector<char*> llama_cpp_spellings(int argc, char** argv, const CLI::App& command) {
-  const auto has = [&](const char* name) { return command.get_option_no_throw(name) != nullptr; };
-  const auto cache_type = [&](const char* one) { return has(one) || !has("--cache-type") ? one : "--cache-type"; };
-  const std::map<std::string_view, const char*> renamed = {
-      {"-ctk", cache_type("--cache-type-k")}, {"-ctv", cache_type("--cache-type-v")}, {"-ub", "--ubatch"}, {"-np", "--parallel"}};
+// llama.cpp's multi-letter short flags, which CLI11 reads as grouped one-letter flags ("-ctk q8_0"
+// became "--ctx tk", and the error named --ctx; "-hf" became "-h -f" and printed the help, status
+// 0; "-mli" became "-m li", silently replaced by a later -m). Those vkllm has under another name are
+// renamed (also in the "=" form), -ngl and -fa (every layer runs on the GPU; attention is always
+// fused) are dropped with their value and a note, and llama.cpp's other such words, or a word of
+// letters whose first letter is no option here (or is -h), are refused, named. vkllm's own groups
+// (-qm M, -pOnce) pass as before. A word that is the value of the option before it (`-p -ub`,
+// `--stop -p`) is left as it is, as is all after a "--" that is no value.
+std::vector<char*> llama_cpp_spellings(int argc, char** argv, const CLI::App& command, std::deque<std::string>& storage) {
+  static const std::map<std::string_view, const char*> renamed = {
+      {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-ub", "--ubatch"}, {"-np", "--parallel"}};
+  static const std::set<std::string_view> llama_cpp_words = {
+      "-hf",   "-hfr",  "-hff",  "-hfv",   "-hffv", "-hft",   "-hfd",  "-hfrd", "-cnv",  "-no-cnv", "-mli",  "-sys", "-sysf",
+      "-cb",   "-nocb", "-nkvo", "-fit",   "-fitt", "-fitc",  "-mg",   "-mu",   "-sm",   "-ts",     "-ctxcp", "-cram", "-cmoe",
+      "-ncmoe", "-cd",  "-ctkd", "-ctvd",  "-cpent", "-nr",   "-dkvc", "-dt",   "-ngld", "-td",     "-tb",   "-tbd", "-Cr",
+      "-Crb",  "-bs",   "-lv",   "-dev",   "-devd", "-ot",    "-otd",  "-ps",   "-pg",   "-mmp",    "-embd", "-lcs", "-lcd",
+      "-jf",   "-sp",   "-dio",  "-rea",   "-dr",   "-spf",   "-sps",  "-npp",  "-ntg",  "-npl",    "-kvu",  "-sysp", "-cmoed"};
   struct Ignored {
     std::vector<std::string_view> names;
     bool (*is_value)(std::string_view);
@@ -93,46 +100,56 @@ std::vector<char*> llama_cpp_spellings(int argc, char** argv, const CLI::App& co
   };
   static const Ignored ignored[] = {
       {{"-ngl", "--n-gpu-layers", "--gpu-layers"},
-       [](std::string_view v) { return !v.empty() && v.find_first_not_of("-0123456789") == std::string_view::npos; },
+       [](std::string_view v) {
+         return v == "auto" || v == "all" ||
+                (v.find_first_of("0123456789") != std::string_view::npos && v.find_first_not_of("-0123456789,") == std::string_view::npos);
+       },
        "vkllm runs every layer on the GPU"},
       {{"-fa", "--flash-attn"},
        [](std::string_view v) { return v == "on" || v == "off" || v == "auto" || (!v.empty() && v.find_first_not_of("01,") == std::string_view::npos); },
        "vkllm's attention kernels always fuse the softmax"},
   };
-  const auto takes_value = [&](const char* word) {
-    const CLI::Option* opt = word[0] == '-' ? command.get_option_no_throw(word) : nullptr;
+  const auto takes_value = [&](std::string_view word) {
+    const CLI::Option* opt = word.starts_with("-") ? command.get_option_no_throw(std::string(word)) : nullptr;
     return opt != nullptr && opt->get_items_expected_min() > 0;  // (CLI11 reads an optional value only if it is no option)
   };
   std::vector<char*> out;
+  bool value_next = false;  // the word before took a value, and this is it
   for (int i = 0; i < argc; ++i) {
     const std::string_view arg = argv[i];
+    if (i == 0 || value_next) {
+      out.push_back(argv[i]);
+      value_next = false;
+      continue;
+    }
     if (arg == "--") {
       out.insert(out.end(), argv + i, argv + argc);
       break;
     }
-    if (i == 0 || takes_value(argv[i - 1])) {
-      out.push_back(argv[i]);
+    const size_t eq = arg.find('=');
+    const std::string_view name = arg.substr(0, eq);
+    if (const auto it = renamed.find(name); it != renamed.end()) {
+      storage.push_back(std::string(it->second) + (eq == std::string_view::npos ? "" : std::string(arg.substr(eq))));
+      out.push_back(storage.back().data());
+      value_next = eq == std::string_view::npos && takes_value(it->second);
       continue;
     }
-    if (const auto it = renamed.find(arg); it != renamed.end()) {
-      out.push_back(const_cast<char*>(it->second));
-      continue;
-    }
-    const std::string_view name = arg.substr(0, arg.find('='));
     const auto skip = std::find_if(std::begin(ignored), std::end(ignored), [&](const Ignored& g) {
       return std::find(g.names.begin(), g.names.end(), name) != g.names.end();
     });
     if (skip != std::end(ignored)) {
-      std::string value = name.size() < arg.size() ? std::string(arg.substr(name.size() + 1)) : "";
+      std::string value = eq == std::string_view::npos ? "" : std::string(arg.substr(eq + 1));
       if (value.empty() && i + 1 < argc && skip->is_value(argv[i + 1])) value = argv[++i];
       std::fprintf(stderr, "vkllm: note: %s%s%s ignored: %s\n", std::string(name).c_str(), value.empty() ? "" : " ", value.c_str(), skip->why);
       continue;
     }
-    if (arg.size() >= 3 && arg[0] == '-' && std::isalpha(static_cast<unsigned char>(arg[1])) &&
-        arg.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-", 1) == std::string_view::npos)
-      throw CLI::ExtrasError("unknown option " + std::string(arg) + " (vkllm's options are one letter after '-' or a word after '--')",
+    const bool letters = arg.size() >= 3 && arg[0] == '-' && std::isalpha(static_cast<unsigned char>(arg[1])) &&
+                         arg.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-", 1) == std::string_view::npos;
+    if (llama_cpp_words.count(name) || (letters && (arg[1] == 'h' || !command.get_option_no_throw(std::string("-") + arg[1]))))
+      throw CLI::ExtrasError("unknown option " + std::string(name) + " (llama.cpp's? vkllm's options are listed by --help)",
                              CLI::ExitCodes::ExtrasError);
     out.push_back(argv[i]);
+    value_next = eq == std::string_view::npos && takes_value(arg);
   }
   return out;
 }
@@ -200,7 +217,8 @@ int main(int argc, char** argv) {
     level = subs.front();
   }
   try {
-    std::vector<char*> args = llama_cpp_spellings(argc, argv, *level);
+    std::deque<std::string> spelled;  // the renamed words the parse reads
+    std::vector<char*> args = llama_cpp_spellings(argc, argv, *level, spelled);
     app.parse(int(args.size()), args.data());
   } catch (const CLI::RuntimeError& e) {
     return checked_stdout(e.get_exit_code());  // a subcommand's own exit status (chat: 130 after Ctrl+C)

@@ -75,17 +75,18 @@ void add_prompt_cache_options(CLI::App* cmd, PersistenceOptions& o) {
 
 std::string prompt_cache_dir(const PersistenceOptions& o) {
   // (CLI11 gives `--prompt-cache ""` as it gives a bare `--prompt-cache`: both are the default.)
-  if (!o.prompt_cache_dir.empty()) {
-    // llama.cpp's --prompt-cache names a state file (vkllm's --session): such a file is refused, not
-    // run past with "no entry" and "cannot create … Not a directory".
-    std::error_code ec;
-    if (std::filesystem::exists(o.prompt_cache_dir, ec) && !std::filesystem::is_directory(o.prompt_cache_dir, ec))
-      throw Error("--prompt-cache " + o.prompt_cache_dir + " is not a directory (a session in one file is --session FILE)");
-    return o.prompt_cache_dir;
-  }
+  if (!o.prompt_cache_dir.empty()) return o.prompt_cache_dir;
   std::string d = default_prompt_cache_dir();
   if (d.empty()) throw Error("--prompt-cache: no cache directory (XDG_CACHE_HOME unset or relative, HOME unset); give a directory");
   return d;
+}
+
+void check_prompt_cache_dir(const std::string& dir) {
+  // llama.cpp's --prompt-cache names a state file: such a file is refused, not run past with "no
+  // entry" and "cannot create … Not a directory".
+  std::error_code ec;
+  if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec))
+    throw Error("--prompt-cache " + dir + " is a file; it names a directory of prompt prefixes (one conversation in one file is run's --session)");
 }
 
 uint64_t parse_size(const std::string& flag, const std::string& text) {

@@ -1159,12 +1159,18 @@ TEST(Cli, LlamaCppShortFlagsAreUnderstood) {
   // Any other llama.cpp word is refused, named ("-hf" was "-h -f": the help on stdout, status 0;
   // "-cnv" was "--ctx nv"); -fa with llama-bench's 0/1 and the "=" forms are ignored with a note;
   // bench's -ctk/-ctv are its --cache-type.
-  for (const std::string word : {"-hf", "-cnv", "-mli", "-no-cnv"}) {
+  for (const std::string word : {"-hf", "-cnv", "-mli", "-no-cnv", "-xyz"}) {
     const Result r = vkllm("run -n 1 -m " + model("stories260K.gguf") + " -p Once " + word + " x");
     EXPECT_EQ(r.status, 2) << word;
     EXPECT_TRUE(r.out.empty()) << word << ": " << r.out;
-    EXPECT_EQ(r.err, "vkllm: error: unknown option " + word + " (vkllm's options are one letter after '-' or a word after '--') (see --help)\n");
+    EXPECT_EQ(r.err, "vkllm: error: unknown option " + word + " (llama.cpp's? vkllm's options are listed by --help) (see --help)\n");
   }
+  // vkllm's own groups and attached values pass as before; a value that is such a word stays a value
+  // (after --stop, -p is the stop string, so -ngl is then dropped); renamed words take "=".
+  const Result groups = vkllm("run --json --temp 0 -qm " + model("stories260K.gguf") + " -n1 -pOnce --stop -p -ngl all -ctk=q8_0 -ctv=q8_0");
+  ASSERT_EQ(groups.status, 0) << groups.err;
+  EXPECT_EQ(json::parse(groups.out)["kv_cache_type"], "q8_0") << groups.out;
+  EXPECT_EQ(groups.err, "vkllm: note: -ngl all ignored: vkllm runs every layer on the GPU\n");
   const Result ignored = vkllm("run -q -n 1 -m " + model("stories260K.gguf") + " -p Once -fa 1 --n-gpu-layers=99 --flash-attn=on");
   EXPECT_EQ(ignored.status, 0) << ignored.err;
   EXPECT_EQ(ignored.err, "vkllm: note: -fa 1 ignored: vkllm's attention kernels always fuse the softmax\n"
@@ -1173,12 +1179,17 @@ TEST(Cli, LlamaCppShortFlagsAreUnderstood) {
   const Result bench = vkllm("bench --json -p 4 -n 2 -r 1 -m " + model("stories260K.gguf") + " -ctk q8_0 -ctv q8_0");
   EXPECT_EQ(bench.status, 0) << bench.err;
   EXPECT_EQ(json::parse(bench.out)["kv_cache_type"], "q8_0") << bench.out;
+  // llama-bench's -ctk alone quantizes K only, which vkllm does not run: refused, not a q4_0 V.
+  const Result k_only = vkllm("bench --json -p 4 -n 2 -r 1 -m " + model("stories260K.gguf") + " -ctk q4_0");
+  EXPECT_EQ(k_only.status, 2) << k_only.err;
+  EXPECT_NE(k_only.err.find("--cache-type-k q4_0 and --cache-type-v f16 differ"), std::string::npos) << k_only.err;
   // llama.cpp's --prompt-cache FILE is a state file: vkllm's is a directory, and a file is refused.
   const std::string state = testing::TempDir() + "/vkllm_state.bin";
   std::ofstream(state) << "state";
   const Result pc = vkllm("run -q -n 1 -m " + model("stories260K.gguf") + " -p Once --prompt-cache " + state);
   EXPECT_EQ(pc.status, 1);
-  EXPECT_EQ(pc.err, "vkllm: error: --prompt-cache " + state + " is not a directory (a session in one file is --session FILE)\n");
+  EXPECT_EQ(pc.err, "vkllm: error: --prompt-cache " + state +
+                        " is a file; it names a directory of prompt prefixes (one conversation in one file is run's --session)\n");
   const Result bad = vkllm("run -n 2 -m " + model("stories260K.gguf") + " -p Once -ctk q5_1");
   EXPECT_EQ(bad.status, 2);
   EXPECT_NE(bad.err.find("--cache-type-k"), std::string::npos) << bad.err;
