@@ -148,6 +148,7 @@ int run(const RunCommand& c) {
       return;
     }
     p = c.chat ? chat_prompt(file, tok, c.chat_template, c.system, text) : raw_prompt(tok, text, c.special);
+    if (!c.opts.quiet && starts_with_two_bos(tok, p.tokens)) std::fprintf(stderr, "vkllm: warning: %s\n", two_bos_warning(tok).c_str());
     check_prompt_fits(p.tokens.size(), capacity, c.n_predict);
   });
   const Tokenizer& tok = *s.tokenizer;

@@ -548,6 +548,24 @@ TEST(Cli, RunSpecialParsesSpecialTokenText) {
   EXPECT_GT(json::parse(plain.out)["prompt_tokens"].get<int>(), json::parse(special.out)["prompt_tokens"].get<int>());
 }
 
+// A "<s>" parsed under --special after the BOS the model adds is two BOS tokens: run and tokenize
+// warn of it as llama.cpp does (on stderr; -q silences run's), and do not when there is one.
+TEST(Cli, TwoBosTokensAreWarnedOf) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const std::string m = " -m " + model("stories260K.gguf");
+  const Result run = vkllm("run -n 1 --temp 0 --special" + m + " -p '<s>Once'"), quiet = vkllm("run -q -n 1 --special" + m + " -p '<s>Once'"),
+               tok = vkllm("tokenize --special" + m + " -p '<s>Once'"), once = vkllm("tokenize --special --no-bos" + m + " -p '<s>Once'"),
+               plain = vkllm("run -n 1 --temp 0" + m + " -p '<s>Once'");
+  for (const Result* r : {&run, &quiet, &tok, &once, &plain}) ASSERT_EQ(r->status, 0) << r->err;
+  EXPECT_NE(run.err.find("two BOS tokens"), std::string::npos) << run.err;
+  EXPECT_EQ(quiet.err.find("two BOS tokens"), std::string::npos) << quiet.err;
+  EXPECT_TRUE(tok.out.starts_with("1 1 ")) << tok.out;
+  EXPECT_NE(tok.err.find("two BOS tokens"), std::string::npos) << tok.err;
+  EXPECT_TRUE(once.out.starts_with("1 ") && !once.out.starts_with("1 1 ")) << once.out;
+  EXPECT_EQ(once.err.find("two BOS tokens"), std::string::npos) << once.err;
+  EXPECT_EQ(plain.err.find("two BOS tokens"), std::string::npos) << plain.err;  // "<s>" stays text
+}
+
 // A system prompt on a template with no system role (Gemma 2's raises on one) begins the user's
 // message, as in llama.cpp; `vkllm template` renders as Hugging Face does unless asked.
 TEST(Cli, SystemPromptOnATemplateWithoutSystemRole) {

@@ -10,6 +10,15 @@ PromptTokens raw_prompt(const Tokenizer& tok, std::string_view text, bool parse_
   return p;
 }
 
+bool starts_with_two_bos(const Tokenizer& tok, const std::vector<int32_t>& tokens) {
+  return tok.bos() >= 0 && tokens.size() >= 2 && tokens[0] == tok.bos() && tokens[1] == tok.bos();
+}
+
+std::string two_bos_warning(const Tokenizer& tok) {
+  return "the prompt starts with two BOS tokens: the one the model adds, then " + tok.token_text(tok.bos()) +
+         " parsed from the text (--special)";
+}
+
 std::vector<int32_t> tokenize_rendered(const Tokenizer& tok, const std::string& rendered, const nlohmann::json& messages) {
   return tokenize_rendered(tok, RenderedPrompt{rendered, find_content_spans(rendered, messages)});
 }

@@ -18,6 +18,11 @@ struct PromptTokens {
 
 // Completion text: BOS when the model asks for it; special-token strings stay text.
 PromptTokens raw_prompt(const Tokenizer& tok, std::string_view text, bool parse_special = false);
+// Whether tokens begin with BOS twice (the one the model asks for, then a "<s>" parsed from text
+// under --special): llama.cpp warns of it, and so do run and tokenize.
+bool starts_with_two_bos(const Tokenizer& tok, const std::vector<int32_t>& tokens);
+// The warning's text (one line, no newline).
+std::string two_bos_warning(const Tokenizer& tok);
 
 // Tokenizes a rendered template: the spans holding message content are plain text, the markup
 // around them has its special tokens parsed. BOS is added when the model asks for it and the
