@@ -162,7 +162,8 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"vkllm: run GGUF language models on Vulkan compute shaders"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "vkllm 0.1.0");
+  const std::string version = "vkllm 0.1.0";
+  app.set_version_flag("--version", version);
   vkllm::cli::add_info_command(app);
   vkllm::cli::add_run_command(app);
   vkllm::cli::add_perplexity_command(app);
@@ -173,6 +174,14 @@ int main(int argc, char** argv) {
   vkllm::cli::add_chat_command(app);
   vkllm::cli::add_cache_command(app);
   vkllm::cli::add_serve_command(app);
+  // Every subcommand takes --version too, as every llama.cpp tool does (`llama-cli --version`).
+  const std::function<void(CLI::App&)> versioned = [&](CLI::App& level) {
+    for (CLI::App* sub : level.get_subcommands({})) {
+      sub->set_version_flag("--version", version);
+      versioned(*sub);
+    }
+  };
+  versioned(app);
   option_rules(app);
   // An error is one line whatever it quotes (a file's strings may hold newlines, escape codes or
   // bytes that are not UTF-8): control bytes and bytes of no valid UTF-8 sequence are printed as \n,

@@ -548,6 +548,23 @@ TEST(Cli, RunSpecialParsesSpecialTokenText) {
   EXPECT_GT(json::parse(plain.out)["prompt_tokens"].get<int>(), json::parse(special.out)["prompt_tokens"].get<int>());
 }
 
+// --version on any subcommand prints the version to stdout with status 0, as every llama.cpp tool
+// takes it; a --version that is an option's value stays that value.
+TEST(Cli, EverySubcommandTakesVersion) {
+  const Result top = vkllm("--version");
+  ASSERT_EQ(top.status, 0) << top.err;
+  ASSERT_TRUE(top.out.starts_with("vkllm ")) << top.out;
+  for (const char* sub : {"run", "chat", "serve", "perplexity", "bench", "info", "tokenize", "template", "devices", "cache", "cache list", "cache clear"}) {
+    const Result r = vkllm(std::string(sub) + " --version");
+    EXPECT_EQ(r.status, 0) << sub << ": " << r.err;
+    EXPECT_EQ(r.out, top.out) << sub;
+  }
+  const Result value = vkllm("tokenize -m /nonexistent.gguf -p --version");
+  EXPECT_NE(value.status, 0);
+  EXPECT_EQ(value.out, "");
+  EXPECT_NE(value.err.find("/nonexistent.gguf"), std::string::npos) << value.err;
+}
+
 // A "<s>" parsed under --special after the BOS the model adds is two BOS tokens: run and tokenize
 // warn of it as llama.cpp does (on stderr; -q silences run's), and do not when there is one.
 TEST(Cli, TwoBosTokensAreWarnedOf) {
