@@ -229,7 +229,14 @@ int run(const RunCommand& c) {
   // --prompt-cache: load the stored entry sharing the longest prefix; prefill only the rest.
   std::optional<PromptCache> pc;
   double cache_load_ms = 0;
-  if (c.persist.prompt_cache() && !p.tokens.empty()) {
+  // A prompt longer than the cache wraps the ring while it is prefilled, and which tokens each chunk
+  // still sees depends on where the chunks start (docs/kv-cache.md): resumed from a stored prefix, it
+  // would not give the tokens a cold run gives. So it is neither looked up nor (below) stored.
+  const bool overflows = p.tokens.size() > cache.capacity();
+  if (c.persist.prompt_cache() && overflows && !c.opts.quiet)
+    std::fprintf(stderr, "vkllm: prompt cache: not used (neither read nor written): the prompt's %s tokens overflow --ctx %s, so its prefill wraps the ring\n",
+                 with_commas(p.tokens.size()).c_str(), with_commas(cache.capacity()).c_str());
+  if (c.persist.prompt_cache() && !p.tokens.empty() && !overflows) {
     pc.emplace(pc_dir, prompt_cache_bytes, fp, cache.type_k(),
                cache.type_v());
     const auto t0 = std::chrono::steady_clock::now();

@@ -530,10 +530,24 @@ TEST_F(SessionTest, PromptCacheLoadsOnlyRealPrefixesAndWritesOnlyItsFiles) {
   ASSERT_EQ(again.rc, 0) << again.err;
   const nlohmann::json two = nlohmann::json::parse(again.out);
   EXPECT_EQ(two["cached_tokens"].get<int>(), two["prompt_tokens"].get<int>() - 1) << again.err;
-  // A prompt longer than --ctx (-n runs it through the ring) cannot be stored: said, not silent.
-  const Result over = vkllm(model() + " --temp 0 -n 2 --ctx 32 --prompt-cache " + path("over") + " -p '" + story + "'");
+  // A prompt longer than --ctx (-n runs it through the ring) is neither stored nor resumed from a
+  // stored beginning (its prefill wraps the ring, and what each chunk sees depends on where the
+  // chunks start): said, not silent, and its tokens are a cold run's.
+  const std::string small = model() + " --temp 0 --ctx 32 --json --prompt-cache " + path("over");
+  ASSERT_EQ(vkllm(small + " -n 1 -p 'Lily and Tom went to the park'").rc, 0);
+  const auto entries = [&] {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator(path("over"))) n += e.path().extension() == ".vkv";
+    return n;
+  };
+  ASSERT_EQ(entries(), 1);
+  const Result over = vkllm(small + " -n 8 -p '" + story + "'"), cold = vkllm(model() + " --temp 0 --ctx 32 --json -n 8 -p '" + story + "'");
   ASSERT_EQ(over.rc, 0) << over.err;
-  EXPECT_NE(over.err.find("prompt cache: not stored: the prompt overflowed --ctx 32 (the ring evicted "), std::string::npos) << over.err;
+  ASSERT_EQ(cold.rc, 0) << cold.err;
+  EXPECT_NE(over.err.find("prompt cache: not used (neither read nor written): the prompt's "), std::string::npos) << over.err;
+  EXPECT_EQ(nlohmann::json::parse(over.out)["cached_tokens"].get<int>(), 0) << over.out;
+  EXPECT_EQ(tokens_of(over), tokens_of(cold));
+  EXPECT_EQ(entries(), 1);
   // A directory that cannot be made says why (it said the directory does not exist).
   std::ofstream(path("a_file")) << "x";
   const Result blocked = vkllm(model() + " --temp 0 -n 2 --prompt-cache " + path("a_file/pc") + " -p 'Once upon a time there was a dog'");
