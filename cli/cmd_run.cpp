@@ -241,10 +241,9 @@ int run(const RunCommand& c) {
                cache.type_v());
     const auto t0 = std::chrono::steady_clock::now();
     const PromptCacheMatch m = pc->find(p.tokens, cache.window_ring() != 0);
-    const PrefixMatch live = match_prefix(cache, p.tokens);
-    // One token is always run so its logits are fresh; a resumed session may already hold more.
+    // One token is always run so its logits are fresh.
     const uint32_t n = std::min<uint32_t>(m.matched, uint32_t(p.tokens.size()) - 1);
-    if (n > 0 && (!live.usable || n > live.matched)) pc->load(m, n, *s.engine);
+    if (n > reusable_prefix(cache, p.tokens)) pc->load(m, n, *s.engine);
     cache_load_ms = ms_since(t0);
     print_cache_warnings(*pc);
     if (m.partial_skipped > m.matched)

@@ -1018,6 +1018,44 @@ TEST(Serve, ReportsReusedPrefix) {
   EXPECT_EQ(s.terminate(), 0) << s.log();
 }
 
+// On a model with sliding-window layers a sequence that generated past its window holds the
+// prompt's tokens but not the window rows a prefill would resume from: what it can reuse, not its
+// match, decides. The same long prompt asked again is served from the other sequence (--parallel
+// 2), or from its prompt-cache entry (--parallel 1); both cached the prompt but for its last token
+// (they prefilled it whole when the match decided).
+TEST(Serve, WindowRingsReuseWhatTheyHold) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const std::string model = testing::TempDir() + "/vkllm_serve_gemma3_window.gguf";
+  const std::string make = std::string(VKLLM_MAKE_MODEL) + " --arch gemma3 --window 32 --layers 6 --embd 64 --heads 2 --kv-heads 1 --ff 128 --vocab-from " +
+                           stories() + " --ctx 2048 -o " + model + " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+  std::string manual;
+  for (int i = 0; i < 30; ++i) manual += "Lily and Tom played in the park with a red ball. ";
+  const auto ask = [&](httplib::Client& c, const std::string& question, int max_tokens) {
+    int status = 0;
+    const json r = post(c, "/v1/completions", {{"prompt", manual + question}, {"max_tokens", max_tokens}, {"temperature", 0}}, &status);
+    EXPECT_EQ(status, 200) << r.dump();
+    return r;
+  };
+  const auto cached = [](const json& r) { return r["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(); };
+  const std::string pc = testing::TempDir() + "/vkllm_serve_window_pc";
+  std::filesystem::remove_all(pc);
+  for (const std::string& args : {std::string("--parallel 2"), "--parallel 1 --prompt-cache " + pc}) {
+    Server s(args, model);
+    ASSERT_GT(s.port(), 0) << s.log();
+    httplib::Client c = s.client();
+    // (A reply of up to 100 tokens runs past the 32-token window.)
+    const json first = ask(c, "Question: Who", 100);
+    if (args == "--parallel 2") ask(c, "Question: Who is she?", 30);
+    const json again = ask(c, "Question: Who", 30);
+    const int n_prompt = first["usage"]["prompt_tokens"];
+    EXPECT_EQ(cached(again), n_prompt - 1) << args << "\n" << s.log();
+    EXPECT_EQ(s.terminate(), 0) << s.log();
+  }
+  std::filesystem::remove_all(pc);
+  std::filesystem::remove(model);
+}
+
 // The official OpenAI client for Node, installed into a cache folder on first use.
 TEST(Serve, OpenAiNodeClient) {
   VKLLM_REQUIRE_SHARED("models/stories260K.gguf");

@@ -66,6 +66,11 @@ PrefixMatch match_prefix(const KvCache& cache, std::span<const int32_t> tokens) 
   return m;
 }
 
+uint32_t reusable_prefix(const KvCache& cache, std::span<const int32_t> prompt) {
+  const PrefixMatch m = match_prefix(cache, prompt);
+  return prompt.empty() || !m.usable ? 0 : cache.reusable(std::min<uint32_t>(m.matched, uint32_t(prompt.size()) - 1));
+}
+
 uint32_t generation_budget(const KvCache& cache, uint32_t turn_tokens) {
   if (cache.used() < cache.capacity()) return cache.capacity() - cache.used();
   const uint64_t taken = uint64_t{cache.keep()} + turn_tokens;
@@ -86,9 +91,7 @@ uint32_t Generator::prefill_begin(std::span<const int32_t> prompt) {
     return 0;
   }
   KvCache& cache = engine_.cache();
-  const PrefixMatch m = match_prefix(cache, prompt);
-  // Keep at least one token to run, so its logits are fresh.
-  const uint32_t reuse = cache.reusable(m.usable ? std::min<uint32_t>(m.matched, uint32_t(prompt.size()) - 1) : 0);
+  const uint32_t reuse = reusable_prefix(cache, prompt);
   cache.truncate(reuse);
   // The reused tokens still count for the penalties; extend_begin() accepts the rest.
   for (int32_t t : prompt.first(reuse)) sampler_.accept(t);

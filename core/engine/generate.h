@@ -62,6 +62,10 @@ struct PrefixMatch {
   bool usable = true;    // false once the ring has evicted tokens: the cache is no longer a prefix
 };
 PrefixMatch match_prefix(const KvCache& cache, std::span<const int32_t> tokens);
+// The leading tokens of `prompt` a prefill reuses from the cache: its match, less the prompt's last
+// token (one always runs, so its logits are fresh), cut to what the window rings still hold
+// (KvCache::reusable); 0 once the ring has evicted. What prefill_begin() keeps.
+uint32_t reusable_prefix(const KvCache& cache, std::span<const int32_t> prompt);
 
 // How many tokens a kUntilFull generation may add: the free slots when the cache is not yet full
 // (llama.cpp stops there too); when it already is (the ring wrapped during this prompt or an earlier

@@ -105,7 +105,9 @@ void Scheduler::loop() {
           const PrefixMatch m = match_prefix(s.engine->cache(), job->prompt);
           const uint32_t used = s.engine->cache().used();
           const bool lossless = used == 0 || (m.usable && used - m.matched <= k_prefix_slack);
-          const uint32_t matched = m.usable && (lossless || 2 * uint64_t{m.matched} >= used) ? m.matched : 0;
+          // Ranked by what a prefill would reuse (a window ring may hold its match's rows in part).
+          const uint32_t reuse = reusable_prefix(s.engine->cache(), job->prompt);
+          const uint32_t matched = lossless || 2 * uint64_t{reuse} >= used ? reuse : 0;
           if (!best || lossless > best_lossless || (lossless == best_lossless && matched > best_match) ||
               (lossless == best_lossless && matched == best_match && s.last_used < best->last_used)) {
             best = &s;
@@ -146,10 +148,10 @@ void Scheduler::admit(Sequence& s, const std::shared_ptr<Job>& job) {
     }
     if (PromptCache* pc = opts_.prompt_cache) {
       // A longer prefix on disk than in this sequence's cache replaces it; one token always runs.
+      // (What this sequence reuses, not its match: a window ring's may be far less.)
       const PromptCacheMatch m = pc->find(job->prompt, s.engine->cache().window_ring() != 0);
-      const PrefixMatch live = match_prefix(s.engine->cache(), job->prompt);
       const uint32_t n = std::min<uint32_t>(m.matched, uint32_t(job->prompt.size()) - 1);
-      if (n > 0 && (!live.usable || n > live.matched)) pc->load(m, n, *s.engine);
+      if (n > reusable_prefix(s.engine->cache(), job->prompt)) pc->load(m, n, *s.engine);
     }
     s.gen->prefill_begin(job->prompt);
     s.prefilling = true;
@@ -162,10 +164,10 @@ void Scheduler::admit(Sequence& s, const std::shared_ptr<Job>& job) {
 
 void Scheduler::copy_longer_prefix(Sequence& s, std::span<const int32_t> prompt) {
   KvCache& to = s.engine->cache();
-  const PrefixMatch own = match_prefix(to, prompt);
-  // The longest prefix of the prompt another sequence holds (one token of the prompt always runs).
+  // The longest prefix of the prompt another sequence holds (one token of the prompt always runs),
+  // against what this one would reuse (a window ring's match may be reusable only in part).
   const KvCache* from = nullptr;
-  const uint32_t mine = own.usable ? own.matched : 0;
+  const uint32_t mine = reusable_prefix(to, prompt);
   uint32_t n = mine;
   for (const Sequence& o : seqs_) {
     if (&o == &s) continue;
