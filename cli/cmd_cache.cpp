@@ -53,8 +53,11 @@ void list(const CacheCommand& c) {
       continue;
     }
     const std::string types = std::string(cache_type_name(e.info.type_k)) + "/" + cache_type_name(e.info.type_v);
-    const std::string cut = e.info.model.name.substr(0, 24);
-    const std::string name = cut.substr(0, utf8::complete_prefix(cut));  // not inside a character
+    // A longer name is cut (not inside a character) and marked; the file's name begins with the
+    // model's fingerprint, which tells apart files that share a name.
+    const std::string& full = e.info.model.name;
+    const std::string cut = full.size() <= 24 ? full : full.substr(0, 21);
+    const std::string name = cut.substr(0, utf8::complete_prefix(cut)) + (full.size() <= 24 ? "" : "...");
     std::printf("%-19s  %10s  %9s  %-9s  %-24s  %s\n", when, human_bytes(e.bytes).c_str(), with_commas(e.info.tokens.size()).c_str(),
                 types.c_str(), name.c_str(), file.c_str());
   }

@@ -942,6 +942,10 @@ TEST(Cli, Gemma3PromptCacheWithWindowRings) {
   const auto full = run("Who was sad?", "--swa-full --prompt-cache " + pc);
   EXPECT_GT(full.first["cached_tokens"].get<int>(), 20);
   EXPECT_EQ(full.first["tokens"], other.first["tokens"]);
+  // `cache list` cuts a model name longer than its column (make_model's names are) with a mark.
+  const Result list = vkllm("cache list --dir " + pc);
+  ASSERT_EQ(list.status, 0) << list.err;
+  EXPECT_NE(list.out.find("  make_model gemma3 6x2...  "), std::string::npos) << list.out;
   std::filesystem::remove(gguf);
   std::filesystem::remove_all(pc);
 }
