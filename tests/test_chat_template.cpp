@@ -341,6 +341,22 @@ TEST(JinjaErrors, RunawayTemplatesStop) {
   EXPECT_NE(error_of("{{ [[1] * 262144] * 262144 }}").find("bytes as text"), std::string::npos);
   EXPECT_NE(error_of("{{ ([[1] * 262144] * 262144) | tojson }}").find("bytes as text"), std::string::npos);
   EXPECT_NE(error_of("{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}").find("nests deeper"), std::string::npos);
+  // Values are printed, compared and freed by recursion: nesting is bounded (a list wrapped in a
+  // list in a loop, deep JSON through from_json, a chain of namespaces: these overflowed the stack).
+  EXPECT_NE(error_of("{% set ns = namespace(x=[]) %}{% for j in range(10) %}{% for i in range(99999) %}{% set ns.x = [ns.x] %}"
+                     "{% endfor %}{% endfor %}{{ ns.x|length }}")
+                .find("nested deeper than 1000 levels"),
+            std::string::npos);
+  EXPECT_NE(error_of("{{ ('[' * 100000 + ']' * 100000) | from_json | length }}").find("JSON nested deeper than 256 levels"), std::string::npos);
+  EXPECT_NE(error_of("{% set ns = namespace(cur=none) %}{% for i in range(99999) %}{% set n = namespace(next=none) %}"
+                     "{% set n.next = ns.cur %}{% set ns.cur = n %}{% endfor %}")
+                .find("a namespace cannot hold a namespace"),
+            std::string::npos);
+  EXPECT_NE(error_of("{% set ns = namespace(x=0) %}{% set ns.x = [ns] %}{{ ns.x }}").find("a namespace cannot hold a namespace"), std::string::npos);
+  EXPECT_NE(error_of("{% set ns = namespace(x=[]) %}{% for i in range(99999) %}{% set ns.x = [ns.x.index] %}{% endfor %}")
+                .find("nested deeper than 1000 levels"),
+            std::string::npos);
+  EXPECT_EQ(render_src("{% set ns = namespace(x=[]) %}{% for i in range(998) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x|length }}"), "1");
 }
 
 // The step limit, exercised on the interpreter with a small budget so the test stays fast

@@ -214,13 +214,14 @@ std::optional<Value> bound_method(const Value& obj, const std::string& name) {
         name);
   }
   if (!is_method(obj.kind(), name)) return std::nullopt;
-  return Value::callable(
+  Value method = Value::callable(
       [obj, name](CallArgs& a) -> Value {
         if (obj.is_string()) return string_method(obj.str(), name, a);
         if (obj.kind() == Kind::Dict) return dict_method(obj, name, a);
         return list_method(obj, name, a);
       },
       name);
+  return method.capturing(obj);
 }
 
 Value slice_value(const Value& v, const Value* start, const Value* stop, const Value* step) {

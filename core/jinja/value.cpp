@@ -31,9 +31,24 @@ Value Value::none() {
 
 Value::Value(std::string s) : kind_(Kind::String), str_(std::make_shared<const std::string>(std::move(s))) {}
 
+void Value::take_depth(const Value& item) {
+  if (item.depth_ + 1 > depth_) {
+    if (item.depth_ + 1 > k_max_depth) throw Error("a value nested deeper than " + std::to_string(k_max_depth) + " levels");
+    depth_ = item.depth_ + 1;
+  }
+  holds_namespace_ = holds_namespace_ || item.holds_namespace_ || item.kind_ == Kind::Namespace;
+}
+
+Value& Value::capturing(const Value& captured) {
+  take_depth(captured);
+  return *this;
+}
+
 Value Value::list(ValueList items) {
   Value v;
   v.kind_ = Kind::List;
+  v.depth_ = 1;
+  for (const Value& e : items) v.take_depth(e);
   v.list_ = std::make_shared<ValueList>(std::move(items));
   return v;
 }
@@ -47,12 +62,18 @@ Value Value::tuple(ValueList items) {
 Value Value::dict(ValueDict items) {
   Value v;
   v.kind_ = Kind::Dict;
+  v.depth_ = 1;
+  for (const auto& [k, e] : items) {
+    v.take_depth(k);
+    v.take_depth(e);
+  }
   v.dict_ = std::make_shared<ValueDict>(std::move(items));
   return v;
 }
 
 Value Value::namespace_(ValueDict items) {
   Value v = dict(std::move(items));
+  if (v.holds_namespace_) throw Error("a namespace cannot hold a namespace");
   v.kind_ = Kind::Namespace;
   return v;
 }
@@ -67,8 +88,14 @@ Value Value::callable(Function f, std::string name) {
 
 namespace {
 
+// As deep as tojson writes (below): one level of C++ recursion each, so a file of brackets cannot
+// overflow the stack.
+constexpr int k_max_json_depth = 256;
+
 template <class Json>
-Value value_from_json(const Json& j) {
+Value value_from_json(const Json& j, int depth = 0) {
+  if (depth > k_max_json_depth && (j.is_array() || j.is_object()))
+    throw Error("JSON nested deeper than " + std::to_string(k_max_json_depth) + " levels");
   switch (j.type()) {
     case Json::value_t::null: return Value::none();
     case Json::value_t::boolean: return Value(j.template get<bool>());
@@ -78,12 +105,12 @@ Value value_from_json(const Json& j) {
     case Json::value_t::string: return Value(j.template get<std::string>());
     case Json::value_t::array: {
       ValueList items;
-      for (const auto& e : j) items.push_back(value_from_json(e));
+      for (const auto& e : j) items.push_back(value_from_json(e, depth + 1));
       return Value::list(std::move(items));
     }
     case Json::value_t::object: {
       ValueDict items;
-      for (const auto& [k, e] : j.items()) items.emplace_back(Value(k), value_from_json(e));
+      for (const auto& [k, e] : j.items()) items.emplace_back(Value(k), value_from_json(e, depth + 1));
       return Value::dict(std::move(items));
     }
     default: throw Error("chat template: messages hold a JSON value of unsupported type " + std::string(j.type_name()));
@@ -124,6 +151,10 @@ Value* Value::get(const Value& key) {
 }
 
 void Value::set(const Value& key, Value v) {
+  // A namespace's contents change after its depth was taken: holding no namespace, it nests at
+  // most one level deeper than the deepest value it is given, each checked here.
+  if (kind_ == Kind::Namespace && (v.holds_namespace_ || v.kind_ == Kind::Namespace)) throw Error("a namespace cannot hold a namespace");
+  take_depth(v);
   if (Value* slot = get(key)) *slot = std::move(v);
   else dict_->emplace_back(key, std::move(v));
 }
@@ -377,7 +408,7 @@ struct JsonWriter {
   }
 
   void write(const Value& v, int depth) {
-    if (depth > 256) throw Error("tojson: value nested deeper than 256 levels");
+    if (depth > k_max_json_depth) throw Error("tojson: value nested deeper than " + std::to_string(k_max_json_depth) + " levels");
     switch (v.kind()) {
       case Kind::None: out += "null"; return;
       case Kind::Bool: out += v.as_bool() ? "true" : "false"; return;

@@ -89,8 +89,22 @@ class Value {
 
   bool operator==(const Value& o) const;
 
+  // Nesting: values are printed, compared and freed by recursion, so no value may nest deeper than
+  // k_max_depth (a template building [x] in a loop, a file of brackets). 0 for a scalar, 1 + the
+  // deepest element for a container; a namespace, the one value that changes, may hold no namespace,
+  // so its contents bound its depth.
+  static constexpr uint32_t k_max_depth = 1000;
+  uint32_t depth() const { return depth_; }
+  // A callable that keeps `captured` (a bound method) nests as deep as it.
+  Value& capturing(const Value& captured);
+
  private:
+  // depth_ and holds_namespace_ of a container of `items`; throws Error past k_max_depth.
+  void take_depth(const Value& item);
+
   Kind kind_ = Kind::Undefined;
+  uint32_t depth_ = 0;
+  bool holds_namespace_ = false;
   int64_t int_ = 0;
   double float_ = 0;
   std::shared_ptr<const std::string> str_;
