@@ -15,6 +15,7 @@
 #include "format.h"
 #include "kernels/ops.h"
 #include "kernels/tensor.h"
+#include "model/kv_layout.h"
 
 namespace vkllm::cli {
 namespace {
@@ -97,11 +98,20 @@ void bench_model(BenchCommand& c) {
   // them (or decodes them again where a window ring no longer holds what they need). One warm-up
   // pass builds the pipelines; then `reps` measured passes, each running every depth in turn, so
   // that a drift of the machine's speed touches all depths alike.
+  // Progress: the tests run (the warm-up's too), and the fill being decoded (a deep --ctx-fill
+  // takes minutes on a CPU driver).
+  ProgressBar bar("bench", "tests", c.opts.quiet);
+  uint64_t tests_done = 0;
+  const uint64_t tests_total = uint64_t{c.reps + 1} * n_depths * ((c.n_prompt > 0) + (c.n_gen > 0));
+  const auto test_done = [&] { bar.update(++tests_done, tests_total); };
   const auto back_to_fill = [&](Engine& en, uint32_t fill) {
     KvCache& kv = en.cache();
     if (kv.used() >= fill && kv.reusable(fill) == fill) return kv.truncate(fill);
     kv.clear();
-    if (fill) en.decode(random_tokens(fill, n_vocab, 100), LogitsMode::Last);
+    if (fill)
+      en.decode(random_tokens(fill, n_vocab, 100), LogitsMode::Last, [&](uint64_t done, uint64_t total) {
+        bar.update(tests_done, tests_total, " · --ctx-fill " + with_commas(done) + " / " + with_commas(total) + " tok");
+      });
   };
   for (uint32_t r = 0; r <= c.reps; ++r) {
     for (uint32_t d = 0; d < n_depths; ++d) {
@@ -121,6 +131,7 @@ void bench_model(BenchCommand& c) {
         lead.decode(random_tokens(c.n_prompt, n_vocab, r), LogitsMode::Last);
         if (r) res.pp.push_back(c.n_prompt / seconds(t0));
         keep_timings(from);
+        test_done();
       }
       if (c.n_gen) {
         for (Engine* en : seqs) back_to_fill(*en, res.fill);
@@ -142,9 +153,11 @@ void bench_model(BenchCommand& c) {
         res.barriers_per_step = double(lead.barriers_recorded() - b0) / c.n_gen;
         if (r) res.tg.push_back(double(c.n_gen) * c.parallel / secs);
         keep_timings(from);
+        test_done();
       }
     }
   }
+  bar.finish();
   // Decode at each depth against the first, per repetition (the depths of a repetition ran back to
   // back): the median of those ratios.
   std::vector<double> ratio(n_depths, 1.0);
@@ -157,9 +170,13 @@ void bench_model(BenchCommand& c) {
       print_profile(res.timings, "measured tests" + (n_depths > 1 ? " at --ctx-fill " + std::to_string(res.fill) : std::string()));
   }
   // Bytes one decode step reads: every weight, plus the K/V of each sequence's cache (half full on
-  // average). Steps per second are tok/s over the sequences.
+  // average; a sliding-window layer reads no more than its window). Steps per second are tok/s over
+  // the sequences.
   const auto kv_avg = [&](const DepthResult& res) {
-    return double(e.cache().bytes_per_token()) * (res.fill + c.n_gen / 2.0) * c.parallel;
+    const ModelConfig& mc = e.config();
+    const KvCache& kv = e.cache();
+    const auto depth = static_cast<uint32_t>(res.fill + c.n_gen / 2);
+    return double(kv_cache_bytes(mc, kv.type_k(), kv.type_v(), kv.capacity(), mc.has_swa() ? mc.n_swa : 0, depth)) * c.parallel;
   };
   const auto bytes_per_step = [&](const DepthResult& res) { return double(s.model->weight_bytes()) + kv_avg(res); };
   const auto tests_json = [&](const DepthResult& res, nlohmann::json& j) {
@@ -320,7 +337,7 @@ void bench_ops(const BenchCommand& c) {
     out["types"].push_back({{"type", gguf::type_name(t)}, {"matvec_gb_s", gbs}, {"matvec_of_ceiling", gbs / ceiling},
                             {"matvec_of_texel_ceiling", gbs / texel_ceiling},
                             {"columns4_gain", columns4},
-                            {"matmul_gflop_s", gflops}, {"bytes", bytes}});
+                            {"matmul_gflop_s", mm > 0 ? nlohmann::json(gflops) : nlohmann::json(nullptr)}, {"bytes", bytes}});  // null: --no-matmul
     if (!c.json) {
       char mm_text[32] = "-";
       if (mm > 0) std::snprintf(mm_text, sizeof mm_text, "%.2f", gflops);

@@ -61,7 +61,12 @@ void list(const CacheCommand& c) {
     std::printf("%-19s  %10s  %9s  %-9s  %-24s  %s\n", when, human_bytes(e.bytes).c_str(), with_commas(e.info.tokens.size()).c_str(),
                 types.c_str(), name.c_str(), file.c_str());
   }
-  std::fflush(stdout);
+  // The summary only once the list is out; a list that could not be written is main's to report,
+  // with the cause (the errno is gone by then).
+  if (std::fflush(stdout) != 0) {
+    note_stdout_error(errno);
+    return;
+  }
   std::fprintf(stderr, "vkllm: %s: %s %s, %s\n", dir.c_str(), with_commas(entries.size()).c_str(), entries.size() == 1 ? "entry" : "entries",
                human_bytes(total).c_str());
 }

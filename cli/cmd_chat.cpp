@@ -148,9 +148,10 @@ bool no_color() {
 }
 
 // $XDG_STATE_HOME/vkllm/chat_history (default ~/.local/state/vkllm); "" when there is no home.
+// A relative XDG_STATE_HOME is ignored, as the XDG spec says (and as XDG_CACHE_HOME is).
 std::string history_path() {
   std::string dir;
-  if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x) dir = std::string(x) + "/vkllm";
+  if (const char* x = std::getenv("XDG_STATE_HOME"); x && x[0] == '/') dir = std::string(x) + "/vkllm";
   else if (const char* h = std::getenv("HOME"); h && *h) dir = std::string(h) + "/.local/state/vkllm";
   else return "";
   std::error_code ec;

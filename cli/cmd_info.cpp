@@ -41,10 +41,13 @@ uint64_t kv_total(uint64_t per_seq, uint32_t seqs, uint32_t ctx) {
 
 // On CPU drivers an f16 K cache also keeps a copy of K rotated by RoPE for the decode kernel
 // (docs/kv-cache.md, "The rotated copy of K"): one more f16 K row per slot of each global layer,
-// per sequence. 0 where that kernel does not take the shape (decode_shape_fits); `run` prints what
-// the device keeps.
+// per sequence. 0 where that kernel does not take the shape (decode_shape_fits) or its rope table of
+// 2 × ctx rows is more than one dispatch's grid height on lavapipe (maxComputeWorkGroupCount[1] =
+// 65,535, the Vulkan minimum: the engine's rule, Engine's resolved()); `run` prints what the device keeps.
 uint64_t rotated_k_copy_bytes(const ModelConfig& c, uint32_t ctx) {
-  if (c.n_head_kv == 0 || !decode_shape_fits(AttentionShape{c.n_head, c.n_head_kv, c.head_dim}, ctx)) return 0;
+  constexpr uint64_t k_lavapipe_grid_height = 65535;
+  if (c.n_head_kv == 0 || !decode_shape_fits(AttentionShape{c.n_head, c.n_head_kv, c.head_dim}, ctx) || uint64_t{2} * ctx > k_lavapipe_grid_height)
+    return 0;
   return uint64_t{2} * c.n_head_kv * c.head_dim * (c.n_layer - window_layers(c)) * ctx;
 }
 
@@ -150,7 +153,7 @@ void add_info_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("info", "Describe a GGUF model and the memory its KV cache needs");
   cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
   cmd->add_flag("--json", o->json, "Print one JSON object instead of text");
-  cmd->add_option("--ctx", o->ctx, "Tokens per conversation for the KV total (default: trained context)");
+  cmd->add_option("--ctx", o->ctx, "Tokens per conversation for the KV total (default: trained context)")->check(CLI::Range(0u, k_max_ctx));
   cmd->add_option("--seqs", o->seqs, "Conversations held at once")->check(CLI::Range(1u, 1000000u));
   cmd->add_option("--ubatch", o->ubatch,
                   "Prompt tokens per prefill chunk, which sizes a sliding-window model's rings (default: 512, a GPU's; "

@@ -34,7 +34,11 @@ void run(PerplexityCommand& c) {
   // The text is tokenized and its length checked before the weights load.
   Session s = open_session(c.opts, [&](const gguf::File&, const Tokenizer& tok, uint32_t) {
     tokens = tok.tokenize(text, true, false);
-    check_perplexity_text(tokens.size(), c.opts.ctx, c.stream);
+    try {
+      check_perplexity_text(tokens.size(), c.opts.ctx, c.stream);
+    } catch (const Error& e) {
+      throw Error(c.file + ": " + e.what());
+    }
   });
   PerplexityResult r;
   {
@@ -53,7 +57,9 @@ void run(PerplexityCommand& c) {
     }
   }
   if (c.json) {
-    nlohmann::json j = {{"perplexity", r.perplexity}, {"tokens_scored", r.tokens_scored}, {"chunks", r.chunks},
+    // (A perplexity past a double's range is JSON's null; the mean −log p it is e to stays finite.)
+    nlohmann::json j = {{"perplexity", r.perplexity}, {"mean_nll", r.tokens_scored ? r.nll_sum / double(r.tokens_scored) : 0.0},
+                        {"tokens_scored", r.tokens_scored}, {"chunks", r.chunks},
                         {"mode", c.stream ? "stream" : "chunked"}, {"ctx", c.opts.ctx}, {"text_tokens", tokens.size()},
                         {"kv_evicted", s.engine->cache().evicted()}, {"kv_cache_type", cache_type_name(s.engine->cache().type_k())}};
     std::printf("%s\n", j.dump().c_str());
@@ -61,7 +67,7 @@ void run(PerplexityCommand& c) {
     std::printf("perplexity %.4f over %s tokens (%s)\n", r.perplexity, with_commas(r.tokens_scored).c_str(),
                 c.stream ? ("streamed through a ring of " + std::to_string(c.opts.ctx) + " slots, " +
                             with_commas(s.engine->cache().evicted()) + " evictions").c_str()
-                         : (std::to_string(r.chunks) + " chunks of " + std::to_string(c.opts.ctx)).c_str());
+                         : (std::to_string(r.chunks) + (r.chunks == 1 ? " chunk of " : " chunks of ") + std::to_string(c.opts.ctx)).c_str());
   }
 }
 

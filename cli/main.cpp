@@ -160,6 +160,9 @@ int main(int argc, char** argv) {
   // A closed pipe (`vkllm run … | head`) is a failed write, not death by SIGPIPE: the generation
   // stops there, a --session is saved and the error is one line, status 1 (checked_stdout).
   std::signal(SIGPIPE, SIG_IGN);
+  // A file-size limit (`ulimit -f`) makes a write past it fail (EFBIG: one line, the previous file
+  // intact, a prompt-cache entry a warning) rather than kill the process mid-save.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"vkllm: run GGUF language models on Vulkan compute shaders"};
   app.require_subcommand(1);
   const std::string version = "vkllm 0.1.0";

@@ -788,6 +788,16 @@ TEST(ChatCli, LoadInAPipedChat) {
   EXPECT_TRUE(errs[1].starts_with(at + "cut.vkv: truncated: section 'KVDT'")) << errs[1];
   EXPECT_TRUE(errs[2].starts_with(at + "other.vkv: saved with ")) << errs[2];
   EXPECT_EQ(errs[3], at + "raw.vkv: holds a raw-text session (vkllm run without --chat), not a chat");
+
+  // /save over a file that is no session (notes, the model: a typo, a tab completion) is refused in
+  // one line and leaves it as it was; over a session (an earlier /save) it saves.
+  const std::string notes = tmp.path("notes.txt");
+  std::ofstream(notes) << "important notes\n";
+  const Piped over = piped(tmp, chat_cmd(args), "Hello\n/save " + notes + "\n/save " + good + "\n");
+  EXPECT_EQ(over.status, 1);
+  EXPECT_EQ(read_file(notes), "important notes\n");
+  EXPECT_NE(over.err.find("vkllm: /save: " + notes + ": exists and is not a vkllm session file: not overwritten"), std::string::npos) << over.err;
+  EXPECT_NE(over.err.find("vkllm: /save: " + good + ": 2 messages, "), std::string::npos) << over.err;
 }
 
 // `run --chat --session` turns are a chat's turns: the first tokenizes the whole rendering, the

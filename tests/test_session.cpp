@@ -47,9 +47,11 @@ class SessionTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // Runs `vkllm <args>` with stdin from /dev/null; stdout and stderr captured.
-  Result vkllm(const std::string& args, const std::string& tag = "r") const {
+  // (`shell_first`: shell commands run before it, as `ulimit -n 4;`.)
+  Result vkllm(const std::string& args, const std::string& tag = "r", const std::string& shell_first = "") const {
     const std::string out = (dir_ / (tag + ".out")).string(), err = (dir_ / (tag + ".err")).string();
-    const std::string cmd = std::string(VKLLM_BINARY) + " " + args + " </dev/null >" + out + " 2>" + err;
+    // (The redirections come first: with a low `ulimit -n` the shell could not make them.)
+    const std::string cmd = "(" + shell_first + "exec " + std::string(VKLLM_BINARY) + " " + args + ") </dev/null >" + out + " 2>" + err;
     Result r;
     const int status = std::system(cmd.c_str());
     r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -548,6 +550,21 @@ TEST_F(SessionTest, PromptCacheLoadsOnlyRealPrefixesAndWritesOnlyItsFiles) {
   EXPECT_EQ(nlohmann::json::parse(over.out)["cached_tokens"].get<int>(), 0) << over.out;
   EXPECT_EQ(tokens_of(over), tokens_of(cold));
   EXPECT_EQ(entries(), 1);
+  // An entry that cannot be opened (no descriptor left: ulimit -n 4, the session taking the last) is
+  // skipped and kept, not removed as damaged.
+  const std::string fd_dir = path("fds");
+  ASSERT_EQ(vkllm(model() + " --temp 0 -n 2 --prompt-cache " + fd_dir + " -p 'Once upon a time there was a dog'").rc, 0);
+  const Result starved = vkllm(model() + " --temp 0 -n 2 --prompt-cache " + fd_dir + " --session " + path("fds.vkv") +
+                                   " -p 'The sun was shining on the hill'",
+                               "r", "ulimit -n 4; ");
+  ASSERT_EQ(starved.rc, 0) << starved.err;
+  EXPECT_NE(starved.err.find("prompt cache: skipping " + fd_dir + "/"), std::string::npos) << starved.err;
+  EXPECT_NE(starved.err.find("Too many open files"), std::string::npos) << starved.err;
+  EXPECT_EQ(starved.err.find("removing"), std::string::npos) << starved.err;
+  int kept = 0;
+  for (const auto& e : fs::directory_iterator(fd_dir)) kept += e.path().extension() == ".vkv";
+  EXPECT_EQ(kept, 2);  // the first entry and the starved run's own
+
   // A directory that cannot be made says why (it said the directory does not exist).
   std::ofstream(path("a_file")) << "x";
   const Result blocked = vkllm(model() + " --temp 0 -n 2 --prompt-cache " + path("a_file/pc") + " -p 'Once upon a time there was a dog'");

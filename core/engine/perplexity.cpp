@@ -6,13 +6,14 @@
 namespace vkllm {
 
 void check_perplexity_text(uint64_t n_tokens, uint32_t ctx, bool stream) {
+  const std::string has = "the text has " + std::to_string(n_tokens) + (n_tokens == 1 ? " token" : " tokens");
   if (stream) {
-    if (n_tokens < 2) throw Error("the text has " + std::to_string(n_tokens) + " tokens, fewer than 2");
+    if (n_tokens < 2) throw Error(has + ", fewer than 2");
     return;
   }
   if (ctx < 4) throw Error("--ctx " + std::to_string(ctx) + " is too small for perplexity (at least 4)");
   if (n_tokens < ctx)
-    throw Error("the text has " + std::to_string(n_tokens) + " tokens, fewer than one chunk of --ctx " + std::to_string(ctx));
+    throw Error(has + ", fewer than one chunk of --ctx " + std::to_string(ctx) + " (a smaller --ctx, or --stream, scores it)");
 }
 
 PerplexityResult perplexity_chunked(Engine& engine, std::span<const int32_t> tokens, uint32_t ctx, int32_t bos,

@@ -66,7 +66,11 @@ int64_t mtime_ns_of(const std::string& path) {
 class DirLock {
  public:
   explicit DirLock(const std::string& dir) {
-    fd_ = ::open((dir + "/.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    // The umask decides its mode, as for the entries; another user's lock is taken through a
+    // read-only descriptor (flock needs no more), so every user of a shared directory can evict.
+    const std::string path = dir + "/.lock";
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd_ < 0 && errno == EACCES) fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_ < 0) error_ = errno;
     if (fd_ >= 0 && ::flock(fd_, LOCK_EX) != 0) {
       error_ = errno;
@@ -179,6 +183,9 @@ PromptCacheMatch PromptCache::find(std::span<const int32_t> tokens, bool whole_o
     SessionInfo info;
     try {
       info = read_session_info(path, false);
+    } catch (const CannotOpenSession& e) {  // not damage: kept (no descriptor left, another user's file)
+      warnings_.push_back(std::string("prompt cache: skipping ") + e.what());
+      continue;
     } catch (const Error& e) {
       if (!fs::exists(path)) continue;  // evicted by another run while we read it
       drop(path, e.what());
@@ -226,6 +233,9 @@ bool PromptCache::load(const PromptCacheMatch& m, uint32_t n, Engine& engine) {
     warnings_.push_back(std::string("prompt cache: ") + e.what() + "; prefilling the whole prompt");
     return false;
   } catch (const TooLongForCache& e) {  // a valid entry, only not for this --ctx: kept
+    warnings_.push_back(std::string("prompt cache: ") + e.what() + "; prefilling the whole prompt");
+    return false;
+  } catch (const CannotOpenSession& e) {  // kept, as in find()
     warnings_.push_back(std::string("prompt cache: ") + e.what() + "; prefilling the whole prompt");
     return false;
   } catch (const Error& e) {

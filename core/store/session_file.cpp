@@ -307,7 +307,7 @@ class FileFetch {
   explicit FileFetch(const std::string& path) : path_(path) {
     require_regular_file(path, "a session file");
     f_.open(path, std::ios::binary | std::ios::ate);
-    if (!f_) throw Error(path + ": cannot open the session file: " + std::strerror(errno));
+    if (!f_) throw CannotOpenSession(path + ": cannot open the session file: " + std::strerror(errno));
     size_ = static_cast<uint64_t>(std::max<std::streamoff>(f_.tellg(), 0));
   }
   uint64_t size() const { return size_; }
@@ -421,6 +421,13 @@ std::vector<uint8_t> encode_session(const SessionInfo& info, std::span<const uin
 
 uint64_t save_session(const std::string& path, const Engine& engine, const ModelFingerprint& model, const Sampler* sampler,
                       const std::string& conversation, int64_t n_tokens) {
+  // A file that holds something else (chat's `/save model.gguf`, a typo onto notes) is not replaced.
+  if (std::ifstream existing(path, std::ios::binary); existing) {
+    char head[sizeof kMagic] = {};
+    existing.read(head, sizeof head);
+    if (existing.gcount() > 0 && std::memcmp(head, kMagic, size_t(existing.gcount())) != 0)
+      throw Error(path + ": exists and is not a vkllm session file: not overwritten (remove it, or save under another name)");
+  }
   const KvCache& cache = engine.cache();
   const ModelConfig& c = engine.config();
   const uint32_t n = n_tokens < 0 ? cache.used() : static_cast<uint32_t>(std::min<int64_t>(n_tokens, cache.used()));

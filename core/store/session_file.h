@@ -79,6 +79,11 @@ struct MissingWindowRows : Error {
 struct TooLongForCache : Error {
   using Error::Error;
 };
+// A session file that could not be opened (out of descriptors, another user's file): nothing is
+// known of its content.
+struct CannotOpenSession : Error {
+  using Error::Error;
+};
 
 struct SessionInfo {
   ModelFingerprint model;
