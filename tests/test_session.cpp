@@ -3,6 +3,8 @@
 // leave the file alone, file size tracks tokens used, and two concurrent runs share one
 // prompt-cache directory.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -47,11 +49,9 @@ class SessionTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // Runs `vkllm <args>` with stdin from /dev/null; stdout and stderr captured.
-  // (`shell_first`: shell commands run before it, as `ulimit -n 4;`.)
-  Result vkllm(const std::string& args, const std::string& tag = "r", const std::string& shell_first = "") const {
+  Result vkllm(const std::string& args, const std::string& tag = "r") const {
     const std::string out = (dir_ / (tag + ".out")).string(), err = (dir_ / (tag + ".err")).string();
-    // (The redirections come first: with a low `ulimit -n` the shell could not make them.)
-    const std::string cmd = "(" + shell_first + "exec " + std::string(VKLLM_BINARY) + " " + args + ") </dev/null >" + out + " 2>" + err;
+    const std::string cmd = std::string(VKLLM_BINARY) + " " + args + " </dev/null >" + out + " 2>" + err;
     Result r;
     const int status = std::system(cmd.c_str());
     r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -554,9 +554,27 @@ TEST_F(SessionTest, PromptCacheLoadsOnlyRealPrefixesAndWritesOnlyItsFiles) {
   // skipped and kept, not removed as damaged.
   const std::string fd_dir = path("fds");
   ASSERT_EQ(vkllm(model() + " --temp 0 -n 2 --prompt-cache " + fd_dir + " -p 'Once upon a time there was a dog'").rc, 0);
-  const Result starved = vkllm(model() + " --temp 0 -n 2 --prompt-cache " + fd_dir + " --session " + path("fds.vkv") +
-                                   " -p 'The sun was shining on the hill'",
-                               "r", "ulimit -n 4; ");
+  // (A child of its own: the descriptors the test inherited, as ctest's, closed before the limit.)
+  Result starved;
+  if (const pid_t pid = ::fork(); pid == 0) {
+    const int in = ::open("/dev/null", O_RDONLY), out = ::open(path("starved.out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644),
+              err = ::open(path("starved.err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(in, 0);
+    ::dup2(out, 1);
+    ::dup2(err, 2);
+    ::close_range(3, ~0u, 0);
+    const rlimit four{4, 4};
+    ::setrlimit(RLIMIT_NOFILE, &four);
+    const std::string cmd = "exec " + std::string(VKLLM_BINARY) + " " + model() + " --temp 0 -n 2 --prompt-cache " + fd_dir + " --session " +
+                            path("fds.vkv") + " -p 'The sun was shining on the hill'";
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  } else {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    starved.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    starved.err = slurp(path("starved.err"));
+  }
   ASSERT_EQ(starved.rc, 0) << starved.err;
   EXPECT_NE(starved.err.find("prompt cache: skipping " + fd_dir + "/"), std::string::npos) << starved.err;
   EXPECT_NE(starved.err.find("Too many open files"), std::string::npos) << starved.err;
