@@ -156,7 +156,15 @@ std::string history_path() {
   else return "";
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  return ec ? "" : dir + "/chat_history";
+  if (ec) return "";
+  // Only a regular file (or none yet) is history: a FIFO there hung the start, /dev/zero ate memory.
+  const std::string path = dir + "/chat_history";
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (!ec && st.type() != std::filesystem::file_type::regular) {
+    std::fprintf(stderr, "vkllm: warning: %s is not a regular file: no input history this session\n", path.c_str());
+    return "";
+  }
+  return path;
 }
 
 // Where input lines come from: libedit on a terminal, plain lines otherwise.

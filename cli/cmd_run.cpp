@@ -297,9 +297,11 @@ int run(const RunCommand& c) {
   go.logprobs = c.logprobs;
   go.top_logprobs = c.top_logprobs;
   std::string out, out_text;
+  // Installed once the generation starts (a signal during the prefill ends the process at once) and
+  // kept through the saves after it: a signal there lets the session and the prompt-cache entry be
+  // written (it killed the process mid-save, the update lost) and sets the status.
+  std::optional<SignalsStopGeneration> stop_signals;
   {
-    // Installed for the generation only (a signal during the prefill ends the process at once).
-    std::optional<SignalsStopGeneration> stop_signals;
     const TextSink sink = [&](const std::string& piece) {
       out_text += piece;
       if (c.json) {

@@ -28,6 +28,8 @@ struct TokenizeOptions {
 std::string read_input(const TokenizeOptions& o, const CLI::App& cmd) {
   if (cmd.count("--prompt")) return o.prompt;
   if (!o.file.empty()) return read_text_input(o.file, "the input file");
+  // A terminal is read as `cat` reads it, said first (it waited in silence).
+  if (isatty(STDIN_FILENO) == 1) std::fprintf(stderr, "vkllm: reading the text from the terminal until Ctrl+D (or give -p TEXT or -f FILE)\n");
   return read_fd_input(STDIN_FILENO, "stdin", "the input");
 }
 

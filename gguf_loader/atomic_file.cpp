@@ -72,6 +72,13 @@ void require_writable(const std::string& link_path, const std::filesystem::path&
     throw Error(link_path + ": " + dir.string() + (std::filesystem::exists(dir, ec) ? " is not a directory" : ": the directory does not exist"));
   if (::access(dir.c_str(), W_OK | X_OK) != 0) throw Error(link_path + ": cannot create files in " + dir.string() + ": " + std::strerror(errno));
   if (exists && ::access(target.c_str(), W_OK) != 0) throw Error(link_path + ": cannot write: " + std::strerror(errno));
+  // The temporary ".NAME.PID.XXXXXX" (below) must be a name the directory takes too (a legal name of
+  // 245 bytes failed only once the file was written, after the whole generation).
+  const long name_max = ::pathconf(dir.c_str(), _PC_NAME_MAX);
+  const size_t longest_temp = target.filename().string().size() + 1 + 1 + 7 + 7;  // a PID has at most 7 digits (pid_max ≤ 2^22)
+  if (name_max > 0 && longest_temp > size_t(name_max))
+    throw Error(link_path + ": the file name is too long to be written safely (its temporary's name would pass the " + std::to_string(name_max) +
+                " bytes a name may have here; " + std::to_string(longest_temp - size_t(name_max)) + " bytes shorter would do)");
 }
 
 }  // namespace

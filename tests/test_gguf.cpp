@@ -217,6 +217,28 @@ TEST(Gguf, WriterReplacesOnlyRegularFiles) {
   std::filesystem::remove(fifo);
 }
 
+// A name whose temporary would be too long for the directory is refused by check_writable (before
+// a run's generation), not by the write after it; one 16 bytes under the limit is written.
+TEST(Gguf, WriterRefusesNamesItsTemporaryCannotHave) {
+  const std::string dir = testing::TempDir();
+  const long name_max = ::pathconf(dir.c_str(), _PC_NAME_MAX);
+  ASSERT_GT(name_max, 20);
+  const std::string too_long = dir + "/" + std::string(size_t(name_max) - 10, 'n'), fits = dir + "/" + std::string(size_t(name_max) - 16, 'f');
+  try {
+    check_writable(too_long);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the file name is too long to be written safely"), std::string::npos) << e.what();
+  }
+  const uint8_t byte = 1;
+  EXPECT_THROW(write_file_atomic(too_long, std::span(&byte, 1)), Error);
+  EXPECT_FALSE(std::filesystem::exists(too_long));
+  check_writable(fits);
+  write_file_atomic(fits, std::span(&byte, 1));
+  EXPECT_EQ(std::filesystem::file_size(fits), 1u);
+  std::filesystem::remove(fits);
+}
+
 // A replaced file keeps its permission bits (a private session stays private); a new one gets
 // 0666 less the umask; a symbolic link is followed, so the file it names is replaced and the
 // link stays; a file this process may not write is refused (root may write any).
