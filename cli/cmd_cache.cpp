@@ -26,7 +26,7 @@ std::string dir_of(const CacheCommand& c) {
   if (given && c.dir.empty()) throw Error("--dir: an empty directory name (leave --dir out for the default, " + default_prompt_cache_dir() + ")");
   PersistenceOptions o;
   o.prompt_cache_dir = c.dir;
-  const std::string dir = prompt_cache_dir(o);
+  const std::string dir = prompt_cache_dir(o, "--dir");
   std::error_code ec;
   const bool exists = std::filesystem::exists(dir, ec);
   if (ec) throw Error(dir + ": " + ec.message());  // e.g. a parent that cannot be searched

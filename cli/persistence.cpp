@@ -73,11 +73,11 @@ void add_prompt_cache_options(CLI::App* cmd, PersistenceOptions& o) {
   cmd->add_option("--prompt-cache-size", o.prompt_cache_size, "Size cap of the prompt cache, least recently used evicted first (default 2GiB)");
 }
 
-std::string prompt_cache_dir(const PersistenceOptions& o) {
+std::string prompt_cache_dir(const PersistenceOptions& o, const std::string& option) {
   // (CLI11 gives `--prompt-cache ""` as it gives a bare `--prompt-cache`: both are the default.)
   if (!o.prompt_cache_dir.empty()) return o.prompt_cache_dir;
   std::string d = default_prompt_cache_dir();
-  if (d.empty()) throw Error("--prompt-cache: no cache directory (XDG_CACHE_HOME unset or relative, HOME unset); give a directory");
+  if (d.empty()) throw Error(option + ": no cache directory (XDG_CACHE_HOME unset or relative, HOME unset); give one with " + option + " DIR");
   return d;
 }
 

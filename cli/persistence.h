@@ -42,10 +42,11 @@ RunOptions with_session_cache_type(const std::string& session, RunOptions o);
 // empty one (as `mktemp` makes) starts a new session, as llama.cpp's --prompt-cache does, with a
 // note unless quiet; the save then fills it.
 bool session_to_resume(const std::string& session, bool quiet);
-// The directory --prompt-cache uses; throws when none can be determined.
 // Refuses a --prompt-cache that names an existing file (llama.cpp's --prompt-cache is a state file).
 void check_prompt_cache_dir(const std::string& dir);
-std::string prompt_cache_dir(const PersistenceOptions& o);
+// The directory --prompt-cache uses; throws when none can be determined, naming `option` (the
+// flag that gives one: `cache`'s is --dir).
+std::string prompt_cache_dir(const PersistenceOptions& o, const std::string& option = "--prompt-cache");
 // "2GiB", "512M", "1000000" → bytes; throws Error naming the flag.
 uint64_t parse_size(const std::string& flag, const std::string& text);
 
