@@ -250,9 +250,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "vkllm: error: %s (see --help)\n", one_line(msg.c_str()).c_str());
     return 2;
   } catch (const vkllm::Error& e) {
+    checked_stdout(1);  // an answer that was lost too is said first (a full disk takes both)
     std::fprintf(stderr, "vkllm: error: %s\n", one_line(e.what()).c_str());
     return 1;
   } catch (const gguf::Error& e) {
+    checked_stdout(1);
     std::fprintf(stderr, "vkllm: error: %s\n", one_line(e.what()).c_str());
     return 1;
   } catch (const std::exception& e) {

@@ -1123,6 +1123,14 @@ TEST(Cli, ReadAndWriteErrorsFail) {
   EXPECT_EQ(std::filesystem::file_size(limited), before);
   for (const auto& e : std::filesystem::directory_iterator(testing::TempDir()))
     EXPECT_EQ(e.path().filename().string().find(".vkllm_fsize.vkv."), std::string::npos) << e.path();
+  // Both lost (a full disk takes the answer and the session): both said, the answer first.
+  const Result both = vkllm_shell("ulimit -f 8; " + std::string(VKLLM_BINARY) + " run -q --temp 0 -n 40" + m + " --session " + limited +
+                                  " </dev/null >/dev/full");
+  EXPECT_EQ(both.status, 1) << both.err;
+  const size_t lost = both.err.find("cannot write to stdout: No space left on device"), unsaved = both.err.find("File too large");
+  EXPECT_NE(lost, std::string::npos) << both.err;
+  EXPECT_NE(unsaved, std::string::npos) << both.err;
+  EXPECT_LT(lost, unsaved) << both.err;
   std::filesystem::remove(limited);
   // A closed pipe (`| head`) is a failed write too, not death by SIGPIPE: the endless run stops,
   // its session is saved, status 1 (it was 141 and the session lost); without a word, as coreutils
