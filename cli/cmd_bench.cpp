@@ -175,8 +175,10 @@ void bench_model(BenchCommand& c) {
   const auto kv_avg = [&](const DepthResult& res) {
     const ModelConfig& mc = e.config();
     const KvCache& kv = e.cache();
-    const auto depth = static_cast<uint32_t>(res.fill + c.n_gen / 2);
-    return double(kv_cache_bytes(mc, kv.type_k(), kv.type_v(), kv.capacity(), mc.has_swa() ? mc.n_swa : 0, depth)) * c.parallel;
+    double sum = 0;  // step i reads the fill and the i tokens before it, and its own
+    for (uint32_t i = 0; i < c.n_gen; ++i)
+      sum += double(kv_cache_bytes(mc, kv.type_k(), kv.type_v(), kv.capacity(), mc.has_swa() ? mc.n_swa : 0, res.fill + i + 1));
+    return c.n_gen ? sum / c.n_gen * c.parallel : 0.0;
   };
   const auto bytes_per_step = [&](const DepthResult& res) { return double(s.model->weight_bytes()) + kv_avg(res); };
   const auto tests_json = [&](const DepthResult& res, nlohmann::json& j) {

@@ -161,7 +161,9 @@ std::string history_path() {
   const std::string path = dir + "/chat_history";
   const std::filesystem::file_status st = std::filesystem::status(path, ec);
   if (!ec && st.type() != std::filesystem::file_type::regular) {
-    std::fprintf(stderr, "vkllm: warning: %s is not a regular file: no input history this session\n", path.c_str());
+    // (A link to /dev/null, the usual way to turn history off, is taken so without a word.)
+    if (st.type() != std::filesystem::file_type::character)
+      std::fprintf(stderr, "vkllm: warning: %s is not a regular file: no input history this session\n", path.c_str());
     return "";
   }
   return path;

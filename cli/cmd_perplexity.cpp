@@ -58,16 +58,15 @@ void run(PerplexityCommand& c) {
   }
   if (c.json) {
     // (A perplexity past a double's range is JSON's null; the mean −log p it is e to stays finite.)
-    nlohmann::json j = {{"perplexity", r.perplexity}, {"mean_nll", r.tokens_scored ? r.nll_sum / double(r.tokens_scored) : 0.0},
+    nlohmann::json j = {{"perplexity", r.perplexity}, {"mean_nll", r.mean_nll()},
                         {"tokens_scored", r.tokens_scored}, {"chunks", r.chunks},
                         {"mode", c.stream ? "stream" : "chunked"}, {"ctx", c.opts.ctx}, {"text_tokens", tokens.size()},
                         {"kv_evicted", s.engine->cache().evicted()}, {"kv_cache_type", cache_type_name(s.engine->cache().type_k())}};
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("perplexity %.4f over %s tokens (%s)\n", r.perplexity, with_commas(r.tokens_scored).c_str(),
-                c.stream ? ("streamed through a ring of " + std::to_string(c.opts.ctx) + " slots, " +
-                            with_commas(s.engine->cache().evicted()) + " evictions").c_str()
-                         : (std::to_string(r.chunks) + (r.chunks == 1 ? " chunk of " : " chunks of ") + std::to_string(c.opts.ctx)).c_str());
+    std::printf("perplexity %.4f over %s (%s)\n", r.perplexity, count_of(r.tokens_scored, "token").c_str(),
+                c.stream ? ("streamed through a ring of " + std::to_string(c.opts.ctx) + " slots, " + count_of(s.engine->cache().evicted(), "eviction")).c_str()
+                         : (count_of(r.chunks, "chunk") + " of " + std::to_string(c.opts.ctx)).c_str());
   }
 }
 

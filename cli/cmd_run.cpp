@@ -233,8 +233,8 @@ int run(const RunCommand& c) {
   // still sees depends on where the chunks start (docs/kv-cache.md): resumed from a stored prefix, it
   // would not give the tokens a cold run gives. So it is neither looked up nor (below) stored.
   const bool overflows = p.tokens.size() > cache.capacity();
-  if (c.persist.prompt_cache() && overflows && !c.opts.quiet)
-    std::fprintf(stderr, "vkllm: prompt cache: not used (neither read nor written): the prompt's %s tokens overflow --ctx %s, so its prefill wraps the ring\n",
+  if (c.persist.prompt_cache() && overflows)  // a warning, as the "not stored" it replaced
+    std::fprintf(stderr, "vkllm: warning: prompt cache: not used (neither read nor written): the prompt's %s tokens overflow --ctx %s, so its prefill wraps the ring\n",
                  with_commas(p.tokens.size()).c_str(), with_commas(cache.capacity()).c_str());
   if (c.persist.prompt_cache() && !p.tokens.empty() && !overflows) {
     pc.emplace(pc_dir, prompt_cache_bytes, fp, cache.type_k(),
@@ -299,7 +299,8 @@ int run(const RunCommand& c) {
   std::string out, out_text;
   // Installed once the generation starts (a signal during the prefill ends the process at once) and
   // kept through the saves after it: a signal there lets the session and the prompt-cache entry be
-  // written (it killed the process mid-save, the update lost) and sets the status.
+  // written (it killed the process mid-save, the update lost) and sets the status. (Any file's
+  // write holds the signals back while it runs: gguf::write_file_atomic.)
   std::optional<SignalsStopGeneration> stop_signals;
   {
     const TextSink sink = [&](const std::string& piece) {
@@ -356,6 +357,9 @@ int run(const RunCommand& c) {
       save_error = e.what();
     }
   }
+  // The output after the saves is not held up by a signal (a blocked stdout would swallow a first
+  // SIGTERM): the handlers go.
+  stop_signals.reset();
   if (c.json) {
     nlohmann::json j = {
         {"text", out},

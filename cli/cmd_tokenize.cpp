@@ -87,7 +87,7 @@ void add_tokenize_command(CLI::App& app) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::vector<int32_t> tokens = tok.tokenize(text, !o->no_bos, o->special);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (starts_with_two_bos(tok, tokens)) std::fprintf(stderr, "vkllm: warning: %s (--no-bos leaves the model's out)\n", two_bos_warning(tok).c_str());
+    if (!o->no_bos && starts_with_two_bos(tok, tokens)) std::fprintf(stderr, "vkllm: warning: %s (--no-bos leaves the model's out)\n", two_bos_warning(tok).c_str());
 
     if (o->count) {
       std::printf("%zu\n", tokens.size());

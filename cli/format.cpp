@@ -14,6 +14,8 @@ std::string with_commas(uint64_t n) {
   return out;
 }
 
+std::string count_of(uint64_t n, const std::string& noun) { return with_commas(n) + " " + noun + (n == 1 ? "" : "s"); }
+
 std::string human_bytes(uint64_t n) {
   static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = double(n);

@@ -554,26 +554,28 @@ TEST_F(SessionTest, PromptCacheLoadsOnlyRealPrefixesAndWritesOnlyItsFiles) {
   // skipped and kept, not removed as damaged.
   const std::string fd_dir = path("fds");
   ASSERT_EQ(vkllm(model() + " --temp 0 -n 2 --prompt-cache " + fd_dir + " -p 'Once upon a time there was a dog'").rc, 0);
-  // (A child of its own: the descriptors the test inherited, as ctest's, closed before the limit.)
+  // (A child of its own: the descriptors the test inherited, as ctest's, closed before the limit;
+  // everything it needs made before the fork.)
+  const std::string starved_cmd = "exec " + std::string(VKLLM_BINARY) + " " + model() + " --temp 0 -n 2 --prompt-cache " + fd_dir +
+                                  " --session " + path("fds.vkv") + " -p 'The sun was shining on the hill'";
+  const std::string starved_out = path("starved.out"), starved_err = path("starved.err");
   Result starved;
   if (const pid_t pid = ::fork(); pid == 0) {
-    const int in = ::open("/dev/null", O_RDONLY), out = ::open(path("starved.out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644),
-              err = ::open(path("starved.err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int in = ::open("/dev/null", O_RDONLY), out = ::open(starved_out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644),
+              err = ::open(starved_err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(in, 0);
     ::dup2(out, 1);
     ::dup2(err, 2);
     ::close_range(3, ~0u, 0);
     const rlimit four{4, 4};
     ::setrlimit(RLIMIT_NOFILE, &four);
-    const std::string cmd = "exec " + std::string(VKLLM_BINARY) + " " + model() + " --temp 0 -n 2 --prompt-cache " + fd_dir + " --session " +
-                            path("fds.vkv") + " -p 'The sun was shining on the hill'";
-    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::execl("/bin/sh", "sh", "-c", starved_cmd.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   } else {
     int status = 0;
     ::waitpid(pid, &status, 0);
     starved.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    starved.err = slurp(path("starved.err"));
+    starved.err = slurp(starved_err);
   }
   ASSERT_EQ(starved.rc, 0) << starved.err;
   EXPECT_NE(starved.err.find("prompt cache: skipping " + fd_dir + "/"), std::string::npos) << starved.err;

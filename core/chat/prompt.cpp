@@ -11,7 +11,7 @@ PromptTokens raw_prompt(const Tokenizer& tok, std::string_view text, bool parse_
 }
 
 bool starts_with_two_bos(const Tokenizer& tok, const std::vector<int32_t>& tokens) {
-  return tok.bos() >= 0 && tokens.size() >= 2 && tokens[0] == tok.bos() && tokens[1] == tok.bos();
+  return tok.add_bos() && tok.bos() >= 0 && tokens.size() >= 2 && tokens[0] == tok.bos() && tokens[1] == tok.bos();
 }
 
 std::string two_bos_warning(const Tokenizer& tok) {

@@ -18,8 +18,9 @@ struct PromptTokens {
 
 // Completion text: BOS when the model asks for it; special-token strings stay text.
 PromptTokens raw_prompt(const Tokenizer& tok, std::string_view text, bool parse_special = false);
-// Whether tokens begin with BOS twice (the one the model asks for, then a "<s>" parsed from text
-// under --special): llama.cpp warns of it, and so do run and tokenize.
+// Whether tokens the model added a BOS to begin with BOS twice (that one, then a "<s>" parsed from
+// text under --special): llama.cpp warns of it, and so do run and tokenize. (Callers pass tokens
+// tokenized with BOS added: a model that adds none is never warned of.)
 bool starts_with_two_bos(const Tokenizer& tok, const std::vector<int32_t>& tokens);
 // The warning's text (one line, no newline).
 std::string two_bos_warning(const Tokenizer& tok);

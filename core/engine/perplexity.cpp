@@ -34,9 +34,9 @@ PerplexityResult perplexity_chunked(Engine& engine, std::span<const int32_t> tok
       r.nll_sum -= lp[uint64_t{j} * n_vocab + uint32_t(chunk[j + 1])];
       ++r.tokens_scored;
     }
-    if (progress) progress(c + 1, n_chunks, std::exp(r.nll_sum / double(r.tokens_scored)));
+    if (progress) progress(c + 1, n_chunks, std::exp(r.mean_nll()));
   }
-  r.perplexity = std::exp(r.nll_sum / double(r.tokens_scored));
+  r.perplexity = std::exp(r.mean_nll());
   return r;
 }
 
@@ -51,9 +51,9 @@ PerplexityResult perplexity_stream(Engine& engine, std::span<const int32_t> toke
     r.nll_sum -= lp[uint32_t(tokens[i + 1])];
     ++r.tokens_scored;
     if (progress && (i % 64 == 0 || i + 2 == tokens.size()))
-      progress(i + 1, tokens.size() - 1, std::exp(r.nll_sum / double(r.tokens_scored)));
+      progress(i + 1, tokens.size() - 1, std::exp(r.mean_nll()));
   }
-  r.perplexity = std::exp(r.nll_sum / double(r.tokens_scored));
+  r.perplexity = std::exp(r.mean_nll());
   return r;
 }
 

@@ -14,6 +14,7 @@ struct PerplexityResult {
   uint64_t tokens_scored = 0;
   uint32_t chunks = 0;   // chunked mode
   double nll_sum = 0;    // Σ −log p(token)
+  double mean_nll() const { return tokens_scored ? nll_sum / double(tokens_scored) : 0.0; }  // perplexity = e^this
 };
 
 // Progress of a scoring run: units done of total (chunks, or tokens streamed) and the estimate so

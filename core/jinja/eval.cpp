@@ -325,7 +325,7 @@ class Evaluator {
                                    return a.args[*index % a.args.size()];
                                  },
                                  "cycle"));
-    loop.capturing(seq);  // its previtem and nextitem, set in place below, are seq's items
+    for (const Value& item : items) loop.capturing(item);  // its previtem and nextitem, set in place below
     ValueDict& f = loop.entries();  // in the order set above
     for (size_t i = 0; i < len; ++i) {
       step();

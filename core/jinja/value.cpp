@@ -40,7 +40,10 @@ void Value::take_depth(const Value& item) {
 }
 
 Value& Value::capturing(const Value& captured) {
-  take_depth(captured);
+  // Saturated, not refused: what it is put in is refused instead (a loop over a value at the limit,
+  // or its method, still runs).
+  depth_ = std::max(depth_, std::min(captured.depth_ + 1, k_max_depth));
+  holds_namespace_ = holds_namespace_ || captured.holds_namespace_ || captured.kind_ == Kind::Namespace;
   return *this;
 }
 
@@ -73,7 +76,6 @@ Value Value::dict(ValueDict items) {
 
 Value Value::namespace_(ValueDict items) {
   Value v = dict(std::move(items));
-  if (v.holds_namespace_) throw Error("a namespace cannot hold a namespace");
   v.kind_ = Kind::Namespace;
   return v;
 }
@@ -151,9 +153,12 @@ Value* Value::get(const Value& key) {
 }
 
 void Value::set(const Value& key, Value v) {
-  // A namespace's contents change after its depth was taken: holding no namespace, it nests at
-  // most one level deeper than the deepest value it is given, each checked here.
-  if (kind_ == Kind::Namespace && (v.holds_namespace_ || v.kind_ == Kind::Namespace)) throw Error("a namespace cannot hold a namespace");
+  // A namespace's contents change after its depth was taken (on this handle only): a namespace
+  // assigned into one could chain them without bound, so that is refused (one may be built holding
+  // another, which its depth counts); what is assigned is at most k_max_depth deep, so a value nests
+  // at most about twice that.
+  if (kind_ == Kind::Namespace && (v.holds_namespace_ || v.kind_ == Kind::Namespace))
+    throw Error("a namespace cannot be assigned into a namespace");
   take_depth(v);
   if (Value* slot = get(key)) *slot = std::move(v);
   else dict_->emplace_back(key, std::move(v));

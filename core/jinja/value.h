@@ -89,13 +89,14 @@ class Value {
 
   bool operator==(const Value& o) const;
 
-  // Nesting: values are printed, compared and freed by recursion, so no value may nest deeper than
-  // k_max_depth (a template building [x] in a loop, a file of brackets). 0 for a scalar, 1 + the
-  // deepest element for a container; a namespace, the one value that changes, may hold no namespace,
-  // so its contents bound its depth.
+  // Nesting: values are printed, compared and freed by recursion, so no list or dict may be built
+  // deeper than k_max_depth (a template building [x] in a loop, a file of brackets). 0 for a scalar,
+  // 1 + the deepest element for a container; a namespace, the one value that changes, takes no
+  // namespace by assignment, so no value nests deeper than about twice k_max_depth.
   static constexpr uint32_t k_max_depth = 1000;
   uint32_t depth() const { return depth_; }
-  // A callable that keeps `captured` (a bound method) nests as deep as it.
+  // A callable that keeps `captured` (a bound method), or a loop object its items, nests one deeper
+  // (saturated at k_max_depth).
   Value& capturing(const Value& captured);
 
  private:

@@ -70,8 +70,9 @@ class DirLock {
     // read-only descriptor (flock needs no more), so every user of a shared directory can evict.
     const std::string path = dir + "/.lock";
     fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (fd_ < 0 && errno == EACCES) fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_ < 0) error_ = errno;
+    if (fd_ < 0 && error_ == EACCES) fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // (its failure keeps the first error)
+    if (fd_ >= 0) error_ = 0;
     if (fd_ >= 0 && ::flock(fd_, LOCK_EX) != 0) {
       error_ = errno;
       ::close(fd_);

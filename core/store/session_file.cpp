@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <sys/stat.h>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -307,7 +308,14 @@ class FileFetch {
   explicit FileFetch(const std::string& path) : path_(path) {
     require_regular_file(path, "a session file");
     f_.open(path, std::ios::binary | std::ios::ate);
-    if (!f_) throw CannotOpenSession(path + ": cannot open the session file: " + std::strerror(errno));
+    if (!f_) {
+      // A file gone (evicted by another run meanwhile) is the callers' ordinary case; any other
+      // failure to open says nothing of the content.
+      const int e = errno;
+      const std::string what = path + ": cannot open the session file: " + std::strerror(e);
+      if (e == ENOENT) throw Error(what);
+      throw CannotOpenSession(what);
+    }
     size_ = static_cast<uint64_t>(std::max<std::streamoff>(f_.tellg(), 0));
   }
   uint64_t size() const { return size_; }
@@ -422,7 +430,9 @@ std::vector<uint8_t> encode_session(const SessionInfo& info, std::span<const uin
 uint64_t save_session(const std::string& path, const Engine& engine, const ModelFingerprint& model, const Sampler* sampler,
                       const std::string& conversation, int64_t n_tokens) {
   // A file that holds something else (chat's `/save model.gguf`, a typo onto notes) is not replaced.
-  if (std::ifstream existing(path, std::ios::binary); existing) {
+  // (Only a regular file is read: a FIFO or a terminal there would block; write_file_atomic refuses those.)
+  struct stat st {};
+  if (std::ifstream existing; ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && (existing.open(path, std::ios::binary), existing)) {
     char head[sizeof kMagic] = {};
     existing.read(head, sizeof head);
     if (existing.gcount() > 0 && std::memcmp(head, kMagic, size_t(existing.gcount())) != 0)
