@@ -23,6 +23,7 @@
 
 #include "base/input_file.h"
 #include "chat/template.h"
+#include "base/cache_dir.h"
 #include "commands.h"
 #include "common.h"
 #include "chat/conversation.h"
@@ -150,10 +151,8 @@ bool no_color() {
 // $XDG_STATE_HOME/vkllm/chat_history (default ~/.local/state/vkllm); "" when there is no home.
 // A relative XDG_STATE_HOME is ignored, as the XDG spec says (and as XDG_CACHE_HOME is).
 std::string history_path() {
-  std::string dir;
-  if (const char* x = std::getenv("XDG_STATE_HOME"); x && x[0] == '/') dir = std::string(x) + "/vkllm";
-  else if (const char* h = std::getenv("HOME"); h && *h) dir = std::string(h) + "/.local/state/vkllm";
-  else return "";
+  const std::string dir = user_state_dir();
+  if (dir.empty()) return "";
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return "";

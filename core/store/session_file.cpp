@@ -157,6 +157,9 @@ struct Parsed {
   uint64_t kv_offset = 0;
 };
 
+// Whether `head` (a file's first bytes, any number) is how a session file begins.
+bool begins_like_a_session(const void* head, size_t n) { return std::memcmp(head, kMagic, std::min(n, sizeof kMagic)) == 0; }
+
 Parsed parse(const std::string& path, uint64_t file_size, const Fetch& fetch, bool with_kv) {
   Parsed out;
   SessionInfo& info = out.info;
@@ -164,7 +167,7 @@ Parsed parse(const std::string& path, uint64_t file_size, const Fetch& fetch, bo
   // A short file is "truncated" only if what it has begins like a session file.
   if (file_size > 0) {
     const auto head = fetch(0, std::min<uint64_t>(file_size, sizeof kMagic));
-    if (std::memcmp(head.data(), kMagic, head.size()) != 0)
+    if (!begins_like_a_session(head.data(), head.size()))
       throw Error(path + ": offset 0: not a vkllm session file (no 'VKLLMSES' magic)");
   }
   if (file_size < kPreambleBytes)
@@ -435,7 +438,7 @@ uint64_t save_session(const std::string& path, const Engine& engine, const Model
   if (std::ifstream existing; ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && (existing.open(path, std::ios::binary), existing)) {
     char head[sizeof kMagic] = {};
     existing.read(head, sizeof head);
-    if (existing.gcount() > 0 && std::memcmp(head, kMagic, size_t(existing.gcount())) != 0)
+    if (existing.gcount() > 0 && !begins_like_a_session(head, size_t(existing.gcount())))
       throw Error(path + ": exists and is not a vkllm session file: not overwritten (remove it, or save under another name)");
   }
   const KvCache& cache = engine.cache();
