@@ -133,14 +133,19 @@ Value make_range() {
 Value make_namespace() {
   return Value::callable(
       [](CallArgs& a) -> Value {
+        // Built whole (a later keyword replacing a dict's key), so its depth counts what it holds.
         jinja::ValueDict attrs;
+        const auto put = [&](const Value& k, const Value& v) {
+          const auto at = std::find_if(attrs.begin(), attrs.end(), [&](const auto& e) { return e.first == k; });
+          if (at != attrs.end()) at->second = v;
+          else attrs.emplace_back(k, v);
+        };
         for (const Value& v : a.args) {
           if (!v.is_mapping()) throw Error("namespace() takes keyword arguments or a dict");
-          for (const auto& e : v.entries()) attrs.push_back(e);
+          for (const auto& [k, e] : v.entries()) put(k, e);
         }
-        Value ns = Value::namespace_(std::move(attrs));
-        for (auto& [k, v] : a.kwargs) ns.set(Value(k), v);
-        return ns;
+        for (auto& [k, v] : a.kwargs) put(Value(k), v);
+        return Value::namespace_(std::move(attrs));
       },
       "namespace");
 }
