@@ -211,6 +211,9 @@ TEST(JinjaSemantics, PythonPrinting) {
 }
 
 TEST(JinjaSemantics, FiltersTestsAndMethods) {
+  // `sameas` is identity: two dicts (or lists) built apart are not the same one, a dict is itself.
+  EXPECT_EQ(render_src("{{ {} is sameas {} }}{{ [] is sameas [] }}{% set d = {'a': 1} %}{{ d is sameas d }}{% set l = [1] %}{{ l is sameas l }}"),
+            "FalseFalseTrueTrue");
   EXPECT_EQ(render_src("{{ '  x  ' | trim }}|{{ 'hello world-foo' | title }}|{{ 'hELLO' | capitalize }}|"
                        "{{ ['b','A','a'] | sort }}|{{ ['a','A','b'] | unique | list }}|{{ [1,2,3] | join(', ') }}"),
             "x|Hello World-Foo|Hello|['A', 'a', 'b']|['a', 'b']|1, 2, 3");

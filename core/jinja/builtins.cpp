@@ -451,7 +451,9 @@ const TestEntry k_tests[] = {
        if (v.kind() != o.kind()) return false;
        // Python interns short strings and caches small ints; equal scalars count as the same.
        if (v.is_none() || v.kind() == Kind::Bool || v.is_string() || v.kind() == Kind::Int) return v == o;
-       return (v.is_sequence() || v.is_mapping()) && &v.items() == &o.items();
+       // (A dict's entries, not its items: those are a list's, absent from a dict.)
+       if (v.is_mapping()) return &v.entries() == &o.entries();
+       return v.is_sequence() && &v.items() == &o.items();
      }},
     {"sequence", [](const Value& v, CallArgs&) {
        return v.is_string() || v.is_sequence() || v.kind() == Kind::Dict || v.is_undefined();
