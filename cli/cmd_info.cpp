@@ -41,12 +41,12 @@ uint64_t kv_total(uint64_t per_seq, uint32_t seqs, uint32_t ctx) {
 
 // On CPU drivers an f16 K cache also keeps a copy of K rotated by RoPE for the decode kernel
 // (docs/kv-cache.md, "The rotated copy of K"): one more f16 K row per slot of each global layer,
-// per sequence. 0 where that kernel does not take the shape (decode_shape_fits) or its rope table of
-// 2 × ctx rows is more than one dispatch's grid height on lavapipe (maxComputeWorkGroupCount[1] =
-// 65,535, the Vulkan minimum: the engine's rule, Engine's resolved()); `run` prints what the device keeps.
+// per sequence. 0 where that kernel does not take the shape (decode_shape_fits) or its rope table is
+// more than one dispatch on lavapipe's grid (rotated_copy_table_fits: the engine's rule); `run`
+// prints what the device keeps.
 uint64_t rotated_k_copy_bytes(const ModelConfig& c, uint32_t ctx) {
-  constexpr uint64_t k_lavapipe_grid_height = 65535;
-  if (c.n_head_kv == 0 || !decode_shape_fits(AttentionShape{c.n_head, c.n_head_kv, c.head_dim}, ctx) || uint64_t{2} * ctx > k_lavapipe_grid_height)
+  if (c.n_head_kv == 0 || !decode_shape_fits(AttentionShape{c.n_head, c.n_head_kv, c.head_dim}, ctx) ||
+      !rotated_copy_table_fits(ctx, k_min_grid_height))
     return 0;
   return uint64_t{2} * c.n_head_kv * c.head_dim * (c.n_layer - window_layers(c)) * ctx;
 }

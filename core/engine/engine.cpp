@@ -26,7 +26,7 @@ EngineOptions resolved(const VulkanContext& ctx, const ModelConfig& c, EngineOpt
   o.cache.n_ubatch = o.n_ubatch;
   const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, o.attention};
   o.cache.rotated_k = o.rotated_k && o.cache.type_k == CacheType::F16 && decode_kernels_fit(ctx, shape, o.cache.capacity) &&
-                      uint64_t{2} * o.cache.capacity <= ctx.limits().maxComputeWorkGroupCount[1];
+                      rotated_copy_table_fits(o.cache.capacity, ctx.limits().maxComputeWorkGroupCount[1]);
   return o;
 }
 

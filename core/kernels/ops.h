@@ -213,6 +213,11 @@ uint64_t attention_scratch_floats(const AttentionShape& shape, uint32_t max_kv, 
 bool decode_kernels_fit(const VulkanContext& ctx, const AttentionShape& shape, uint32_t max_kv);
 // The part of that which depends on the shape alone (not the device), for `vkllm info`.
 bool decode_shape_fits(const AttentionShape& shape, uint32_t max_kv);
+// Whether the rotated copy's rope table for a cache of `capacity` slots (two positions a slot) is
+// filled by one dispatch, a workgroup row per position, on a grid `max_grid_height` rows high
+// (maxComputeWorkGroupCount[1]; lavapipe's is the Vulkan minimum, k_min_grid_height).
+constexpr uint32_t k_min_grid_height = 65535;
+bool rotated_copy_table_fits(uint32_t capacity, uint32_t max_grid_height);
 // The query group an engine sizes its scratch for: up to 64 query tokens within 64 MiB of
 // scores on CPU drivers, 1 elsewhere (GPUs take the tiled kernel for prefill).
 uint32_t attention_query_group(const VulkanContext& ctx, const AttentionShape& shape, uint32_t max_kv);
