@@ -81,6 +81,28 @@ void require_writable(const std::string& link_path, const std::filesystem::path&
                 " bytes a name may have here; " + std::to_string(longest_temp - size_t(name_max)) + " bytes shorter would do)");
 }
 
+// SIGINT, SIGTERM and SIGHUP held back on this thread while a file is written: a Ctrl+C or a
+// `timeout` in the middle took the process down with the temporary left for an hour and the update
+// lost; now it arrives once the new file is in place (or the write failed and its temporary is gone).
+class HoldStopSignals {
+ public:
+  HoldStopSignals() {
+    sigset_t stop;
+    sigemptyset(&stop);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop, sig);
+    held_ = ::pthread_sigmask(SIG_BLOCK, &stop, &old_) == 0;
+  }
+  ~HoldStopSignals() {
+    if (held_) ::pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  HoldStopSignals(const HoldStopSignals&) = delete;
+  HoldStopSignals& operator=(const HoldStopSignals&) = delete;
+
+ private:
+  sigset_t old_{};
+  bool held_ = false;
+};
+
 }  // namespace
 
 bool is_orphaned_temporary(const std::filesystem::path& path, const std::string& name) {
@@ -105,32 +127,6 @@ void check_writable(const std::string& path) {
   struct stat st {};
   require_writable(path, target, ::stat(target.c_str(), &st) == 0);
 }
-
-namespace {
-
-// SIGINT, SIGTERM and SIGHUP held back on this thread while a file is written: a Ctrl+C or a
-// `timeout` in the middle took the process down with the temporary left for an hour and the update
-// lost; now it arrives once the new file is in place (or the write failed and its temporary is gone).
-class HoldStopSignals {
- public:
-  HoldStopSignals() {
-    sigset_t stop;
-    sigemptyset(&stop);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop, sig);
-    held_ = ::pthread_sigmask(SIG_BLOCK, &stop, &old_) == 0;
-  }
-  ~HoldStopSignals() {
-    if (held_) ::pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-  HoldStopSignals(const HoldStopSignals&) = delete;
-  HoldStopSignals& operator=(const HoldStopSignals&) = delete;
-
- private:
-  sigset_t old_{};
-  bool held_ = false;
-};
-
-}  // namespace
 
 void write_file_atomic(const std::string& link_path, std::span<const uint8_t> bytes) {
   const std::filesystem::path target = resolve_links(link_path);
