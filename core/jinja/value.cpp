@@ -32,11 +32,8 @@ Value Value::none() {
 Value::Value(std::string s) : kind_(Kind::String), str_(std::make_shared<const std::string>(std::move(s))) {}
 
 void Value::take_depth(const Value& item) {
-  if (item.depth_ + 1 > depth_) {
-    if (item.depth_ + 1 > k_max_depth) throw Error("a value nested deeper than " + std::to_string(k_max_depth) + " levels");
-    depth_ = item.depth_ + 1;
-  }
-  holds_namespace_ = holds_namespace_ || item.holds_namespace_ || item.kind_ == Kind::Namespace;
+  if (item.depth_ + 1 > k_max_depth) throw Error("a value nested deeper than " + std::to_string(k_max_depth) + " levels");
+  capturing(item);
 }
 
 Value& Value::capturing(const Value& captured) {
