@@ -11,6 +11,7 @@
 #include <map>
 
 #include "base/cache_dir.h"
+#include "base/input_file.h"
 #include "format.h"
 #include "model/kv_layout.h"
 #include "model/summary.h"
@@ -100,6 +101,17 @@ void add_rope_options(CLI::App* cmd, RopeOverrides& r) {
       ->group(group);
   cmd->add_option("--yarn-beta-fast", r.beta_fast, "YaRN low correction dim (default 32)")->check(positive)->group(group);
   cmd->add_option("--yarn-beta-slow", r.beta_slow, "YaRN high correction dim (default 1)")->check(positive)->group(group);
+}
+
+void add_grammar_options(CLI::App* cmd, std::string& grammar, std::string& grammar_file) {
+  CLI::Option* text = cmd->add_option("--grammar", grammar, "Constrain the generated text to this GBNF grammar (llama.cpp's format; docs/sampling.md)");
+  cmd->add_option("--grammar-file", grammar_file, "Constrain the generated text to the GBNF grammar in this file")->excludes(text);
+}
+
+std::shared_ptr<const Grammar> read_grammar_flags(const std::string& grammar, const std::string& grammar_file) {
+  if (!grammar_file.empty()) return Grammar::parse(read_text_input(grammar_file, "the grammar file"), grammar_file);
+  if (!grammar.empty()) return Grammar::parse(grammar, "--grammar");
+  return nullptr;
 }
 
 void add_n_predict_option(CLI::App* cmd, int32_t& n_predict, const std::string& what) {

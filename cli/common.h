@@ -13,6 +13,7 @@
 #include "gguf.h"
 #include "model/model.h"
 #include "engine/sampler.h"
+#include "text/grammar.h"
 #include "text/tokenizer.h"
 #include "vk/context.h"
 #include "vk/pipeline.h"
@@ -51,6 +52,12 @@ void add_rope_options(CLI::App* cmd, RopeOverrides& r);
 // --presence-penalty, --seed. Returns the options, whose count() says which the command line gave
 // (a resumed session takes those: apply_sampling_flags).
 std::vector<CLI::Option*> add_sampling_options(CLI::App* cmd, SamplerParams& s);
+
+// --grammar GBNF and --grammar-file FILE (llama.cpp's flags; one or the other): the generated text
+// follows the grammar (docs/sampling.md, "Grammars").
+void add_grammar_options(CLI::App* cmd, std::string& grammar, std::string& grammar_file);
+// The grammar those flags give, parsed (an error names the flag or the file), or null for none.
+std::shared_ptr<const Grammar> read_grammar_flags(const std::string& grammar, const std::string& grammar_file);
 
 // -n, --n-predict for run and chat: a count ≥ 0, -1 for endless generation through the ring, or
 // unset (GenerateOptions::kUntilFull: stop when the cache is full). `what` names the unit.

@@ -767,6 +767,54 @@ TEST(Cli, NewArchitecturesMatchLlamaCpp) {
   EXPECT_GE(n_cases, 18) << "cases in " << dir;
 }
 
+// Generation under a GBNF grammar (tests/data/grammar, made by scripts/make-grammar-refs.mjs from
+// upstream llama.cpp): the greedy tokens and where they stop (llama.cpp allows end of generation
+// once the grammar is complete), on stories260K's SentencePiece vocabulary (characters past ASCII
+// spelled in byte tokens) and on Qwen2's BPE vocabulary of 151,936 tokens.
+TEST(Cli, GrammarGreedyTokensMatchLlamaCpp) {
+  const std::string dir = VKLLM_TEST_DATA "/grammar";
+  int n_cases = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".json") continue;
+    std::ifstream in(entry.path());
+    const json ref = json::parse(in);
+    const std::string model = "models/" + ref["model"].get<std::string>();
+    SCOPED_TRACE(entry.path().filename().string());
+    VKLLM_REQUIRE_SHARED(model);
+    const Result r = vkllm("run --json -q --temp 0 -n " + std::to_string(ref["n_predict"].get<int>()) + " -m " + shared_path(model) +
+                               " --grammar-file " + dir + "/" + ref["grammar"].get<std::string>(),
+                           ref["prompt"].get<std::string>());
+    ASSERT_EQ(r.status, 0) << r.err;
+    const json out = json::parse(r.out);
+    EXPECT_EQ(out["prompt_tokens"].get<size_t>(), ref["prompt_tokens"].size());
+    EXPECT_EQ(out["tokens"], ref["tokens"]);
+    EXPECT_EQ(out["stop_reason"], ref["stop_reason"]);
+    EXPECT_EQ(out["text"], ref["text"]);
+    ++n_cases;
+  }
+  EXPECT_GE(n_cases, 6) << "cases in " << dir;
+}
+
+// A grammar is read and checked before the model loads (a model path that does not exist is not
+// reached); its errors are one line naming the flag or the file, the line and the column.
+TEST(Cli, GrammarErrorsComeBeforeTheModelLoads) {
+  const std::string missing_model = testing::TempDir() + "/no-such-model.gguf";
+  Result r = vkllm("run -m " + missing_model + " -p hi --grammar 'root ::= \"a\" foo'");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "vkllm: error: grammar --grammar: line 1, column 14: rule 'foo' is used but never defined\n");
+  const std::string file = testing::TempDir() + "/left.gbnf";
+  std::ofstream(file) << "root ::= list\nlist ::= list \",\" item | item\nitem ::= [a-z]+\n";
+  r = vkllm("run -m " + missing_model + " -p hi --grammar-file " + file);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "vkllm: error: grammar " + file + ": rule 'list' is left-recursive: it can reach itself before reading a character (write it with a repetition)\n");
+  r = vkllm("run -m " + missing_model + " -p hi --grammar-file " + file + ".missing");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find(file + ".missing"), std::string::npos) << r.err;
+  r = vkllm("run -m " + missing_model + " -p hi --grammar-file " + file + " --grammar 'root ::= \"a\"'");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("excludes"), std::string::npos) << r.err;
+}
+
 // A prompt's tokens give the same floats however it is cut into chunks (--ubatch) or reused from
 // the prompt cache, across the attention kernels' switch at 256 slots (each query takes the
 // kernel it would alone): on a Q4_0 model, whose 9-bit x magnifies a last-bit difference, a chunk

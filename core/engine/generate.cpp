@@ -162,7 +162,11 @@ void Generator::generate(const GenerateOptions& o, const TextSink& on_text, cons
 
 void Generator::start(const GenerateOptions& o) {
   if (logits_.empty()) throw Error("nothing to continue from: the prompt is empty and the cache holds no tokens");
-  run_.emplace(Run{o, StreamDecoder(tok_), {}, o.n_predict, 0, -1, 0, std::chrono::steady_clock::now(), {}});
+  run_.emplace(Run{o, StreamDecoder(tok_), {}, o.n_predict, 0, -1, 0, {}, std::chrono::steady_clock::now(), {}});
+  if (o.grammar) {
+    if (!grammar_vocab_) grammar_vocab_ = std::make_shared<const GrammarVocab>(tok_);
+    run_->grammar.emplace(o.grammar, grammar_vocab_);
+  }
   // An empty stop string matches nowhere (it would stop before the first token), as the server reads it.
   std::erase_if(run_->opts.stop, [](const std::string& s) { return s.empty(); });
   // Reaching the limit is the stop reason unless another one (eos, stop string, interrupt) comes first.
@@ -190,7 +194,7 @@ int32_t Generator::sample(const TextSink& on_text) {
     return -1;
   }
   if (r.opts.logprobs) raw_ = logits_;
-  const int32_t tok = sampler_.sample(logits_);
+  const int32_t tok = r.grammar ? sample_in_grammar(*r.grammar) : sampler_.sample(logits_);
   sampler_.accept(tok);
   if (r.sampled++ == 0) {
     stats_.ttft_ms = stats_.prefill_ms + ms_since(r.t_start);
@@ -209,6 +213,25 @@ int32_t Generator::sample(const TextSink& on_text) {
     if (r.opts.top_logprobs > 0) stats_.top_logprobs.push_back(most_likely(raw_, r.opts.top_logprobs, norm));
   }
   r.token = tok;
+  return tok;
+}
+
+// As llama.cpp's common_sampler_sample: the chain draws from the model's logits; a token the
+// grammar refuses is drawn again, by the whole chain (another random number), from the logits
+// with every token the grammar refuses at −inf. Most steps of a model that follows the grammar
+// cost one check instead of a pass over the vocabulary.
+int32_t Generator::sample_in_grammar(GrammarMatcher& grammar) {
+  unmasked_ = logits_;
+  int32_t tok = sampler_.sample(logits_);
+  if (!grammar.allows(tok)) {
+    logits_ = unmasked_;
+    if (grammar.mask(logits_) == 0) {
+      throw Error("grammar: no token of the vocabulary continues the text after " + std::to_string(stats_.generated) +
+                  " generated tokens");
+    }
+    tok = sampler_.sample(logits_);
+  }
+  grammar.accept(tok);
   return tok;
 }
 

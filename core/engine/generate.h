@@ -10,6 +10,7 @@
 
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "text/grammar.h"
 #include "text/tokenizer.h"
 
 namespace vkllm {
@@ -26,6 +27,8 @@ struct GenerateOptions {
   // kUntilFull: this turn's own prompt tokens, where the prefill ran more than them (a chat that
   // refilled its ring with earlier turns); -1: the tokens the prefill ran (generation_budget).
   int64_t turn_tokens = -1;
+  // Generated text must follow this grammar (docs/sampling.md, "Grammars"); null: free text.
+  std::shared_ptr<const Grammar> grammar;
 };
 
 // A token and its log-probability under the model's logits (before penalties and temperature).
@@ -137,10 +140,13 @@ class Generator {
     int64_t sampled = 0;
     int32_t token = -1;   // the last token sampled
     uint32_t decoded = 0; // bytes of text decoded so far (before a stop string cuts it)
+    std::optional<GrammarMatcher> grammar;  // where the text stands in opts.grammar
     std::chrono::steady_clock::time_point t_start, t_first;
   };
   // Releases the held-back text and the timing at the end of a run.
   void finish(const TextSink& on_text);
+  // The sampler's choice under the run's grammar (llama.cpp's order: see generate.cpp).
+  int32_t sample_in_grammar(GrammarMatcher& grammar);
   // extend()'s bookkeeping: the stats, the sampler's history, the tokens left to run.
   uint32_t extend_begin(std::span<const int32_t> tokens);
 
@@ -149,6 +155,8 @@ class Generator {
   Sampler& sampler_;
   std::vector<float> logits_;  // of the last token in the cache
   std::vector<float> raw_;     // the logits before the sampler's penalties (logprobs)
+  std::vector<float> unmasked_;  // the logits before a draw the grammar refused
+  std::shared_ptr<const GrammarVocab> grammar_vocab_;  // built by the first run with a grammar
   std::vector<int32_t> to_run_;  // the prompt tokens a prefill runs (prefill_step) …
   size_t run_done_ = 0;          // … and how many of them ran (the cache's count stops at a full ring)
   GenerationStats stats_;

@@ -1,0 +1,688 @@
+// Grammars: the GBNF parser (llama.cpp's syntax and rewrite rules), the checks that keep the
+// matcher finite, and the pushdown matcher over code points and tokens.
+#include "text/grammar.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "base/error.h"
+#include "text/tokenizer.h"
+
+namespace vkllm {
+namespace {
+
+using Op = Grammar::Op;
+using Element = Grammar::Element;
+
+constexpr uint32_t k_unbounded = std::numeric_limits<uint32_t>::max();
+constexpr uint32_t k_max_repetitions = 2000;        // llama.cpp's MAX_REPETITION_THRESHOLD
+constexpr size_t k_max_elements = size_t(1) << 22;  // 4M elements, 32 MiB
+constexpr size_t k_max_stacks = 4096;               // ways to continue the text at one point
+constexpr size_t k_max_expansions = 1'000'000;      // rule references expanded for one character
+constexpr size_t k_max_walk = 256;  // code points of a piece the recursive rejection follows
+
+bool is_word_char(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-'; }
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool end_of_sequence(Op op) { return op == Op::End || op == Op::Alt; }
+
+// Decodes a token's bytes after `partial` as llama.cpp's grammar does: code points up to the end
+// or a NUL byte, then a terminating 0. A byte that cannot begin a character (or continue the
+// partial one) makes the piece not UTF-8: no code points, tail n_remain −1.
+std::vector<uint32_t> decode_piece(std::string_view bytes, PartialUtf8 partial, PartialUtf8& tail) {
+  static constexpr int k_len[16] = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 3, 4};
+  std::vector<uint32_t> cps;
+  cps.reserve(bytes.size() + 1);
+  size_t pos = 0;
+  const auto more = [&] { return pos < bytes.size() && bytes[pos] != '\0'; };
+  uint32_t value = partial.value;
+  int n_remain = partial.n_remain;
+  while (more() && n_remain > 0) {
+    const auto b = uint8_t(bytes[pos]);
+    if ((b >> 6) != 2) {
+      tail = {0, -1};
+      return {0};
+    }
+    value = (value << 6) | (b & 0x3Fu);
+    ++pos;
+    --n_remain;
+  }
+  if (partial.n_remain > 0 && n_remain == 0) cps.push_back(value);
+  while (more()) {
+    const auto lead = uint8_t(bytes[pos]);
+    n_remain = k_len[lead >> 4] - 1;
+    if (n_remain < 0) {
+      tail = {0, -1};
+      return {0};
+    }
+    value = lead & ((1u << (7 - n_remain)) - 1);
+    for (++pos; more() && n_remain > 0; ++pos, --n_remain) value = (value << 6) | (uint8_t(bytes[pos]) & 0x3Fu);
+    if (n_remain == 0) cps.push_back(value);
+  }
+  cps.push_back(0);
+  tail = {value, n_remain};
+  return cps;
+}
+
+// Whether code point c satisfies the character element at `at` (a class, a negated class or
+// '.'), and the position after the element.
+std::pair<bool, uint32_t> match_char(const std::vector<Element>& e, uint32_t at, uint32_t c) {
+  const bool positive = e[at].op == Op::Char || e[at].op == Op::CharAny;
+  bool found = false;
+  do {
+    if (e[at + 1].op == Op::RangeUpper) {
+      found = found || (e[at].value <= c && c <= e[at + 1].value);
+      at += 2;
+    } else {
+      found = found || e[at].op == Op::CharAny || e[at].value == c;
+      at += 1;
+    }
+  } while (e[at].op == Op::CharAlt);
+  return {found == positive, at};
+}
+
+// Whether some completion of an unfinished UTF-8 character could satisfy the element at `at`.
+bool match_partial_char(const std::vector<Element>& e, uint32_t at, PartialUtf8 partial) {
+  const bool positive = e[at].op == Op::Char || e[at].op == Op::CharAny;
+  // Not UTF-8, or a 7-bit character spread over two bytes (overlong).
+  if (partial.n_remain < 0 || (partial.n_remain == 1 && partial.value < 2)) return false;
+  const int bits = partial.n_remain * 6;
+  uint32_t low = partial.value << bits;
+  const uint32_t high = low | ((1u << bits) - 1);
+  if (low == 0 && partial.n_remain == 2) low = 1u << 11;
+  if (low == 0 && partial.n_remain == 3) low = 1u << 16;
+  do {
+    if (e[at + 1].op == Op::RangeUpper) {
+      if (e[at].value <= high && low <= e[at + 1].value) return positive;
+      at += 2;
+    } else {
+      if (e[at].op == Op::CharAny) return true;
+      if (low <= e[at].value && e[at].value <= high) return positive;
+      at += 1;
+    }
+  } while (e[at].op == Op::CharAlt);
+  return !positive;
+}
+
+std::string with_commas(size_t n) {
+  std::string s = std::to_string(n);
+  for (int i = int(s.size()) - 3; i > 0; i -= 3) s.insert(size_t(i), ",");
+  return s;
+}
+
+}  // namespace
+
+// GBNF as llama.cpp reads it: `name ::= alternatives` rules, one per line (a rule continues on
+// the next lines only inside parentheses or after '|'), "literals" and [classes] with \x \u \U
+// \t \r \n \\ \" \[ \] escapes, '.', groups, and * + ? {m} {m,} {m,n} rewritten into generated
+// rules as llama.cpp rewrites them. Names are letters, digits and '-'; '#' comments to the end
+// of the line. Stricter than llama.cpp where it would accept a grammar it then mishandles or
+// crashes on: empty or backwards classes, {m,n} with n < m, left recursion through rules that
+// match the empty text, and NUL bytes are errors.
+class GrammarParser {
+ public:
+  GrammarParser(std::string_view src, const std::string& origin) : src_(src), origin_(origin) {}
+
+  std::shared_ptr<const Grammar> parse() {
+    if (const size_t nul = src_.find('\0'); nul != std::string_view::npos) fail(nul, "a NUL byte");
+    skip_space(true);
+    while (pos_ < src_.size()) parse_rule();
+    if (rules_.empty()) throw Error("grammar " + origin_ + " has no rules");
+    for (size_t id = 0; id < rules_.size(); ++id) {
+      if (!defined_[id]) fail(first_use_[id], "rule '" + names_[id] + "' is used but never defined");
+    }
+    const auto root = ids_.find("root");
+    if (root == ids_.end()) throw Error("grammar " + origin_ + " has no rule 'root' (generation starts there)");
+    check_left_recursion();
+
+    auto g = std::shared_ptr<Grammar>(new Grammar());
+    g->root_ = root->second;
+    for (std::vector<Element>& rule : rules_) {
+      g->rule_at_.push_back(uint32_t(g->elems_.size()));
+      g->elems_.insert(g->elems_.end(), rule.begin(), rule.end());
+    }
+    for (uint32_t id = 0; id < rules_.size(); ++id) {
+      std::vector<uint32_t> starts{g->rule_at_[id]};
+      for (uint32_t at = g->rule_at_[id]; g->elems_[at].op != Op::End; ++at) {
+        if (g->elems_[at].op == Op::Alt) starts.push_back(at + 1);
+      }
+      g->alts_.push_back(std::move(starts));
+    }
+    return g;
+  }
+
+ private:
+  [[noreturn]] void fail(size_t at, const std::string& msg) const {
+    const size_t end = std::min(at, src_.size());
+    const size_t newline = end == 0 ? std::string_view::npos : src_.rfind('\n', end - 1);
+    const size_t column = end - (newline == std::string_view::npos ? 0 : newline + 1) + 1;
+    throw Error("grammar " + origin_ + ": " + where(end) + ", column " + std::to_string(column) + ": " + msg);
+  }
+  char peek(size_t ahead = 0) const { return pos_ + ahead < src_.size() ? src_[pos_ + ahead] : '\0'; }
+  bool at_end() const { return pos_ >= src_.size(); }
+
+  void skip_space(bool newline_ok) {
+    while (!at_end()) {
+      const char c = peek();
+      if (c == '#') {
+        while (!at_end() && peek() != '\r' && peek() != '\n') ++pos_;
+      } else if (c == ' ' || c == '\t' || (newline_ok && (c == '\r' || c == '\n'))) {
+        ++pos_;
+      } else {
+        break;
+      }
+    }
+  }
+
+  std::string parse_name() {
+    const size_t start = pos_;
+    while (is_word_char(peek())) ++pos_;
+    if (pos_ == start) fail(start, "expecting a rule name (letters, digits and '-')");
+    return std::string(src_.substr(start, pos_ - start));
+  }
+
+  uint32_t parse_int() {
+    const size_t start = pos_;
+    uint64_t v = 0;
+    while (is_digit(peek())) {
+      v = std::min<uint64_t>(v * 10 + uint64_t(peek() - '0'), uint64_t(k_unbounded));
+      ++pos_;
+    }
+    if (pos_ == start) fail(start, "expecting a number");
+    return uint32_t(v);
+  }
+
+  uint32_t parse_hex(size_t digits) {
+    const size_t start = pos_;
+    uint32_t v = 0;
+    for (size_t i = 0; i < digits; ++i, ++pos_) {
+      const char c = peek();
+      const int d = is_digit(c) ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
+      if (d < 0) fail(start, "expecting " + std::to_string(digits) + " hex digits");
+      v = (v << 4) | uint32_t(d);
+    }
+    return v;
+  }
+
+  // One character of a literal or a class: an escape or a UTF-8 sequence.
+  uint32_t parse_char() {
+    const size_t start = pos_;
+    if (at_end()) fail(start, "unexpected end of the grammar");
+    if (peek() == '\\') {
+      if (pos_ + 1 >= src_.size()) fail(start, "unexpected end of the grammar");
+      const char c = peek(1);
+      pos_ += 2;
+      switch (c) {
+        case 'x': return parse_hex(2);
+        case 'u': return parse_hex(4);
+        case 'U': return parse_hex(8);
+        case 't': return '\t';
+        case 'r': return '\r';
+        case 'n': return '\n';
+        case '\\': case '"': case '[': case ']': return uint32_t(uint8_t(c));
+        default: fail(start, "unknown escape '\\" + std::string(1, c) + "'");
+      }
+    }
+    const auto lead = uint8_t(peek());
+    const size_t len = lead < 0x80 ? 1 : (lead >> 5) == 6 ? 2 : (lead >> 4) == 14 ? 3 : (lead >> 3) == 30 ? 4 : 0;
+    if (len == 0 || pos_ + len > src_.size()) fail(start, "the grammar is not UTF-8 here");
+    uint32_t v = len == 1 ? lead : lead & (0x7Fu >> len);
+    for (size_t i = 1; i < len; ++i) {
+      const auto b = uint8_t(src_[pos_ + i]);
+      if ((b >> 6) != 2) fail(start, "the grammar is not UTF-8 here");
+      v = (v << 6) | (b & 0x3Fu);
+    }
+    pos_ += len;
+    return v;
+  }
+
+  uint32_t symbol(const std::string& name, size_t at) {
+    const auto [it, inserted] = ids_.emplace(name, uint32_t(rules_.size()));
+    if (inserted) add_symbol(name, at);
+    return it->second;
+  }
+  // A rule generated for a group or a repetition inside rule `parent`.
+  uint32_t new_symbol(uint32_t parent) {
+    const auto id = uint32_t(rules_.size());
+    add_symbol(names_[parent], pos_);
+    return id;
+  }
+  void add_symbol(const std::string& name, size_t at) {
+    names_.push_back(name);
+    rules_.emplace_back();
+    defined_.push_back(false);
+    first_use_.push_back(at);
+  }
+  void define(uint32_t id, std::vector<Element> rule) {
+    grow(rule.size());
+    rules_[id] = std::move(rule);  // a rule defined twice: the last definition holds (as llama.cpp)
+    defined_[id] = true;
+  }
+  void grow(size_t n) {
+    n_elements_ += n;
+    if (n_elements_ > k_max_elements) {
+      fail(pos_, "the grammar grows past " + with_commas(k_max_elements) + " elements (repetitions of long items)");
+    }
+  }
+
+  void parse_rule() {
+    const size_t at = pos_;
+    const std::string name = parse_name();
+    skip_space(false);
+    if (src_.substr(pos_, 3) != "::=") {
+      fail(pos_, "expecting '::=' after the rule name '" + name + "' (names are letters, digits and '-')");
+    }
+    pos_ += 3;
+    skip_space(true);
+    parse_alternates(symbol(name, at), false);
+    if (peek() == '\r') {
+      pos_ += peek(1) == '\n' ? 2 : 1;
+    } else if (peek() == '\n') {
+      ++pos_;
+    } else if (!at_end()) {
+      fail(pos_, peek() == '<' ? "token references (<…>) are not supported"
+                               : "expecting the end of the line after rule '" + name + "'");
+    }
+    skip_space(true);
+  }
+
+  void parse_alternates(uint32_t id, bool nested) {
+    std::vector<Element> rule;
+    parse_sequence(rule, id, nested);
+    while (peek() == '|') {
+      rule.push_back({Op::Alt, 0});
+      ++pos_;
+      skip_space(true);
+      parse_sequence(rule, id, nested);
+    }
+    rule.push_back({Op::End, 0});
+    define(id, std::move(rule));
+  }
+
+  void parse_sequence(std::vector<Element>& rule, uint32_t id, bool nested) {
+    size_t last_start = rule.size();  // where the item a repetition applies to begins
+    while (!at_end()) {
+      const size_t at = pos_;
+      const char c = peek();
+      if (c == '"') {
+        ++pos_;
+        last_start = rule.size();
+        while (peek() != '"') {
+          if (at_end()) fail(at, "this string literal never ends");
+          rule.push_back({Op::Char, parse_char()});
+        }
+        ++pos_;
+      } else if (c == '[') {
+        ++pos_;
+        const Op first = peek() == '^' ? Op::CharNot : Op::Char;
+        if (first == Op::CharNot) ++pos_;
+        last_start = rule.size();
+        while (peek() != ']') {
+          if (at_end()) fail(at, "this character class never ends");
+          const uint32_t lo = parse_char();
+          rule.push_back({rule.size() > last_start ? Op::CharAlt : first, lo});
+          if (peek() == '-' && peek(1) != ']' && !at_end()) {
+            ++pos_;
+            const size_t hi_at = pos_;
+            const uint32_t hi = parse_char();
+            if (hi < lo) fail(hi_at, "the range's end is below its start");
+            rule.push_back({Op::RangeUpper, hi});
+          }
+        }
+        if (rule.size() == last_start) fail(at, "an empty character class");
+        ++pos_;
+      } else if (is_word_char(c)) {
+        const uint32_t ref = symbol(parse_name(), at);
+        last_start = rule.size();
+        rule.push_back({Op::Ref, ref});
+      } else if (c == '(') {
+        ++pos_;
+        skip_space(true);
+        const uint32_t sub = new_symbol(id);
+        parse_alternates(sub, true);
+        if (peek() != ')') fail(pos_, "expecting ')' to close the group opened at " + where(at));
+        ++pos_;
+        last_start = rule.size();
+        rule.push_back({Op::Ref, sub});
+      } else if (c == '.') {
+        ++pos_;
+        last_start = rule.size();
+        rule.push_back({Op::CharAny, 0});
+      } else if (c == '*' || c == '+' || c == '?') {
+        ++pos_;
+        repeat(rule, last_start, c == '+' ? 1 : 0, c == '?' ? 1 : k_unbounded, id, at);
+      } else if (c == '{') {
+        ++pos_;
+        skip_space(nested);
+        const uint32_t min = parse_int();
+        uint32_t max = min;
+        skip_space(nested);
+        if (peek() == ',') {
+          ++pos_;
+          skip_space(nested);
+          max = is_digit(peek()) ? parse_int() : k_unbounded;
+          skip_space(nested);
+        }
+        if (peek() != '}') fail(pos_, "expecting '}' to close the repetition");
+        ++pos_;
+        repeat(rule, last_start, min, max, id, at);
+      } else {
+        break;
+      }
+      skip_space(nested);
+    }
+  }
+
+  // item{min,max}: `min` copies of the item, then rules for the optional rest (llama.cpp's rewrite):
+  //   S{m,n} → S…S (m) S'(n−m),  S'(k) ::= S S'(k−1) | ,  S'(1) ::= S |
+  //   S{m,}  → S…S (m) S',       S' ::= S S' |
+  void repeat(std::vector<Element>& rule, size_t last_start, uint32_t min, uint32_t max, uint32_t id, size_t at) {
+    if (last_start == rule.size()) fail(at, "a repetition needs an item before it");
+    if (min > k_max_repetitions || (max != k_unbounded && max > k_max_repetitions)) {
+      fail(at, "more than " + with_commas(k_max_repetitions) + " repetitions");
+    }
+    if (max < min) fail(at, "the repetition's maximum is below its minimum");
+    const std::vector<Element> item(rule.begin() + ptrdiff_t(last_start), rule.end());
+    if (min == 0) rule.resize(last_start);
+    for (uint32_t i = 1; i < min; ++i) {
+      grow(item.size());
+      rule.insert(rule.end(), item.begin(), item.end());
+    }
+    const uint32_t n_optional = max == k_unbounded ? 1 : max - min;
+    uint32_t last = 0;
+    for (uint32_t i = 0; i < n_optional; ++i) {
+      const uint32_t rest = new_symbol(id);
+      std::vector<Element> r = item;
+      if (max == k_unbounded) r.push_back({Op::Ref, rest});
+      else if (i > 0) r.push_back({Op::Ref, last});
+      r.push_back({Op::Alt, 0});
+      r.push_back({Op::End, 0});
+      define(rest, std::move(r));
+      last = rest;
+    }
+    if (n_optional > 0) rule.push_back({Op::Ref, last});
+  }
+
+  std::string where(size_t at) const {
+    const size_t line = size_t(std::count(src_.begin(), src_.begin() + ptrdiff_t(at), '\n')) + 1;
+    return "line " + std::to_string(line);
+  }
+
+  // A rule that can reach itself before reading a character would make the matcher expand it
+  // forever. Rules that match the empty text are found first (through references too, where
+  // llama.cpp looks at empty alternatives only), then a cycle among "can begin with" edges.
+  void check_left_recursion() const {
+    const size_t n = rules_.size();
+    std::vector<char> nullable(n, 0);
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t r = 0; r < n; ++r) {
+        if (nullable[r]) continue;
+        bool alt_empty = true;
+        for (const Element& e : rules_[r]) {
+          if (end_of_sequence(e.op)) {
+            if (alt_empty) {
+              nullable[r] = 1;
+              changed = true;
+              break;
+            }
+            alt_empty = true;
+          } else if (e.op != Op::Ref || !nullable[e.value]) {
+            alt_empty = false;
+          }
+        }
+      }
+    }
+    std::vector<std::vector<uint32_t>> begins(n);  // r → the rules r can begin with
+    for (size_t r = 0; r < n; ++r) {
+      bool open = true;
+      for (const Element& e : rules_[r]) {
+        if (end_of_sequence(e.op)) {
+          open = true;
+        } else if (open && e.op == Op::Ref) {
+          begins[r].push_back(e.value);
+          open = nullable[e.value] != 0;
+        } else {
+          open = false;
+        }
+      }
+    }
+    enum : char { k_new, k_open, k_done };
+    std::vector<char> state(n, k_new);
+    for (size_t start = 0; start < n; ++start) {
+      if (state[start] != k_new) continue;
+      std::vector<std::pair<uint32_t, size_t>> path{{uint32_t(start), 0}};
+      state[start] = k_open;
+      while (!path.empty()) {
+        auto& [r, next] = path.back();
+        if (next == begins[r].size()) {
+          state[r] = k_done;
+          path.pop_back();
+          continue;
+        }
+        const uint32_t q = begins[r][next++];
+        if (state[q] == k_open) {
+          throw Error("grammar " + origin_ + ": rule '" + names_[q] +
+                      "' is left-recursive: it can reach itself before reading a character (write it with a repetition)");
+        }
+        if (state[q] == k_new) {
+          state[q] = k_open;
+          path.push_back({q, 0});
+        }
+      }
+    }
+  }
+
+  std::string_view src_;
+  std::string origin_;
+  size_t pos_ = 0;
+  std::map<std::string, uint32_t, std::less<>> ids_;
+  std::vector<std::string> names_;  // per rule: its name (a generated rule: the rule it came from)
+  std::vector<std::vector<Element>> rules_;
+  std::vector<bool> defined_;
+  std::vector<size_t> first_use_;
+  size_t n_elements_ = 0;
+};
+
+std::shared_ptr<const Grammar> Grammar::parse(std::string_view text, const std::string& origin) {
+  return GrammarParser(text, origin).parse();
+}
+
+std::string_view Grammar::json_object_gbnf() {
+  // Whitespace is bounded (one space, or a newline and an indent of up to 24) so that a model
+  // cannot spend its tokens on blanks; numbers keep 16 digits a part.
+  static constexpr std::string_view k_json = R"GBNF(root   ::= object
+value  ::= object | array | string | number | ("true" | "false" | "null") ws
+object ::= "{" ws ( string ":" ws value ( "," ws string ":" ws value )* )? "}" ws
+array  ::= "[" ws ( value ( "," ws value )* )? "]" ws
+string ::= "\"" ( [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\"" ws
+number ::= "-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,4} )? ws
+ws     ::= ( " " | "\n" [ \t]{0,24} )?
+)GBNF";
+  return k_json;
+}
+
+GrammarVocab::GrammarVocab(const Tokenizer& tok) {
+  const auto n = size_t(tok.n_vocab());
+  pieces_.reserve(n);
+  eog_.reserve(n);
+  tail_.reserve(n);
+  at_.reserve(n + 1);
+  at_.push_back(0);
+  for (int32_t id = 0; id < int32_t(n); ++id) {
+    pieces_.push_back(tok.token_to_piece(id, true));
+    eog_.push_back(tok.is_eog(id) ? 1 : 0);
+    PartialUtf8 tail;
+    const std::vector<uint32_t> cps = decode_piece(pieces_.back(), {}, tail);
+    cps_.insert(cps_.end(), cps.begin(), cps.end());
+    at_.push_back(uint32_t(cps_.size()));
+    tail_.push_back(tail);
+  }
+}
+
+GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const GrammarVocab> vocab)
+    : grammar_(std::move(grammar)), vocab_(std::move(vocab)) {
+  const std::vector<Element>& e = grammar_->elements();
+  for (uint32_t alt : grammar_->root_alternatives()) {
+    Stack s;
+    if (!end_of_sequence(e[alt].op)) s.push_back(alt);
+    advance(std::move(s), stacks_);
+  }
+}
+
+// Expands the rule references on top of `stack` until every resulting stack has a character
+// element on top (or is empty: the text may end), adding those not yet in `out`.
+void GrammarMatcher::advance(Stack stack, std::vector<Stack>& out) const {
+  const std::vector<Element>& e = grammar_->elements();
+  std::vector<Stack> todo;
+  todo.push_back(std::move(stack));
+  size_t expanded = 0;
+  while (!todo.empty()) {
+    Stack s = std::move(todo.back());
+    todo.pop_back();
+    if (s.empty() || e[s.back()].op != Op::Ref) {
+      if (std::find(out.begin(), out.end(), s) != out.end()) continue;
+      if (out.size() == k_max_stacks) {
+        throw Error("grammar: more than " + with_commas(k_max_stacks) + " ways to continue the text (the grammar is too ambiguous)");
+      }
+      out.push_back(std::move(s));
+      continue;
+    }
+    if (++expanded > k_max_expansions) {
+      throw Error("grammar: more than " + with_commas(k_max_expansions) + " rule expansions for one character (the grammar is too ambiguous)");
+    }
+    const uint32_t at = s.back();
+    s.pop_back();
+    if (!end_of_sequence(e[at + 1].op)) s.push_back(at + 1);
+    const std::vector<uint32_t>& alts = grammar_->alternatives(e[at].value);
+    for (auto it = alts.rbegin(); it != alts.rend(); ++it) {
+      Stack next = s;
+      if (!end_of_sequence(e[*it].op)) next.push_back(*it);
+      todo.push_back(std::move(next));
+    }
+  }
+}
+
+void GrammarMatcher::accept_code_point(uint32_t cp) {
+  const std::vector<Element>& e = grammar_->elements();
+  std::vector<Stack> next;
+  for (const Stack& s : stacks_) {
+    if (s.empty()) continue;
+    const auto [ok, after] = match_char(e, s.back(), cp);
+    if (!ok) continue;
+    Stack n(s.begin(), s.end() - 1);
+    if (!end_of_sequence(e[after].op)) n.push_back(after);
+    advance(std::move(n), next);
+  }
+  stacks_ = std::move(next);
+}
+
+// The candidates no stack can take (llama.cpp's rejection: each stack filters the candidates the
+// stacks before it rejected, following a candidate's code points down the stacks they lead to).
+std::vector<GrammarMatcher::Candidate> GrammarMatcher::reject(const std::vector<Stack>& stacks,
+                                                              const std::vector<Candidate>& candidates) const {
+  if (candidates.empty() || stacks.empty()) return candidates;
+  std::vector<Candidate> rejects = reject_for_stack(stacks.front(), candidates);
+  for (size_t i = 1; i < stacks.size() && !rejects.empty(); ++i) rejects = reject_for_stack(stacks[i], rejects);
+  return rejects;
+}
+
+std::vector<GrammarMatcher::Candidate> GrammarMatcher::reject_for_stack(const Stack& stack,
+                                                                        const std::vector<Candidate>& candidates) const {
+  std::vector<Candidate> rejects;
+  if (stack.empty()) {  // the text may end here: only a piece that is used up fits
+    for (const Candidate& c : candidates) {
+      if (*c.cp != 0 || c.partial.n_remain != 0) rejects.push_back(c);
+    }
+    return rejects;
+  }
+  const std::vector<Element>& e = grammar_->elements();
+  const uint32_t top = stack.back();
+  std::vector<Candidate> next;
+  for (const Candidate& c : candidates) {
+    if (*c.cp == 0) {
+      if (c.partial.n_remain != 0 && !match_partial_char(e, top, c.partial)) rejects.push_back(c);
+    } else if (match_char(e, top, *c.cp).first) {
+      next.push_back({c.index, c.cp + 1, c.partial});
+    } else {
+      rejects.push_back(c);
+    }
+  }
+  if (next.empty()) return rejects;
+  const uint32_t after = match_char(e, top, 0).second;
+  Stack s(stack.begin(), stack.end() - 1);
+  if (!end_of_sequence(e[after].op)) s.push_back(after);
+  std::vector<Stack> next_stacks;
+  advance(std::move(s), next_stacks);
+  for (const Candidate& c : reject(next_stacks, next)) rejects.push_back({c.index, c.cp - 1, c.partial});
+  return rejects;
+}
+
+// A piece too long for the recursive rejection, checked by accepting its code points one by one.
+bool GrammarMatcher::allows_by_walking(const std::vector<uint32_t>& cps, PartialUtf8 tail) const {
+  GrammarMatcher walker = *this;
+  for (size_t i = 0; i + 1 < cps.size() && !walker.stacks_.empty(); ++i) walker.accept_code_point(cps[i]);
+  if (tail.n_remain == 0) return !walker.stacks_.empty();
+  const std::vector<Element>& e = grammar_->elements();
+  return std::any_of(walker.stacks_.begin(), walker.stacks_.end(),
+                     [&](const Stack& s) { return !s.empty() && match_partial_char(e, s.back(), tail); });
+}
+
+bool GrammarMatcher::complete() const {
+  return std::any_of(stacks_.begin(), stacks_.end(), [](const Stack& s) { return s.empty(); });
+}
+
+bool GrammarMatcher::allows(int32_t token) const {
+  if (token < 0 || size_t(token) >= vocab_->size()) return false;
+  if (vocab_->is_eog(token)) return complete();
+  if (vocab_->no_text(token)) return false;
+  PartialUtf8 tail;
+  const std::vector<uint32_t> cps = decode_piece(vocab_->piece(token), partial_, tail);
+  if (cps.size() - 1 > k_max_walk) return allows_by_walking(cps, tail);
+  return reject(stacks_, {Candidate{0, cps.data(), tail}}).empty();
+}
+
+size_t GrammarMatcher::mask(std::span<float> logits) const {
+  constexpr float k_none = -std::numeric_limits<float>::infinity();
+  const bool can_end = complete();
+  const bool fresh = partial_.n_remain == 0;
+  std::vector<std::vector<uint32_t>> decoded;  // the pieces decoded after an unfinished character
+  std::vector<Candidate> candidates;
+  std::vector<uint32_t> long_pieces;
+  for (size_t id = 0; id < logits.size(); ++id) {
+    const auto tok = int32_t(id);
+    if (logits[id] == k_none) continue;
+    if (id >= vocab_->size() || (vocab_->is_eog(tok) ? !can_end : vocab_->no_text(tok))) {
+      logits[id] = k_none;
+      continue;
+    }
+    if (vocab_->is_eog(tok)) continue;
+    if (fresh && vocab_->n_code_points(tok) <= k_max_walk) {
+      candidates.push_back({uint32_t(id), vocab_->code_points(tok), vocab_->tail(tok)});
+      continue;
+    }
+    PartialUtf8 tail;
+    decoded.push_back(decode_piece(vocab_->piece(tok), partial_, tail));
+    if (decoded.back().size() - 1 > k_max_walk) {
+      if (!allows_by_walking(decoded.back(), tail)) logits[id] = k_none;
+      continue;
+    }
+    candidates.push_back({uint32_t(id), decoded.back().data(), tail});
+  }
+  for (const Candidate& c : reject(stacks_, candidates)) logits[c.index] = k_none;
+  return size_t(std::count_if(logits.begin(), logits.end(), [&](float l) { return l != k_none; }));
+}
+
+void GrammarMatcher::accept(int32_t token) {
+  if (!allows(token)) {
+    throw Error("grammar: token " + std::to_string(token) + " does not continue the text the grammar allows");
+  }
+  if (vocab_->is_eog(token)) return;
+  PartialUtf8 tail;
+  const std::vector<uint32_t> cps = decode_piece(vocab_->piece(token), partial_, tail);
+  for (size_t i = 0; i + 1 < cps.size(); ++i) accept_code_point(cps[i]);
+  partial_ = tail;
+}
+
+}  // namespace vkllm

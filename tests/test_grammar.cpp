@@ -1,0 +1,249 @@
+// Grammars: GBNF parsing (llama.cpp's syntax, its rewrites, the errors), the matcher on texts fed
+// a byte at a time (characters past ASCII split across tokens), end of generation, the batched
+// mask against the single-token check, and the JSON grammar. Greedy generation under a grammar
+// against llama.cpp is in test_cli (Grammar.GreedyTokensMatchLlamaCpp).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "gguf.h"
+#include "test_support.h"
+#include "text/grammar.h"
+#include "text/tokenizer.h"
+
+using namespace vkllm;
+
+namespace {
+
+constexpr const char* k_vocab = "vocab/ggml-vocab-llama-spm.gguf";
+
+// The LLaMA SentencePiece vocabulary: byte tokens <0x00> … <0xFF> spell any text a byte a time.
+struct Vocab {
+  Tokenizer tok;
+  std::shared_ptr<const GrammarVocab> gv;
+  std::map<uint8_t, int32_t> byte_token;
+  explicit Vocab(const std::string& path) : tok(Tokenizer::from_gguf(gguf::File::open(path))) {
+    gv = std::make_shared<const GrammarVocab>(tok);
+    for (int32_t id = 0; id < tok.n_vocab(); ++id) {
+      const std::string& t = tok.token_text(id);
+      if (t.size() == 6 && t.rfind("<0x", 0) == 0 && t.back() == '>') byte_token[uint8_t(std::stoi(t.substr(3, 2), nullptr, 16))] = id;
+    }
+  }
+};
+
+const Vocab& vocab() {
+  static const Vocab v(test::shared_path(k_vocab));
+  return v;
+}
+
+// "ok": the grammar takes every byte of `text` and is complete after it; "incomplete": it takes
+// every byte but wants more; "rejected at N": byte N is refused.
+std::string feed(const std::string& gbnf, const std::string& text) {
+  const Vocab& v = vocab();
+  GrammarMatcher m(Grammar::parse(gbnf, "test"), v.gv);
+  for (size_t i = 0; i < text.size(); ++i) {
+    const int32_t t = v.byte_token.at(uint8_t(text[i]));
+    if (!m.allows(t)) return "rejected at " + std::to_string(i);
+    m.accept(t);
+  }
+  return m.complete() ? "ok" : "incomplete";
+}
+
+std::string parse_error(const std::string& gbnf) {
+  try {
+    Grammar::parse(gbnf, "g.gbnf");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(parsed)";
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+TEST(Grammar, LiteralsClassesAndRepetitions) {
+  VKLLM_REQUIRE_SHARED(k_vocab);
+  const std::string yes_no = R"(root ::= "yes" | "no")";
+  EXPECT_EQ(feed(yes_no, "yes"), "ok");
+  EXPECT_EQ(feed(yes_no, "no"), "ok");
+  EXPECT_EQ(feed(yes_no, "ye"), "incomplete");
+  EXPECT_EQ(feed(yes_no, "yess"), "rejected at 3");
+  EXPECT_EQ(feed(yes_no, "maybe"), "rejected at 0");
+
+  const std::string classes = R"(root ::= [a-c]+ [^x\n] .)";
+  EXPECT_EQ(feed(classes, "abcay!"), "ok");
+  EXPECT_EQ(feed(classes, "ax"), "rejected at 1");  // [a-c]+ then [^x]: x is neither
+  EXPECT_EQ(feed(classes, "a\n"), "rejected at 1");
+  EXPECT_EQ(feed(classes, "a-"), "incomplete");
+
+  // {m}, {m,n}, {m,} and ? * + on groups, as llama.cpp rewrites them.
+  EXPECT_EQ(feed(R"(root ::= "ab"{2})", "abab"), "ok");
+  EXPECT_EQ(feed(R"(root ::= "ab"{2})", "ababa"), "rejected at 4");
+  EXPECT_EQ(feed(R"(root ::= [0-9]{1,3} ";")", "123;"), "ok");
+  EXPECT_EQ(feed(R"(root ::= [0-9]{1,3} ";")", "1234"), "rejected at 3");
+  EXPECT_EQ(feed(R"(root ::= [0-9]{1,3} ";")", ";"), "rejected at 0");
+  EXPECT_EQ(feed(R"(root ::= "x"{2,} "y")", "xy"), "rejected at 1");
+  EXPECT_EQ(feed(R"(root ::= "x"{2,} "y")", "xxxxxy"), "ok");
+  EXPECT_EQ(feed(R"(root ::= ("a" | "bc")* "!" "?"?)", "abcbca!"), "ok");
+  EXPECT_EQ(feed(R"(root ::= ("a" | "bc")* "!" "?"?)", "!?"), "ok");
+  EXPECT_EQ(feed(R"(root ::= ("a" | "bc")+ "!")", "!"), "rejected at 0");
+  EXPECT_EQ(feed(R"(root ::= "a" {0} "b")", "b"), "ok");
+
+  // Escapes, comments, rules over several lines inside groups and after '|', a rule used before
+  // its definition, a name with '-' and digits.
+  const std::string multi = "# a comment\n"
+                            "root ::= greeting-2 (\n"
+                            "    \"\\x21\" | \"\\u00e9\"  # either\n"
+                            "  ) \"\\n\\t\\\\\\\"\\[\\]\"\n"
+                            "greeting-2 ::= \"hi\" |\n"
+                            "  \"yo\"\n";
+  EXPECT_EQ(feed(multi, "yo\xC3\xA9\n\t\\\"[]"), "ok");
+  EXPECT_EQ(feed(multi, "hi!\n\t\\\"[]"), "ok");
+  EXPECT_EQ(feed(multi, "hi?"), "rejected at 2");
+}
+
+TEST(Grammar, CharactersSplitAcrossTokens) {
+  VKLLM_REQUIRE_SHARED(k_vocab);
+  // é is C3 A9, я is D1 8F, 😀 is F0 9F 98 80: fed a byte at a time, the matcher keeps the
+  // unfinished character and refuses a lead byte no allowed character starts with.
+  const std::string g = R"(root ::= [à-ÿ] [а-я] "😀")";
+  EXPECT_EQ(feed(g, "é" "я" "😀"), "ok");
+  EXPECT_EQ(feed(g, "\xC3"), "incomplete");
+  EXPECT_EQ(feed(g, "a"), "rejected at 0");
+  EXPECT_EQ(feed(g, "\xD1"), "rejected at 0");       // Cyrillic first: [à-ÿ] is U+00E0 … U+00FF
+  EXPECT_EQ(feed(g, "\xC3\x80"), "rejected at 1");   // U+00C0 is below à
+  EXPECT_EQ(feed(g, "é" "\xD1\x8F" "\xF0\x9F\x98\x81"), "rejected at 7");
+  EXPECT_EQ(feed(R"(root ::= .)", "\x80"), "rejected at 0");  // a stray continuation byte is no character
+  EXPECT_EQ(feed(R"(root ::= [^a])", "\xE2\x82\xAC"), "ok");   // € is not a
+}
+
+TEST(Grammar, EndOfGenerationOnlyWhenComplete) {
+  VKLLM_REQUIRE_SHARED(k_vocab);
+  const Vocab& v = vocab();
+  GrammarMatcher m(Grammar::parse(R"(root ::= "a" "b"?)", "test"), v.gv);
+  const int32_t eos = v.tok.eos();
+  EXPECT_FALSE(m.allows(eos));
+  m.accept(v.byte_token.at('a'));
+  EXPECT_TRUE(m.allows(eos));  // "a" is a whole sentence; "ab" would be too
+  EXPECT_TRUE(m.allows(v.byte_token.at('b')));
+  m.accept(v.byte_token.at('b'));
+  std::vector<float> logits(size_t(v.tok.n_vocab()), 0.0f);
+  EXPECT_EQ(m.mask(logits), 1u);  // nothing can follow "ab": end of generation alone
+  EXPECT_EQ(logits[size_t(eos)], 0.0f);
+  EXPECT_THROW(m.accept(v.byte_token.at('b')), Error);
+}
+
+// The mask (each stack filters what the stacks before it refused, over every token at once) and
+// the single-token check agree on every token of the vocabulary, at points of the JSON grammar
+// where many stacks are live, including inside an unfinished character.
+TEST(Grammar, MaskAgreesWithSingleTokenChecks) {
+  VKLLM_REQUIRE_SHARED(k_vocab);
+  const Vocab& v = vocab();
+  GrammarMatcher m(Grammar::parse(Grammar::json_object_gbnf(), "json"), v.gv);
+  const std::string text = "{\"k\xC3\xA9y\": [1, -2.5e3, true, {\"x\": null}], \"s\": \"a\\u00e9\xC3";
+  for (size_t i = 0; i <= text.size(); ++i) {
+    std::vector<float> logits(size_t(v.tok.n_vocab()), 0.0f);
+    const size_t allowed = m.mask(logits);
+    size_t agreed = 0;
+    for (int32_t t = 0; t < v.tok.n_vocab(); ++t) {
+      const bool kept = logits[size_t(t)] != -std::numeric_limits<float>::infinity();
+      EXPECT_EQ(kept, m.allows(t)) << "token " << t << " '" << v.tok.token_text(t) << "' after " << i << " bytes";
+      agreed += kept;
+    }
+    EXPECT_EQ(agreed, allowed);
+    EXPECT_GT(allowed, 0u) << "after " << i << " bytes";
+    if (i < text.size()) m.accept(v.byte_token.at(uint8_t(text[i])));
+  }
+}
+
+TEST(Grammar, JsonObject) {
+  VKLLM_REQUIRE_SHARED(k_vocab);
+  const std::string json(Grammar::json_object_gbnf());
+  EXPECT_EQ(feed(json, R"({"a": [1, 2.5e3, -0.25, true, false, null, "x\"y\u00e9"], "b": {}})"), "ok");
+  EXPECT_EQ(feed(json, "{\n  \"a\": 1,\n  \"b\": [\n    2\n  ]\n}"), "ok");
+  EXPECT_EQ(feed(json, "{}"), "ok");
+  EXPECT_EQ(feed(json, "[1]"), "rejected at 0");          // an object, as OpenAI's json_object
+  EXPECT_EQ(feed(json, R"({"a": 01})"), "rejected at 7");  // no leading zeros
+  EXPECT_EQ(feed(json, R"({"a": 1,})"), "rejected at 8");
+  EXPECT_EQ(feed(json, "{\"a\nb\": 1}"), "rejected at 3");  // a control character inside a string
+  EXPECT_EQ(feed(json, "{}  "), "rejected at 3");  // whitespace is bounded: one blank, or a newline and an indent
+  EXPECT_EQ(feed(json, "{\"a\": 1"), "incomplete");
+  // tests/data/grammar/json-object.gbnf is the text the llama.cpp references were made with.
+  EXPECT_EQ(json, slurp(std::string(VKLLM_TEST_DATA) + "/grammar/json-object.gbnf"));
+}
+
+TEST(Grammar, ParseErrorsNameTheLineAndColumn) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "grammar g.gbnf has no rules"},
+      {"# only a comment\n", "grammar g.gbnf has no rules"},
+      {"start ::= \"a\"", "has no rule 'root'"},
+      {"root ::= foo", "line 1, column 10: rule 'foo' is used but never defined"},
+      {"root ::= \"a\"\nroot2 ::= bar \"b\"", "line 2, column 11: rule 'bar' is used but never defined"},
+      {"my_rule ::= \"a\"", "line 1, column 3: expecting '::=' after the rule name 'my'"},
+      {"root ::= \"abc", "line 1, column 10: this string literal never ends"},
+      {"root ::= [a-", "unexpected end of the grammar"},
+      {"root ::= [abc", "this character class never ends"},
+      {"root ::= [z-a]", "column 13: the range's end is below its start"},
+      {"root ::= []", "an empty character class"},
+      {"root ::= \"a\"{3,1}", "the repetition's maximum is below its minimum"},
+      {"root ::= \"a\"{2001}", "more than 2,000 repetitions"},
+      {"root ::= \"a\"{1,", "expecting '}'"},
+      {"root ::= \"a\"{x}", "expecting a number"},
+      {"root ::= *\"a\"", "column 10: a repetition needs an item before it"},
+      {"root ::= (\"a\" ", "expecting ')' to close the group opened at line 1"},
+      {"root ::= \"\\q\"", "unknown escape '\\q'"},
+      {"root ::= \"\\x4\"", "expecting 2 hex digits"},
+      {"root ::= <think> \"a\"", "token references (<…>) are not supported"},
+      {"root ::= \"a\" )", "expecting the end of the line after rule 'root'"},
+      {"root ::= \"a\"\n  \"b\"", "line 2, column 3: expecting a rule name"},
+      {std::string("root ::= \"a\0\"", 14), "a NUL byte"},
+      {"root ::= \"\xC3\"", "not UTF-8"},
+      // Left recursion, also through rules that match the empty text (which llama.cpp misses and
+      // then recurses on until its stack overflows).
+      {"root ::= root \"a\" | \"b\"", "rule 'root' is left-recursive"},
+      {"root ::= e root \"x\" | \"y\"\ne ::= f\nf ::= ", "rule 'root' is left-recursive"},
+      {"root ::= (\"a\"?)* \"b\"", "left-recursive"},
+      // A long item repeated repeatedly: refused before it takes the memory.
+      {"root ::= \"" + std::string(1000, 'a') + "\"{2000}{2000}", "the grammar grows past 4,194,304 elements"},
+  };
+  for (const auto& [gbnf, expected] : cases) {
+    const std::string error = parse_error(gbnf);
+    EXPECT_NE(error.find(expected), std::string::npos) << "grammar: " << gbnf.substr(0, 60) << "\nerror: " << error;
+    EXPECT_EQ(error.find('\n'), std::string::npos) << error;  // one line
+  }
+  // What llama.cpp takes is taken: a rule defined twice (the last holds), an empty alternative.
+  EXPECT_EQ(parse_error("root ::= \"a\"\nroot ::= \"b\" | \n"), "(parsed)");
+}
+
+TEST(Grammar, AmbiguityIsBounded) {
+  VKLLM_REQUIRE_SHARED(k_vocab);
+  // Each "a" leaves a choice of closing "b" or "c" for later: 2^n stacks after n of them. The
+  // matcher stops with an error past its bound instead of growing without one.
+  const std::string g = "root ::= x\nx ::= \"a\" x \"b\" | \"a\" x \"c\" | ";
+  const std::string error = [&] {
+    try {
+      feed(g, std::string(20, 'a'));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(fed)");
+  }();
+  EXPECT_NE(error.find("the grammar is too ambiguous"), std::string::npos) << error;
+  EXPECT_EQ(feed(g, "aaacbb"), "ok");
+  EXPECT_EQ(feed(g, "aaab"), "incomplete");
+}
