@@ -53,12 +53,13 @@ std::string shell(const std::string& cmd, int* status = nullptr) {
 std::string stories() { return shared_path("models/stories260K.gguf"); }
 
 // `vkllm run --temp 0` on a raw prompt: the generated text.
-std::string run_greedy(const std::string& prompt, int n, const std::string& model = stories()) {
+std::string run_greedy(const std::string& prompt, int n, const std::string& model = stories(), const std::string& more = "") {
   const std::string path = testing::TempDir() + "/vkllm_serve_prompt.txt";
   std::ofstream(path, std::ios::binary) << prompt;
   int status = 0;
-  const std::string out =
-      shell(std::string(VKLLM_BINARY) + " run -m " + model + " --temp 0 -n " + std::to_string(n) + " --json -f " + path + " 2>/dev/null", &status);
+  const std::string out = shell(std::string(VKLLM_BINARY) + " run -m " + model + " --temp 0 -n " + std::to_string(n) + " --json -f " +
+                                    path + " " + more + " 2>/dev/null",
+                                &status);
   EXPECT_EQ(status, 0);
   return json::parse(out)["text"].get<std::string>();
 }
@@ -426,6 +427,63 @@ TEST(Serve, BatchedDecodeIsBatchInvariantOnQ4_0) {
   expect_concurrent_answers_match_run(shared_path("models/synth-llama-q4_0.gguf"), 6, 4);
 }
 
+// Replies under a grammar: a GBNF 'grammar' and response_format json_object give what `vkllm run
+// --grammar` gives on the same prompt, while another sequence streams free text beside them (each
+// sequence keeps its own grammar state); a bad grammar, a json_schema format, or a grammar with
+// json_object are 400s naming the field.
+TEST(Serve, GrammarsConstrainRepliesAsRunDoes) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const std::string words = "root ::= (\" \" [a-z]+){3,8} \".\"", gbnf = testing::TempDir() + "/serve-words.gbnf",
+                    json_gbnf = std::string(VKLLM_TEST_DATA) + "/grammar/json-object.gbnf";
+  std::ofstream(gbnf) << words;
+  const std::string want_words = run_greedy(kPrompts[1], 40, stories(), "--grammar-file " + gbnf);
+  const std::string want_json = run_greedy(kPrompts[0], 30, stories(), "--grammar-file " + json_gbnf);
+  const std::string want_free = run_greedy(kPrompts[2], 30);
+  ASSERT_EQ(want_json.substr(0, 1), "{");
+  Server s("--parallel 3 --temp 0");
+  ASSERT_GT(s.port(), 0) << s.log();
+  json got_words, got_json, got_free;
+  {
+    std::vector<std::thread> clients;
+    clients.emplace_back([&] {
+      httplib::Client c = s.client();
+      got_words = post(c, "/v1/completions", {{"prompt", kPrompts[1]}, {"max_tokens", 40}, {"grammar", words}});
+    });
+    clients.emplace_back([&] {
+      httplib::Client c = s.client();
+      got_json = post(c, "/v1/completions", {{"prompt", kPrompts[0]}, {"max_tokens", 30}, {"response_format", {{"type", "json_object"}}}});
+    });
+    clients.emplace_back([&] {
+      httplib::Client c = s.client();
+      got_free = post(c, "/v1/completions", {{"prompt", kPrompts[2]}, {"max_tokens", 30}});
+    });
+    for (std::thread& t : clients) t.join();
+  }
+  EXPECT_EQ(got_words["choices"][0]["text"], want_words) << got_words.dump();
+  EXPECT_EQ(got_words["choices"][0]["finish_reason"], "stop");  // the grammar ended at its "."
+  EXPECT_EQ(got_json["choices"][0]["text"], want_json) << got_json.dump();
+  EXPECT_EQ(got_free["choices"][0]["text"], want_free) << got_free.dump();
+
+  httplib::Client c = s.client();
+  int status = 0;
+  json e = post(c, "/v1/completions", {{"prompt", "x"}, {"grammar", "root ::= foo"}}, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(e["error"]["param"], "grammar");
+  EXPECT_NE(e["error"]["message"].get<std::string>().find("rule 'foo' is used but never defined"), std::string::npos) << e.dump();
+  e = post(c, "/v1/chat/completions",
+           {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"response_format", {{"type", "json_schema"}, {"json_schema", json::object()}}}}, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(e["error"]["code"], "unsupported_parameter");
+  e = post(c, "/v1/completions", {{"prompt", "x"}, {"grammar", words}, {"response_format", {{"type", "json_object"}}}}, &status);
+  EXPECT_EQ(status, 400);
+  e = post(c, "/v1/completions", {{"prompt", "x"}, {"grammar", 3}}, &status);
+  EXPECT_EQ(status, 400);
+  e = post(c, "/v1/completions", {{"prompt", kPrompts[1]}, {"max_tokens", 40}, {"grammar", words}}, &status);
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(e["choices"][0]["text"], want_words);
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
 // Each bad request gets a 4xx with an OpenAI error object, and the server keeps serving.
 TEST(Serve, RefusesBadRequestsAndKeepsServing) {
   VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
@@ -466,8 +524,11 @@ TEST(Serve, RefusesBadRequestsAndKeepsServing) {
       {"a chat logprobs that is no flag", "/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"logprobs":3})", 400, auth},
       {"tools given", "/v1/chat/completions",
        R"({"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}]})", 400, auth},
-      {"a JSON response format", "/v1/chat/completions",
-       R"({"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_object"}})", 400, auth},
+      {"a response format of an unknown type", "/v1/chat/completions",
+       R"({"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"yaml"}})", 400, auth},
+      {"a response format without a type", "/v1/chat/completions",
+       R"({"messages":[{"role":"user","content":"hi"}],"response_format":{}})", 400, auth},
+      {"a grammar that is not GBNF", "/v1/completions", R"({"prompt":"x","grammar":"root := \"a\""})", 400, auth},
       {"echo", "/v1/completions", R"({"prompt":"x","echo":true})", 400, auth},
       {"legacy logprobs past 20", "/v1/completions", R"({"prompt":"x","logprobs":21})", 400, auth},
       {"legacy logprobs true (a count is wanted)", "/v1/completions", R"({"prompt":"x","logprobs":true})", 400, auth},

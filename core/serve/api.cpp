@@ -174,8 +174,6 @@ void refuse_unsupported(const json& body, Endpoint e) {
   const bool no_functions = call && call->is_string() && *call == "none";
   if (const json* v = field(body, "functions"); on(v) && !no_functions) refuse("functions", "function calling");
   if (call && !(call->is_string() && (*call == "none" || *call == "auto"))) refuse("function_call", "function calling");
-  if (const json* v = field(body, "response_format"); v && !(v->is_object() && v->value("type", "") == "text"))
-    refuse("response_format", "a response format other than {\"type\": \"text\"}");
   // A bias of 0 on every token changes nothing.
   if (const json* v = field(body, "logit_bias");
       on(v) && !(v->is_object() && std::all_of(v->begin(), v->end(), [](const json& b) { return b.is_number() && b.get<double>() == 0; })))
@@ -183,6 +181,33 @@ void refuse_unsupported(const json& body, Endpoint e) {
   if (const json* v = field(body, "echo"); on(v)) refuse("echo", "echoing the prompt");
   if (const json* v = field(body, "best_of"); v && !(v->is_number() && v->get<double>() == 1)) refuse("best_of", "best_of other than 1");
   if (const json* v = field(body, "suffix"); on(v)) refuse("suffix", "a suffix (fill in the middle)");
+}
+
+// The grammar the reply must follow: `response_format` {"type": "json_object"} (one JSON object, by
+// the built-in grammar), or llama.cpp's `grammar` field (GBNF text); {"type": "text"} and an empty
+// `grammar` are free text. A json_schema format is refused: no schema is turned into a grammar.
+std::shared_ptr<const Grammar> response_grammar(const json& body) {
+  std::shared_ptr<const Grammar> g;
+  if (const json* v = field(body, "grammar")) {
+    if (!v->is_string()) throw ApiError(400, "'grammar' must be a string (GBNF)", "grammar");
+    try {
+      if (!v->get_ref<const std::string&>().empty()) g = Grammar::parse(v->get_ref<const std::string&>(), "(the request's field)");
+    } catch (const Error& e) {
+      throw ApiError(400, e.what(), "grammar");
+    }
+  }
+  const json* f = field(body, "response_format");
+  if (!f) return g;
+  const json* type = f->is_object() ? field(*f, "type") : nullptr;
+  if (!type || !type->is_string()) throw ApiError(400, "'response_format' must be an object with a string 'type'", "response_format");
+  if (*type == "text") return g;
+  if (*type != "json_object") {
+    throw ApiError(400, "'response_format': type " + type->dump() + " is not supported by this server (\"text\" and \"json_object\" are; "
+                   "a GBNF 'grammar' constrains the reply to any format)", "response_format", "invalid_request_error", "unsupported_parameter");
+  }
+  if (g) throw ApiError(400, "give 'grammar' or a json_object 'response_format', not both", "grammar");
+  static const std::shared_ptr<const Grammar> json_object = Grammar::parse(Grammar::json_object_gbnf(), "json_object");
+  return json_object;
 }
 
 // logprobs and top_logprobs: the chat's `logprobs` is a flag and `top_logprobs` (0 … 20) the
@@ -284,6 +309,7 @@ ApiRequest parse_request(Endpoint e, const std::string& body_text, const ApiCont
   const char* max_name = field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   r.generate.n_predict = int32_t(integer(body, max_name, 1, ctx.context, ctx.default_max_tokens));
   r.generate.stop = stop_strings(body);
+  r.generate.grammar = response_grammar(body);
   log_probabilities(body, e, r.generate);
   r.stream = boolean(body, "stream", false);
   if (const json* so = field(body, "stream_options")) {
