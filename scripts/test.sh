@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test: set up and build (scripts/setup.sh), the parser tests under ASan+UBSan, a
-# short libFuzzer run of the GGUF reader (when clang is present), then the full ctest suite.
+# short libFuzzer run of the GGUF reader and of the grammars (when clang is present), then the full ctest suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -24,6 +24,13 @@ if command -v clang++ >/dev/null; then
     [ -f "$f" ] && head -c 65536 "$f" >"$corpus/$(basename "$f").head"
   done
   build-fuzz/tests/fuzz_gguf -max_total_time=30 -max_len=65536 -rss_limit_mb=2048 -print_final_stats=0 "$corpus" 2>&1 |
+    tail -n 3 >&2
+  echo "== libFuzzer: GBNF grammars and the matcher, 30 s" >&2
+  cmake --build build-fuzz -j"$jobs" --target fuzz_grammar
+  grammar_corpus=build-fuzz/grammar-corpus
+  mkdir -p "$grammar_corpus"
+  cp tests/data/grammar/*.gbnf "$grammar_corpus/"
+  build-fuzz/tests/fuzz_grammar -max_total_time=30 -max_len=4096 -rss_limit_mb=2048 -timeout=10 -print_final_stats=0 "$grammar_corpus" 2>&1 |
     tail -n 3 >&2
 fi
 

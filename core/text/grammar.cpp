@@ -20,7 +20,7 @@ constexpr uint32_t k_unbounded = std::numeric_limits<uint32_t>::max();
 constexpr uint32_t k_max_repetitions = 2000;        // llama.cpp's MAX_REPETITION_THRESHOLD
 constexpr size_t k_max_elements = size_t(1) << 22;  // 4M elements, 32 MiB
 constexpr size_t k_max_stacks = 4096;               // ways to continue the text at one point
-constexpr size_t k_max_expansions = 1'000'000;      // rule references expanded for one character
+constexpr size_t k_max_expansions = 100'000;        // rule references expanded for one character
 constexpr size_t k_max_walk = 256;  // code points of a piece the recursive rejection follows
 
 bool is_word_char(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-'; }
@@ -529,10 +529,21 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar, std::shar
     if (!end_of_sequence(e[alt].op)) s.push_back(alt);
     advance(std::move(s), stacks_);
   }
+  dedup(stacks_);
+}
+
+// Stacks in sorted order without repeats; more than k_max_stacks is an error.
+void GrammarMatcher::dedup(std::vector<Stack>& stacks) {
+  std::sort(stacks.begin(), stacks.end());
+  stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
+  if (stacks.size() > k_max_stacks) {
+    throw Error("grammar: more than " + with_commas(k_max_stacks) + " ways to continue the text (the grammar is too ambiguous)");
+  }
 }
 
 // Expands the rule references on top of `stack` until every resulting stack has a character
-// element on top (or is empty: the text may end), adding those not yet in `out`.
+// element on top (or is empty: the text may end), appending them to `out`, which the caller
+// dedups (sorting once costs less than a search per stack).
 void GrammarMatcher::advance(Stack stack, std::vector<Stack>& out) const {
   const std::vector<Element>& e = grammar_->elements();
   std::vector<Stack> todo;
@@ -542,11 +553,8 @@ void GrammarMatcher::advance(Stack stack, std::vector<Stack>& out) const {
     Stack s = std::move(todo.back());
     todo.pop_back();
     if (s.empty() || e[s.back()].op != Op::Ref) {
-      if (std::find(out.begin(), out.end(), s) != out.end()) continue;
-      if (out.size() == k_max_stacks) {
-        throw Error("grammar: more than " + with_commas(k_max_stacks) + " ways to continue the text (the grammar is too ambiguous)");
-      }
       out.push_back(std::move(s));
+      if (out.size() > 4 * k_max_stacks) dedup(out);
       continue;
     }
     if (++expanded > k_max_expansions) {
@@ -575,6 +583,7 @@ void GrammarMatcher::accept_code_point(uint32_t cp) {
     if (!end_of_sequence(e[after].op)) n.push_back(after);
     advance(std::move(n), next);
   }
+  dedup(next);
   stacks_ = std::move(next);
 }
 
@@ -615,6 +624,7 @@ std::vector<GrammarMatcher::Candidate> GrammarMatcher::reject_for_stack(const St
   if (!end_of_sequence(e[after].op)) s.push_back(after);
   std::vector<Stack> next_stacks;
   advance(std::move(s), next_stacks);
+  dedup(next_stacks);
   for (const Candidate& c : reject(next_stacks, next)) rejects.push_back({c.index, c.cp - 1, c.partial});
   return rejects;
 }

@@ -98,6 +98,7 @@ class GrammarMatcher {
     const uint32_t* cp;  // the next code point of the token's piece, 0 at its end
     PartialUtf8 partial;
   };
+  static void dedup(std::vector<Stack>& stacks);
   void advance(Stack stack, std::vector<Stack>& out) const;
   void accept_code_point(uint32_t cp);
   std::vector<Candidate> reject(const std::vector<Stack>& stacks, const std::vector<Candidate>& candidates) const;
