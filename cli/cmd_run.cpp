@@ -33,7 +33,7 @@ struct RunCommand {
   uint32_t top_logprobs = 0;
   int32_t n_predict = GenerateOptions::kUntilFull;
   std::vector<std::string> stop;
-  std::string grammar, grammar_file;
+  GrammarFlags grammar;
   PersistenceOptions persist;
   std::vector<CLI::Option*> sampling_flags;  // which a resumed session takes (apply_sampling_flags)
 };
@@ -133,7 +133,7 @@ void check_prompt_fits(size_t n_prompt, uint32_t capacity, int32_t n_predict) {
 int run(const RunCommand& c) {
   const std::string text = gather_prompt(c);
   // Flags are checked before the model loads.
-  const std::shared_ptr<const Grammar> grammar = read_grammar_flags(c.grammar, c.grammar_file);
+  const std::shared_ptr<const Grammar> grammar = read_grammar_flags(c.grammar);
   const uint64_t prompt_cache_bytes = c.persist.prompt_cache() ? parse_size("--prompt-cache-size", c.persist.prompt_cache_size) : 0;
   const std::string pc_dir = c.persist.prompt_cache() ? prompt_cache_dir(c.persist) : "";
   if (!pc_dir.empty()) check_prompt_cache_dir(pc_dir);
@@ -431,7 +431,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--top-logprobs", c->top_logprobs, "With --logprobs: add each step's N most likely tokens (top_logprobs)")
       ->check(CLI::Range(1, 20))
       ->needs(logprobs);
-  add_grammar_options(cmd, c->grammar, c->grammar_file);
+  add_grammar_options(cmd, c->grammar);
   add_persistence_options(cmd, c->persist);
   cmd->callback([c] {
     if (const int code = run(*c); code != 0) throw CLI::RuntimeError(code);

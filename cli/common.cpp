@@ -12,6 +12,7 @@
 
 #include "base/cache_dir.h"
 #include "base/input_file.h"
+#include "text/json_schema.h"
 #include "format.h"
 #include "model/kv_layout.h"
 #include "model/summary.h"
@@ -103,15 +104,38 @@ void add_rope_options(CLI::App* cmd, RopeOverrides& r) {
   cmd->add_option("--yarn-beta-slow", r.beta_slow, "YaRN high correction dim (default 1)")->check(positive)->group(group);
 }
 
-void add_grammar_options(CLI::App* cmd, std::string& grammar, std::string& grammar_file) {
-  CLI::Option* text = cmd->add_option("--grammar", grammar, "Constrain the generated text to this GBNF grammar (llama.cpp's format; docs/sampling.md)");
-  cmd->add_option("--grammar-file", grammar_file, "Constrain the generated text to the GBNF grammar in this file")->excludes(text);
+void add_grammar_options(CLI::App* cmd, GrammarFlags& g) {
+  const std::string group = "Grammar (one of)";
+  std::vector<CLI::Option*> opts = {
+      cmd->add_option("--grammar", g.grammar, "Constrain the generated text to this GBNF grammar (llama.cpp's format; docs/sampling.md)"),
+      cmd->add_option("--grammar-file", g.grammar_file, "Constrain the generated text to the GBNF grammar in this file"),
+      cmd->add_option("-j,--json-schema", g.json_schema, "Constrain the generated text to JSON this JSON Schema accepts"),
+      cmd->add_option("--json-schema-file", g.json_schema_file, "Constrain the generated text to JSON the schema in this file accepts")};
+  for (CLI::Option* o : opts) {
+    o->group(group);
+    for (CLI::Option* other : opts)
+      if (other != o) o->excludes(other);
+  }
 }
 
-std::shared_ptr<const Grammar> read_grammar_flags(const std::string& grammar, const std::string& grammar_file) {
-  if (!grammar_file.empty()) return Grammar::parse(read_text_input(grammar_file, "the grammar file"), grammar_file);
-  if (!grammar.empty()) return Grammar::parse(grammar, "--grammar");
-  return nullptr;
+std::shared_ptr<const Grammar> read_grammar_flags(const GrammarFlags& g) {
+  if (!g.grammar_file.empty()) return Grammar::parse(read_text_input(g.grammar_file, "the grammar file"), g.grammar_file);
+  if (!g.grammar.empty()) return Grammar::parse(g.grammar, "--grammar");
+  const bool from_file = !g.json_schema_file.empty();
+  if (!from_file && g.json_schema.empty()) return nullptr;
+  const std::string name = from_file ? g.json_schema_file : "--json-schema";
+  const std::string text = from_file ? read_text_input(g.json_schema_file, "the JSON schema file") : g.json_schema;
+  nlohmann::ordered_json schema;
+  try {
+    schema = nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error(name + ": not JSON: " + json_error_text(e));
+  }
+  try {
+    return Grammar::parse(json_schema_to_gbnf(schema), "(from the JSON schema)");
+  } catch (const Error& e) {
+    throw Error(name + ": " + e.what());
+  }
 }
 
 void add_n_predict_option(CLI::App* cmd, int32_t& n_predict, const std::string& what) {

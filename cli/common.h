@@ -53,11 +53,14 @@ void add_rope_options(CLI::App* cmd, RopeOverrides& r);
 // (a resumed session takes those: apply_sampling_flags).
 std::vector<CLI::Option*> add_sampling_options(CLI::App* cmd, SamplerParams& s);
 
-// --grammar GBNF and --grammar-file FILE (llama.cpp's flags; one or the other): the generated text
-// follows the grammar (docs/sampling.md, "Grammars").
-void add_grammar_options(CLI::App* cmd, std::string& grammar, std::string& grammar_file);
+// llama.cpp's --grammar GBNF, --grammar-file FILE, -j/--json-schema SCHEMA and --json-schema-file
+// FILE (one of them): the generated text follows the grammar (docs/sampling.md, "Grammars").
+struct GrammarFlags {
+  std::string grammar, grammar_file, json_schema, json_schema_file;
+};
+void add_grammar_options(CLI::App* cmd, GrammarFlags& g);
 // The grammar those flags give, parsed (an error names the flag or the file), or null for none.
-std::shared_ptr<const Grammar> read_grammar_flags(const std::string& grammar, const std::string& grammar_file);
+std::shared_ptr<const Grammar> read_grammar_flags(const GrammarFlags& g);
 
 // -n, --n-predict for run and chat: a count ≥ 0, -1 for endless generation through the ring, or
 // unset (GenerateOptions::kUntilFull: stop when the cache is full). `what` names the unit.

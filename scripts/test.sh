@@ -25,11 +25,13 @@ if command -v clang++ >/dev/null; then
   done
   build-fuzz/tests/fuzz_gguf -max_total_time=30 -max_len=65536 -rss_limit_mb=2048 -print_final_stats=0 "$corpus" 2>&1 |
     tail -n 3 >&2
-  echo "== libFuzzer: GBNF grammars and the matcher, 30 s" >&2
+  echo "== libFuzzer: GBNF grammars, JSON schemas and the matcher, 30 s" >&2
   cmake --build build-fuzz -j"$jobs" --target fuzz_grammar
   grammar_corpus=build-fuzz/grammar-corpus
   mkdir -p "$grammar_corpus"
   cp tests/data/grammar/*.gbnf "$grammar_corpus/"
+  printf '%s' '{"type":"object","properties":{"a":{"type":"array","items":{"$ref":"#/$defs/n"},"maxItems":3}},"$defs":{"n":{"enum":[1,"x",null]}}}' \
+    >"$grammar_corpus/schema.json"
   build-fuzz/tests/fuzz_grammar -max_total_time=30 -max_len=4096 -rss_limit_mb=2048 -timeout=10 -print_final_stats=0 "$grammar_corpus" 2>&1 |
     tail -n 3 >&2
 fi

@@ -813,6 +813,37 @@ TEST(Cli, GrammarErrorsComeBeforeTheModelLoads) {
   r = vkllm("run -m " + missing_model + " -p hi --grammar-file " + file + " --grammar 'root ::= \"a\"'");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("excludes"), std::string::npos) << r.err;
+  // JSON schemas: a keyword the grammar cannot hold, JSON that is not, two grammars at once.
+  r = vkllm("run -m " + missing_model + " -p hi -j '{\"type\": \"integer\", \"minimum\": 0}'");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "vkllm: error: --json-schema: JSON schema: 'minimum' is not supported: the reply could not be held to it (docs/sampling.md, \"JSON schemas\")\n");
+  const std::string schema_file = testing::TempDir() + "/schema.json";
+  std::ofstream(schema_file) << "{\"type\": ";
+  r = vkllm("run -m " + missing_model + " -p hi --json-schema-file " + schema_file);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find(schema_file + ": not JSON: "), std::string::npos) << r.err;
+  r = vkllm("run -m " + missing_model + " -p hi -j '{}' --grammar-file " + file);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("excludes"), std::string::npos) << r.err;
+}
+
+// -j: the reply is JSON the schema accepts, ended by the grammar (end of generation once the
+// object is closed), its properties in the schema's order.
+TEST(Cli, JsonSchemaShapesTheReply) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const Result r = vkllm("run --json -q --temp 0.7 --seed 7 -n 400 -m " + shared_path("models/stories260K.gguf") +
+                             " -j '{\"type\": \"object\", \"properties\": {\"who\": {\"type\": \"string\", \"maxLength\": 8}, "
+                             "\"mood\": {\"enum\": [\"happy\", \"sad\"]}, \"age\": {\"type\": \"integer\"}}, \"required\": [\"who\", \"mood\", \"age\"]}'",
+                         "Once upon a time");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json out = json::parse(r.out);
+  ASSERT_EQ(out["stop_reason"], "eos") << out.dump();
+  const nlohmann::ordered_json reply = nlohmann::ordered_json::parse(out["text"].get<std::string>());
+  ASSERT_EQ(reply.size(), 3u) << reply.dump();
+  EXPECT_EQ(reply.begin().key(), "who");
+  EXPECT_LE(reply["who"].get<std::string>().size(), 8u);
+  EXPECT_TRUE(reply["mood"] == "happy" || reply["mood"] == "sad") << reply.dump();
+  EXPECT_TRUE(reply["age"].is_number_integer()) << reply.dump();
 }
 
 // A prompt's tokens give the same floats however it is cut into chunks (--ubatch) or reused from

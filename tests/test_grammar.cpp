@@ -18,6 +18,7 @@
 #include "gguf.h"
 #include "test_support.h"
 #include "text/grammar.h"
+#include "text/json_schema.h"
 #include "text/tokenizer.h"
 
 using namespace vkllm;
@@ -154,7 +155,7 @@ TEST(Grammar, EndOfGenerationOnlyWhenComplete) {
 TEST(Grammar, MaskAgreesWithSingleTokenChecks) {
   VKLLM_REQUIRE_SHARED(k_vocab);
   const Vocab& v = vocab();
-  GrammarMatcher m(Grammar::parse(Grammar::json_object_gbnf(), "json"), v.gv);
+  GrammarMatcher m(Grammar::parse(json_object_gbnf(), "json"), v.gv);
   const std::string text = "{\"k\xC3\xA9y\": [1, -2.5e3, true, {\"x\": null}], \"s\": \"a\\u00e9\xC3";
   for (size_t i = 0; i <= text.size(); ++i) {
     std::vector<float> logits(size_t(v.tok.n_vocab()), 0.0f);
@@ -173,7 +174,7 @@ TEST(Grammar, MaskAgreesWithSingleTokenChecks) {
 
 TEST(Grammar, JsonObject) {
   VKLLM_REQUIRE_SHARED(k_vocab);
-  const std::string json(Grammar::json_object_gbnf());
+  const std::string json(json_object_gbnf());
   EXPECT_EQ(feed(json, R"({"a": [1, 2.5e3, -0.25, true, false, null, "x\"y\u00e9"], "b": {}})"), "ok");
   EXPECT_EQ(feed(json, "{\n  \"a\": 1,\n  \"b\": [\n    2\n  ]\n}"), "ok");
   EXPECT_EQ(feed(json, "{}"), "ok");
@@ -218,6 +219,8 @@ TEST(Grammar, ParseErrorsNameTheLineAndColumn) {
       {"root ::= root \"a\" | \"b\"", "rule 'root' is left-recursive"},
       {"root ::= e root \"x\" | \"y\"\ne ::= f\nf ::= ", "rule 'root' is left-recursive"},
       {"root ::= (\"a\"?)* \"b\"", "left-recursive"},
+      // Groups inside groups: the parser recurses into each.
+      {"root ::= " + std::string(300, '(') + "\"a\"" + std::string(300, ')'), "groups nest deeper than 256 levels"},
       // A long item repeated repeatedly: refused before it takes the memory.
       {"root ::= \"" + std::string(1000, 'a') + "\"{2000}{2000}", "the grammar grows past 4,194,304 elements"},
   };
@@ -246,4 +249,105 @@ TEST(Grammar, AmbiguityIsBounded) {
   EXPECT_NE(error.find("the grammar is too ambiguous"), std::string::npos) << error;
   EXPECT_EQ(feed(g, "aaacbb"), "ok");
   EXPECT_EQ(feed(g, "aaab"), "incomplete");
+}
+
+namespace {
+
+std::string schema_gbnf(const std::string& schema) { return json_schema_to_gbnf(nlohmann::ordered_json::parse(schema)); }
+
+std::string schema_error(const std::string& schema) {
+  try {
+    Grammar::parse(schema_gbnf(schema), "schema");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(converted)";
+}
+
+}  // namespace
+
+TEST(JsonSchema, ObjectsTakeTheirPropertiesInOrder) {
+  VKLLM_REQUIRE_SHARED(k_vocab);
+  const std::string g = schema_gbnf(R"({"type": "object", "title": "a pet owner",
+    "properties": {"name": {"type": "string", "maxLength": 5, "description": "first name"}, "age": {"type": "integer"},
+                   "happy": {"type": "boolean"}, "pets": {"type": "array", "items": {"enum": ["cat", "dog"]}, "maxItems": 2}},
+    "required": ["name", "age"]})");
+  EXPECT_EQ(feed(g, R"({"name": "Ann", "age": 30})"), "ok");
+  EXPECT_EQ(feed(g, R"({"name": "Ann", "age": -3, "pets": ["cat"]})"), "ok");  // "happy" left out
+  EXPECT_EQ(feed(g, R"({"name": "Ann", "age": 3, "happy": true, "pets": []})"), "ok");
+  EXPECT_EQ(feed(g, "{\n  \"name\": \"Bo\",\n  \"age\": 0\n}"), "ok");
+  EXPECT_EQ(feed(g, R"({"age": 3, "name": "Ann"})"), "rejected at 2");   // the schema's order
+  EXPECT_EQ(feed(g, R"({"name": "Ann"})"), "rejected at 14");           // "age" is required
+  EXPECT_EQ(feed(g, R"({"name": "Ann", "age": 3,})"), "rejected at 25");
+  EXPECT_EQ(feed(g, R"({"name": "Ann", "age": 3.5})"), "rejected at 24");  // an integer
+  EXPECT_EQ(feed(g, R"({"name": "Annabel")"), "rejected at 15");        // maxLength 5
+  EXPECT_EQ(feed(g, R"({"name": "A", "age": 1, "pets": ["cat", "dog", "cat"]})"), "rejected at 45");  // maxItems 2
+  EXPECT_EQ(feed(g, R"({"name": "A", "age": 1, "pets": ["cow"]})"), "rejected at 35");
+  EXPECT_EQ(feed(g, R"({"name": "A", "age": 1, "color": 1})"), "rejected at 25");  // only the listed properties
+
+  // Every property optional: any ordered subset, commas between those present only.
+  const std::string opt = schema_gbnf(R"({"properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"const": "x"}}})");
+  EXPECT_EQ(feed(opt, "{}"), "ok");
+  EXPECT_EQ(feed(opt, R"({"b": 1})"), "ok");
+  EXPECT_EQ(feed(opt, R"({"a": 1, "c": "x"})"), "ok");
+  EXPECT_EQ(feed(opt, R"({"a": 1, "b": 2, "c": "x"})"), "ok");
+  EXPECT_EQ(feed(opt, R"({"c": "x", "a": 1})"), "rejected at 9");
+  EXPECT_EQ(feed(opt, R"({, "b": 1})"), "rejected at 1");
+
+  // Without properties: any keys, their values per additionalProperties.
+  const std::string map = schema_gbnf(R"({"type": "object", "additionalProperties": {"type": "integer"}})");
+  EXPECT_EQ(feed(map, R"({"x": 1, "y z": -2})"), "ok");
+  EXPECT_EQ(feed(map, R"({"x": "1"})"), "rejected at 6");
+  EXPECT_EQ(feed(schema_gbnf(R"({"type": "object", "additionalProperties": false})"), R"({"x": 1})"), "rejected at 1");
+}
+
+TEST(JsonSchema, ValuesEnumsAlternativesAndReferences) {
+  VKLLM_REQUIRE_SHARED(k_vocab);
+  const std::string e = schema_gbnf(R"({"enum": ["red", 1, null, {"k": [true]}]})");
+  for (const char* ok : {"\"red\"", "1", "null", "{\"k\":[true]}"}) EXPECT_EQ(feed(e, ok), "ok") << ok;
+  EXPECT_EQ(feed(e, "\"blue\""), "rejected at 1");
+  const std::string any = schema_gbnf(R"({"anyOf": [{"type": "integer"}, {"type": ["string", "null"], "minLength": 2}]})");
+  EXPECT_EQ(feed(any, "42"), "ok");
+  EXPECT_EQ(feed(any, "null"), "ok");
+  EXPECT_EQ(feed(any, "\"ab\""), "ok");
+  EXPECT_EQ(feed(any, "\"a\""), "rejected at 2");
+  EXPECT_EQ(feed(any, "4.5"), "rejected at 1");
+  EXPECT_EQ(feed(schema_gbnf(R"({"type": "array", "minItems": 2, "items": {"type": "number"}})"), "[1.5]"), "rejected at 4");
+  EXPECT_EQ(feed(schema_gbnf(R"({"type": "array", "minItems": 2, "items": {"type": "number"}})"), "[1.5, 2e3, -0]"), "ok");
+  EXPECT_EQ(feed(schema_gbnf("{}"), "[{\"a\": \"b\"}, 2]"), "ok");  // any JSON value
+  EXPECT_EQ(feed(schema_gbnf("true"), "\"s\""), "ok");
+  // A tree through $defs: a rule that refers to itself.
+  const std::string tree = schema_gbnf(R"({"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
+    "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["v"]}}, "$ref": "#/$defs/node"})");
+  EXPECT_EQ(feed(tree, R"({"v": 1, "kids": [{"v": 2}, {"v": 3, "kids": []}]})"), "ok");
+  EXPECT_EQ(feed(tree, R"({"v": 1, "kids": [{"kids": []}]})"), "rejected at 20");  // "v" is required
+}
+
+TEST(JsonSchema, WhatItCannotHoldIsRefusedNamingWhere) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"type": "object", "properties": {"a": {"type": "number", "minimum": 3}}})",
+       "JSON schema at /properties/a: 'minimum' is not supported"},
+      {R"({"type": "string", "pattern": "^a+$"})", "JSON schema: 'pattern' is not supported"},
+      {R"({"properties": {"a/b": {"format": "date"}}})", "JSON schema at /properties/a~1b: 'format' is not supported"},
+      {R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})", "'b' is required but not among the properties"},
+      {R"({"type": "array", "items": [{"type": "string"}]})", "'items' as an array (tuples) is not supported"},
+      {R"({"type": "array", "maxItems": 5000})", "'maxItems' above 2,000 is not supported"},
+      {R"({"type": "string", "minLength": 3, "maxLength": 2})", "'maxLength' is below 'minLength'"},
+      {R"({"type": "strin"})", "unknown type 'strin'"},
+      {R"({"$ref": "#/$defs/missing"})", "'#/$defs/missing' names no schema"},
+      {R"({"$ref": "https://example.com/s.json"})", "only references into this schema's $defs or definitions are supported"},
+      {R"({"allOf": [{"type": "string"}, {"maxLength": 3}]})", "'allOf' of more than one schema is not supported"},
+      {R"({"enum": []})", "'enum' must be a non-empty array"},
+      {"false", "the schema false accepts no value"},
+      {"3", "a schema must be an object or a boolean"},
+      {std::string(100, '[') + "{}" + std::string(100, ']'), "a schema must be an object or a boolean"},
+  };
+  for (const auto& [schema, expected] : cases) {
+    const std::string error = schema_error(schema);
+    EXPECT_NE(error.find(expected), std::string::npos) << schema << "\n" << error;
+  }
+  // Schemas inside schemas past 64 levels.
+  std::string deep = "{}";
+  for (int i = 0; i < 100; ++i) deep = R"({"type": "array", "items": )" + deep + "}";
+  EXPECT_NE(schema_error(deep).find("schemas nest deeper than 64 levels"), std::string::npos);
 }

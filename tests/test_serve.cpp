@@ -427,10 +427,10 @@ TEST(Serve, BatchedDecodeIsBatchInvariantOnQ4_0) {
   expect_concurrent_answers_match_run(shared_path("models/synth-llama-q4_0.gguf"), 6, 4);
 }
 
-// Replies under a grammar: a GBNF 'grammar' and response_format json_object give what `vkllm run
-// --grammar` gives on the same prompt, while another sequence streams free text beside them (each
-// sequence keeps its own grammar state); a bad grammar, a json_schema format, or a grammar with
-// json_object are 400s naming the field.
+// Replies under a grammar: a GBNF 'grammar', response_format json_object and json_schema give what
+// `vkllm run --grammar`/`-j` gives on the same prompt, while another sequence generates free text
+// beside them (each sequence keeps its own grammar state); a bad grammar, a schema keyword the
+// grammar cannot hold, or two grammars at once are 400s naming the field.
 TEST(Serve, GrammarsConstrainRepliesAsRunDoes) {
   VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
   const std::string words = "root ::= (\" \" [a-z]+){3,8} \".\"", gbnf = testing::TempDir() + "/serve-words.gbnf",
@@ -439,10 +439,13 @@ TEST(Serve, GrammarsConstrainRepliesAsRunDoes) {
   const std::string want_words = run_greedy(kPrompts[1], 40, stories(), "--grammar-file " + gbnf);
   const std::string want_json = run_greedy(kPrompts[0], 30, stories(), "--grammar-file " + json_gbnf);
   const std::string want_free = run_greedy(kPrompts[2], 30);
+  const std::string schema = R"({"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"enum": [1, 2]}}, "required": ["ok", "n"]})";
+  const std::string want_schema = run_greedy(kPrompts[3], 40, stories(), "-j '" + schema + "'");
+  ASSERT_TRUE(json::parse(want_schema)["ok"].is_boolean()) << want_schema;  // the grammar ended the reply: whole JSON
   ASSERT_EQ(want_json.substr(0, 1), "{");
-  Server s("--parallel 3 --temp 0");
+  Server s("--parallel 4 --temp 0");
   ASSERT_GT(s.port(), 0) << s.log();
-  json got_words, got_json, got_free;
+  json got_words, got_json, got_free, got_schema;
   {
     std::vector<std::thread> clients;
     clients.emplace_back([&] {
@@ -457,12 +460,23 @@ TEST(Serve, GrammarsConstrainRepliesAsRunDoes) {
       httplib::Client c = s.client();
       got_free = post(c, "/v1/completions", {{"prompt", kPrompts[2]}, {"max_tokens", 30}});
     });
+    clients.emplace_back([&] {
+      httplib::Client c = s.client();
+      // Sent as text: the schema's property order ("ok", then "n") is the reply's.
+      const auto res = c.Post("/v1/completions",
+                              R"({"prompt": ")" + kPrompts[3] + R"(", "max_tokens": 40, "response_format": {"type": "json_schema", )" +
+                                  R"("json_schema": {"name": "answer", "schema": )" + schema + "}}}",
+                              "application/json");
+      if (res) got_schema = json::parse(res->body, nullptr, false);
+    });
     for (std::thread& t : clients) t.join();
   }
   EXPECT_EQ(got_words["choices"][0]["text"], want_words) << got_words.dump();
   EXPECT_EQ(got_words["choices"][0]["finish_reason"], "stop");  // the grammar ended at its "."
   EXPECT_EQ(got_json["choices"][0]["text"], want_json) << got_json.dump();
   EXPECT_EQ(got_free["choices"][0]["text"], want_free) << got_free.dump();
+  EXPECT_EQ(got_schema["choices"][0]["text"], want_schema) << got_schema.dump();
+  EXPECT_EQ(got_schema["choices"][0]["finish_reason"], "stop");
 
   httplib::Client c = s.client();
   int status = 0;
@@ -471,12 +485,20 @@ TEST(Serve, GrammarsConstrainRepliesAsRunDoes) {
   EXPECT_EQ(e["error"]["param"], "grammar");
   EXPECT_NE(e["error"]["message"].get<std::string>().find("rule 'foo' is used but never defined"), std::string::npos) << e.dump();
   e = post(c, "/v1/chat/completions",
-           {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"response_format", {{"type", "json_schema"}, {"json_schema", json::object()}}}}, &status);
+           {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"response_format", {{"type", "json_schema"}, {"json_schema", "x"}}}}, &status);
   EXPECT_EQ(status, 400);
-  EXPECT_EQ(e["error"]["code"], "unsupported_parameter");
+  EXPECT_EQ(e["error"]["param"], "response_format");
   e = post(c, "/v1/completions", {{"prompt", "x"}, {"grammar", words}, {"response_format", {{"type", "json_object"}}}}, &status);
   EXPECT_EQ(status, 400);
   e = post(c, "/v1/completions", {{"prompt", "x"}, {"grammar", 3}}, &status);
+  EXPECT_EQ(status, 400);
+  e = post(c, "/v1/completions",
+           {{"prompt", "x"}, {"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", {{"type", "integer"}, {"minimum", 0}}}}}}}},
+           &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(e["error"]["param"], "response_format");
+  EXPECT_NE(e["error"]["message"].get<std::string>().find("'minimum' is not supported"), std::string::npos) << e.dump();
+  e = post(c, "/v1/completions", {{"prompt", "x"}, {"json_schema", {{"type", "string"}}}, {"grammar", words}}, &status);
   EXPECT_EQ(status, 400);
   e = post(c, "/v1/completions", {{"prompt", kPrompts[1]}, {"max_tokens", 40}, {"grammar", words}}, &status);
   EXPECT_EQ(status, 200);

@@ -6,6 +6,7 @@
 
 #include "base/utf8.h"
 #include "chat/prompt.h"
+#include "text/json_schema.h"
 
 namespace vkllm::serve {
 namespace {
@@ -184,30 +185,56 @@ void refuse_unsupported(const json& body, Endpoint e) {
 }
 
 // The grammar the reply must follow: `response_format` {"type": "json_object"} (one JSON object, by
-// the built-in grammar), or llama.cpp's `grammar` field (GBNF text); {"type": "text"} and an empty
-// `grammar` are free text. A json_schema format is refused: no schema is turned into a grammar.
-std::shared_ptr<const Grammar> response_grammar(const json& body) {
-  std::shared_ptr<const Grammar> g;
-  if (const json* v = field(body, "grammar")) {
-    if (!v->is_string()) throw ApiError(400, "'grammar' must be a string (GBNF)", "grammar");
+// the built-in grammar) or {"type": "json_schema", "json_schema": {"schema": …}} (JSON the schema
+// accepts), or llama.cpp's `grammar` (GBNF text) or `json_schema` (a schema) fields; one of them.
+// {"type": "text"} and an empty `grammar` are free text. A schema is read from the body again as
+// an ordered JSON (`body` sorts keys), so that properties come in the order it lists them.
+std::shared_ptr<const Grammar> response_grammar(const json& body, const std::string& body_text) {
+  const json* format = field(body, "response_format");
+  const json* type = format && format->is_object() ? field(*format, "type") : nullptr;
+  if (format && (!type || !type->is_string()))
+    throw ApiError(400, "'response_format' must be an object with a string 'type'", "response_format");
+  if (type && *type != "text" && *type != "json_object" && *type != "json_schema") {
+    throw ApiError(400, "'response_format': type " + type->dump() + " is not supported by this server (\"text\", \"json_object\" and "
+                   "\"json_schema\" are; a GBNF 'grammar' constrains the reply to any format)", "response_format", "invalid_request_error",
+                   "unsupported_parameter");
+  }
+  const json* gbnf = field(body, "grammar");
+  if (gbnf && !gbnf->is_string()) throw ApiError(400, "'grammar' must be a string (GBNF)", "grammar");
+  if (gbnf && gbnf->get_ref<const std::string&>().empty()) gbnf = nullptr;
+  const json* schema_field = field(body, "json_schema");
+  const bool wants_format = type && *type != "text";
+  if (int(wants_format) + int(gbnf != nullptr) + int(schema_field != nullptr) > 1)
+    throw ApiError(400, "give one of 'grammar', 'json_schema' and a JSON 'response_format'", gbnf ? "grammar" : "json_schema");
+  const auto parsed = [](const std::string& text, const std::string& origin, const char* param) {
     try {
-      if (!v->get_ref<const std::string&>().empty()) g = Grammar::parse(v->get_ref<const std::string&>(), "(the request's field)");
+      return Grammar::parse(text, origin);
     } catch (const Error& e) {
-      throw ApiError(400, e.what(), "grammar");
+      throw ApiError(400, e.what(), param);
     }
+  };
+  if (gbnf) return parsed(gbnf->get<std::string>(), "(the request's field)", "grammar");
+  if (type && *type == "json_object") {
+    static const std::shared_ptr<const Grammar> json_object = Grammar::parse(json_object_gbnf(), "json_object");
+    return json_object;
   }
-  const json* f = field(body, "response_format");
-  if (!f) return g;
-  const json* type = f->is_object() ? field(*f, "type") : nullptr;
-  if (!type || !type->is_string()) throw ApiError(400, "'response_format' must be an object with a string 'type'", "response_format");
-  if (*type == "text") return g;
-  if (*type != "json_object") {
-    throw ApiError(400, "'response_format': type " + type->dump() + " is not supported by this server (\"text\" and \"json_object\" are; "
-                   "a GBNF 'grammar' constrains the reply to any format)", "response_format", "invalid_request_error", "unsupported_parameter");
+  if (!schema_field && !(type && *type == "json_schema")) return nullptr;
+  const char* param = schema_field ? "json_schema" : "response_format";
+  nlohmann::ordered_json schema = true;  // OpenAI's json_schema without a schema: any JSON value
+  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body_text);
+  if (schema_field) {
+    schema = ordered["json_schema"];
+  } else {
+    const nlohmann::ordered_json& spec = ordered["response_format"]["json_schema"];
+    if (!spec.is_null() && !spec.is_object())
+      throw ApiError(400, "'response_format.json_schema' must be an object ({\"name\", \"schema\"})", param);
+    if (spec.is_object() && spec.contains("schema") && !spec["schema"].is_null()) schema = spec["schema"];
   }
-  if (g) throw ApiError(400, "give 'grammar' or a json_object 'response_format', not both", "grammar");
-  static const std::shared_ptr<const Grammar> json_object = Grammar::parse(Grammar::json_object_gbnf(), "json_object");
-  return json_object;
+  try {
+    return parsed(json_schema_to_gbnf(schema), "(from the JSON schema)", param);
+  } catch (const Error& e) {
+    throw ApiError(400, e.what(), param);
+  }
 }
 
 // logprobs and top_logprobs: the chat's `logprobs` is a flag and `top_logprobs` (0 … 20) the
@@ -309,7 +336,7 @@ ApiRequest parse_request(Endpoint e, const std::string& body_text, const ApiCont
   const char* max_name = field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   r.generate.n_predict = int32_t(integer(body, max_name, 1, ctx.context, ctx.default_max_tokens));
   r.generate.stop = stop_strings(body);
-  r.generate.grammar = response_grammar(body);
+  r.generate.grammar = response_grammar(body, body_text);
   log_probabilities(body, e, r.generate);
   r.stream = boolean(body, "stream", false);
   if (const json* so = field(body, "stream_options")) {

@@ -21,6 +21,7 @@ constexpr uint32_t k_max_repetitions = 2000;        // llama.cpp's MAX_REPETITIO
 constexpr size_t k_max_elements = size_t(1) << 22;  // 4M elements, 32 MiB
 constexpr size_t k_max_stacks = 4096;               // ways to continue the text at one point
 constexpr size_t k_max_expansions = 100'000;        // rule references expanded for one character
+constexpr size_t k_max_nesting = 256;              // groups inside groups (the parser recurses into each)
 constexpr size_t k_max_walk = 256;  // code points of a piece the recursive rejection follows
 
 bool is_word_char(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-'; }
@@ -337,12 +338,14 @@ class GrammarParser {
         last_start = rule.size();
         rule.push_back({Op::Ref, ref});
       } else if (c == '(') {
+        if (++depth_ > k_max_nesting) fail(at, "groups nest deeper than " + std::to_string(k_max_nesting) + " levels");
         ++pos_;
         skip_space(true);
         const uint32_t sub = new_symbol(id);
         parse_alternates(sub, true);
         if (peek() != ')') fail(pos_, "expecting ')' to close the group opened at " + where(at));
         ++pos_;
+        --depth_;
         last_start = rule.size();
         rule.push_back({Op::Ref, sub});
       } else if (c == '.') {
@@ -483,24 +486,11 @@ class GrammarParser {
   std::vector<bool> defined_;
   std::vector<size_t> first_use_;
   size_t n_elements_ = 0;
+  size_t depth_ = 0;  // groups open around the parser
 };
 
 std::shared_ptr<const Grammar> Grammar::parse(std::string_view text, const std::string& origin) {
   return GrammarParser(text, origin).parse();
-}
-
-std::string_view Grammar::json_object_gbnf() {
-  // Whitespace is bounded (one space, or a newline and an indent of up to 24) so that a model
-  // cannot spend its tokens on blanks; numbers keep 16 digits a part.
-  static constexpr std::string_view k_json = R"GBNF(root   ::= object
-value  ::= object | array | string | number | ("true" | "false" | "null") ws
-object ::= "{" ws ( string ":" ws value ( "," ws string ":" ws value )* )? "}" ws
-array  ::= "[" ws ( value ( "," ws value )* )? "]" ws
-string ::= "\"" ( [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\"" ws
-number ::= "-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,4} )? ws
-ws     ::= ( " " | "\n" [ \t]{0,24} )?
-)GBNF";
-  return k_json;
 }
 
 GrammarVocab::GrammarVocab(const Tokenizer& tok) {

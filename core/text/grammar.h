@@ -29,8 +29,6 @@ class Grammar {
   // Parses GBNF. `origin` names the text in errors ("g.gbnf", "the request's grammar"): every
   // error is a vkllm::Error "grammar ORIGIN: line L, column C: …" or names the rule at fault.
   static std::shared_ptr<const Grammar> parse(std::string_view text, const std::string& origin);
-  // A grammar of one JSON object (the server's response_format json_object; docs/sampling.md).
-  static std::string_view json_object_gbnf();
 
   const std::vector<Element>& elements() const { return elems_; }
   // The positions in elements() where each alternative of a rule (of the start rule) begins.

@@ -1,6 +1,7 @@
-// libFuzzer target: GBNF from a client (the server's 'grammar' field) must parse or fail with a
-// vkllm::Error, and a grammar that parses must take any text without crashing or growing without
-// bound. The input is the grammar, then (after a NUL byte) text fed to the matcher a byte at a time
+// libFuzzer target: GBNF from a client (the server's 'grammar' field), or a JSON schema (its
+// json_schema) when the input's first part is JSON, must become a grammar or fail with a
+// vkllm::Error, and a grammar must take any text without crashing or growing without bound. The
+// input is the grammar or schema, then (after a NUL byte) text fed to the matcher a byte at a time
 // as the LLaMA vocabulary's byte tokens (the first 256): each byte is checked, and accepted when
 // allowed; the mask over the whole vocabulary runs once at the end.
 #include <cstddef>
@@ -14,6 +15,7 @@
 #include "base/error.h"
 #include "gguf.h"
 #include "text/grammar.h"
+#include "text/json_schema.h"
 #include "text/tokenizer.h"
 
 namespace {
@@ -50,7 +52,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t nul = input.find('\0');
   const std::string_view gbnf = input.substr(0, nul), text = nul == std::string_view::npos ? "" : input.substr(nul + 1, 256);
   try {
-    const std::shared_ptr<const vkllm::Grammar> g = vkllm::Grammar::parse(gbnf, "fuzz");
+    const nlohmann::ordered_json schema = nlohmann::ordered_json::parse(gbnf, nullptr, false);
+    const std::shared_ptr<const vkllm::Grammar> g =
+        vkllm::Grammar::parse(schema.is_discarded() ? std::string(gbnf) : vkllm::json_schema_to_gbnf(schema), "fuzz");
     const ByteVocab& v = byte_vocab();
     if (!v.vocab) return 0;
     vkllm::GrammarMatcher m(g, v.vocab);
