@@ -1173,7 +1173,13 @@ const client = new OpenAI({ baseURL: process.argv[3], apiKey: 'k1' });
     finish = chunk.choices[0]?.finish_reason || finish;
   }
   const models = await client.models.list();
-  console.log(JSON.stringify({ whole: whole.choices[0].message.content, finish_whole: whole.choices[0].finish_reason,
+  // Structured output as OpenAI's strict schemas are written.
+  const structured = await client.chat.completions.create({ model: 'stories260K.gguf', messages, max_tokens: 200, temperature: 0,
+    response_format: { type: 'json_schema', json_schema: { name: 'mood', strict: true, schema: { type: 'object',
+      properties: { mood: { type: 'string', enum: ['happy', 'sad'] }, why: { type: 'string', maxLength: 20 } },
+      required: ['mood', 'why'], additionalProperties: false } } } });
+  console.log(JSON.stringify({ structured: JSON.parse(structured.choices[0].message.content), finish_structured: structured.choices[0].finish_reason,
+                               whole: whole.choices[0].message.content, finish_whole: whole.choices[0].finish_reason,
                                usage: whole.usage, streamed: text, finish, model: models.data[0].id,
                                logprob_tokens: whole.choices[0].logprobs.content.map((e) => e.token),
                                alternatives: whole.choices[0].logprobs.content.map((e) => e.top_logprobs.length) }));
@@ -1189,6 +1195,9 @@ const client = new OpenAI({ baseURL: process.argv[3], apiKey: 'k1' });
   EXPECT_EQ(j["finish"], "length");
   EXPECT_EQ(j["usage"]["completion_tokens"], 12);
   EXPECT_EQ(j["model"], "stories260K.gguf");
+  EXPECT_EQ(j["finish_structured"], "stop") << out;
+  EXPECT_TRUE(j["structured"]["mood"] == "happy" || j["structured"]["mood"] == "sad") << out;
+  EXPECT_LE(j["structured"]["why"].get<std::string>().size(), 20u) << out;
   // logprobs through the client: a token entry each, with two alternatives, spelling the reply.
   ASSERT_EQ(j["logprob_tokens"].size(), 12u) << out;
   std::string spelled;
