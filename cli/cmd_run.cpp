@@ -34,6 +34,7 @@ struct RunCommand {
   int32_t n_predict = GenerateOptions::kUntilFull;
   std::vector<std::string> stop;
   GrammarFlags grammar;
+  std::vector<std::string> logit_bias;
   PersistenceOptions persist;
   std::vector<CLI::Option*> sampling_flags;  // which a resumed session takes (apply_sampling_flags)
 };
@@ -134,6 +135,7 @@ int run(const RunCommand& c) {
   const std::string text = gather_prompt(c);
   // Flags are checked before the model loads.
   const std::shared_ptr<const Grammar> grammar = read_grammar_flags(c.grammar);
+  std::vector<std::pair<int32_t, float>> logit_bias = read_logit_bias(c.logit_bias, 0);
   const uint64_t prompt_cache_bytes = c.persist.prompt_cache() ? parse_size("--prompt-cache-size", c.persist.prompt_cache_size) : 0;
   const std::string pc_dir = c.persist.prompt_cache() ? prompt_cache_dir(c.persist) : "";
   if (!pc_dir.empty()) check_prompt_cache_dir(pc_dir);
@@ -145,6 +147,7 @@ int run(const RunCommand& c) {
   std::optional<ModelFingerprint> checked_fp;  // computed by the session's model check
   const RunOptions opts = resuming ? with_session_cache_type(c.persist.session, c.opts) : c.opts;
   Session s = open_session(opts, [&](const gguf::File& file, const Tokenizer& tok, uint32_t capacity) {
+    logit_bias = read_logit_bias(c.logit_bias, tok.n_vocab());
     if (resuming) {
       checked_fp = precheck_session(c.persist.session, file, capacity, opts);
       return;
@@ -299,6 +302,7 @@ int run(const RunCommand& c) {
   go.logprobs = c.logprobs;
   go.top_logprobs = c.top_logprobs;
   go.grammar = grammar;
+  go.logit_bias = logit_bias;
   std::string out, out_text;
   // Installed once the generation starts (a signal during the prefill ends the process at once) and
   // kept through the saves after it: a signal there lets the session and the prompt-cache entry be
@@ -432,6 +436,7 @@ void add_run_command(CLI::App& app) {
       ->check(CLI::Range(1, 20))
       ->needs(logprobs);
   add_grammar_options(cmd, c->grammar);
+  add_logit_bias_option(cmd, c->logit_bias);
   add_persistence_options(cmd, c->persist);
   cmd->callback([c] {
     if (const int code = run(*c); code != 0) throw CLI::RuntimeError(code);

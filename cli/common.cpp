@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -136,6 +137,30 @@ std::shared_ptr<const Grammar> read_grammar_flags(const GrammarFlags& g) {
   } catch (const Error& e) {
     throw Error(name + ": " + e.what());
   }
+}
+
+void add_logit_bias_option(CLI::App* cmd, std::vector<std::string>& biases) {
+  cmd->add_option("-l,--logit-bias", biases, "Add BIAS to a token's logit before sampling: TOKEN_ID+BIAS or TOKEN_ID-BIAS (-inf bans it); repeatable")
+      ->allow_extra_args(false);
+}
+
+std::vector<std::pair<int32_t, float>> read_logit_bias(const std::vector<std::string>& biases, int32_t n_vocab) {
+  std::vector<std::pair<int32_t, float>> out;
+  for (const std::string& b : biases) {
+    const auto bad = [&](const std::string& why) -> Error { return Error("--logit-bias " + b + ": " + why); };
+    const size_t sign = b.find_first_of("+-", 1);
+    long long id = -1;
+    if (sign == std::string::npos || !CLI::detail::lexical_cast(b.substr(0, sign), id) || id < 0)
+      throw bad("expecting TOKEN_ID+BIAS or TOKEN_ID-BIAS (as 15043+1 or 2-inf)");
+    double value = 0;
+    const std::string magnitude = b.substr(sign + 1);
+    if (magnitude == "inf") value = std::numeric_limits<double>::infinity();
+    else if (!CLI::detail::lexical_cast(magnitude, value) || !std::isfinite(value) || value < 0)
+      throw bad("the bias '" + magnitude + "' is not a number (or inf)");
+    if (n_vocab > 0 && id >= n_vocab) throw bad("token " + std::to_string(id) + " is outside the vocabulary of " + with_commas(uint64_t(n_vocab)) + " tokens");
+    out.emplace_back(int32_t(std::min<long long>(id, INT32_MAX)), float(b[sign] == '-' ? -value : value));
+  }
+  return out;
 }
 
 void add_n_predict_option(CLI::App* cmd, int32_t& n_predict, const std::string& what) {

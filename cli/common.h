@@ -62,6 +62,11 @@ void add_grammar_options(CLI::App* cmd, GrammarFlags& g);
 // The grammar those flags give, parsed (an error names the flag or the file), or null for none.
 std::shared_ptr<const Grammar> read_grammar_flags(const GrammarFlags& g);
 
+// llama.cpp's -l/--logit-bias TOKEN_ID(+|-)BIAS, repeatable ("15043+1", "2-inf" bans token 2).
+void add_logit_bias_option(CLI::App* cmd, std::vector<std::string>& biases);
+// The biases those flags give; the ids are checked against n_vocab where it is known (> 0).
+std::vector<std::pair<int32_t, float>> read_logit_bias(const std::vector<std::string>& biases, int32_t n_vocab);
+
 // -n, --n-predict for run and chat: a count ≥ 0, -1 for endless generation through the ring, or
 // unset (GenerateOptions::kUntilFull: stop when the cache is full). `what` names the unit.
 void add_n_predict_option(CLI::App* cmd, int32_t& n_predict, const std::string& what);

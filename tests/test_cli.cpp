@@ -827,6 +827,28 @@ TEST(Cli, GrammarErrorsComeBeforeTheModelLoads) {
   EXPECT_NE(r.err.find("excludes"), std::string::npos) << r.err;
 }
 
+// -l/--logit-bias as llama.cpp's: a banned greedy token gives way to the runner-up, +100 makes a
+// token every step's choice; malformed values and ids outside the vocabulary are one line each.
+TEST(Cli, LogitBiasBansAndFavoursTokens) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const std::string run = "run --json -q --temp 0 -n 4 -m " + shared_path("models/stories260K.gguf");
+  Result r = vkllm(run + " --logprobs --top-logprobs 2", "Once upon a time");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json plain = json::parse(r.out);
+  const int first = plain["tokens"][0], second = plain["top_logprobs"][0][1]["token"];
+  r = vkllm(run + " -l " + std::to_string(first) + "-inf", "Once upon a time");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["tokens"][0], second);
+  r = vkllm(run + " --logit-bias 100+100", "Once upon a time");
+  EXPECT_EQ(json::parse(r.out)["tokens"], json::array({100, 100, 100, 100}));
+  r = vkllm(run + " -l 512+1", "x");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "vkllm: error: --logit-bias 512+1: token 512 is outside the vocabulary of 512 tokens\n");
+  r = vkllm(run + " -l 5", "x");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "vkllm: error: --logit-bias 5: expecting TOKEN_ID+BIAS or TOKEN_ID-BIAS (as 15043+1 or 2-inf)\n");
+}
+
 // -j: the reply is JSON the schema accepts, ended by the grammar (end of generation once the
 // object is closed), its properties in the schema's order.
 TEST(Cli, JsonSchemaShapesTheReply) {

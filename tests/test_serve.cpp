@@ -506,6 +506,33 @@ TEST(Serve, GrammarsConstrainRepliesAsRunDoes) {
   EXPECT_EQ(s.terminate(), 0) << s.log();
 }
 
+// logit_bias, OpenAI's object and llama.cpp's pairs, gives what `vkllm run -l` gives; a key that is
+// no token id, a bias past ±100 or an id outside the vocabulary is a 400.
+TEST(Serve, LogitBiasAsRunDoes) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const std::string plain = run_greedy(kPrompts[0], 12);
+  const std::string lowered = run_greedy(kPrompts[0], 12, stories(), "-l 432-100 -l 383+2.5");  // 432 is ',' (greedy's first token)
+  const std::string banned = run_greedy(kPrompts[0], 12, stories(), "-l 432-inf");
+  ASSERT_NE(plain, lowered);
+  Server s("--parallel 2 --temp 0");
+  ASSERT_GT(s.port(), 0) << s.log();
+  httplib::Client c = s.client();
+  int status = 0;
+  json r = post(c, "/v1/completions", {{"prompt", kPrompts[0]}, {"max_tokens", 12}, {"logit_bias", {{"432", -100}, {"383", 2.5}}}}, &status);
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(r["choices"][0]["text"], lowered) << r.dump();
+  r = post(c, "/v1/completions", {{"prompt", kPrompts[0]}, {"max_tokens", 12}, {"logit_bias", json::array({json::array({432, false})})}}, &status);
+  EXPECT_EQ(r["choices"][0]["text"], banned) << r.dump();
+  for (const json& bad : {json{{"x", 1}}, json{{"432", 101}}, json{{"512", 1}}, json{{"-1", 1}}, json("432"), json::array({432})}) {
+    r = post(c, "/v1/completions", {{"prompt", "x"}, {"logit_bias", bad}}, &status);
+    EXPECT_EQ(status, 400) << bad.dump();
+    EXPECT_EQ(r["error"]["param"], "logit_bias") << bad.dump();
+  }
+  r = post(c, "/v1/completions", {{"prompt", kPrompts[0]}, {"max_tokens", 12}}, &status);
+  EXPECT_EQ(r["choices"][0]["text"], plain);
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
 // Each bad request gets a 4xx with an OpenAI error object, and the server keeps serving.
 TEST(Serve, RefusesBadRequestsAndKeepsServing) {
   VKLLM_REQUIRE_SHARED("models/stories260K.gguf");

@@ -194,6 +194,8 @@ int32_t Generator::sample(const TextSink& on_text) {
     return -1;
   }
   if (r.opts.logprobs) raw_ = logits_;
+  for (const auto& [id, bias] : r.opts.logit_bias)
+    if (size_t(id) < logits_.size()) logits_[size_t(id)] += bias;
   const int32_t tok = r.grammar ? sample_in_grammar(*r.grammar) : sampler_.sample(logits_);
   sampler_.accept(tok);
   if (r.sampled++ == 0) {

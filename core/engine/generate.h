@@ -6,6 +6,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/engine.h"
@@ -29,6 +30,9 @@ struct GenerateOptions {
   int64_t turn_tokens = -1;
   // Generated text must follow this grammar (docs/sampling.md, "Grammars"); null: free text.
   std::shared_ptr<const Grammar> grammar;
+  // Added to these tokens' logits before the sampling chain (llama.cpp's logit_bias, first in its
+  // chain); −inf bans a token. Ids are checked against the vocabulary by the front end.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 // A token and its log-probability under the model's logits (before penalties and temperature).

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "base/utf8.h"
 #include "chat/prompt.h"
@@ -175,10 +176,6 @@ void refuse_unsupported(const json& body, Endpoint e) {
   const bool no_functions = call && call->is_string() && *call == "none";
   if (const json* v = field(body, "functions"); on(v) && !no_functions) refuse("functions", "function calling");
   if (call && !(call->is_string() && (*call == "none" || *call == "auto"))) refuse("function_call", "function calling");
-  // A bias of 0 on every token changes nothing.
-  if (const json* v = field(body, "logit_bias");
-      on(v) && !(v->is_object() && std::all_of(v->begin(), v->end(), [](const json& b) { return b.is_number() && b.get<double>() == 0; })))
-    refuse("logit_bias", "a logit bias");
   if (const json* v = field(body, "echo"); on(v)) refuse("echo", "echoing the prompt");
   if (const json* v = field(body, "best_of"); v && !(v->is_number() && v->get<double>() == 1)) refuse("best_of", "best_of other than 1");
   if (const json* v = field(body, "suffix"); on(v)) refuse("suffix", "a suffix (fill in the middle)");
@@ -235,6 +232,42 @@ std::shared_ptr<const Grammar> response_grammar(const json& body, const std::str
   } catch (const Error& e) {
     throw ApiError(400, e.what(), param);
   }
+}
+
+// logit_bias: OpenAI's {"TOKEN_ID": bias} (−100 … 100; ±100 bans or all but forces a token), or
+// llama.cpp's [[TOKEN_ID, bias], …]; a bias of false (llama.cpp) bans the token.
+std::vector<std::pair<int32_t, float>> logit_biases(const json& body, int32_t n_vocab) {
+  std::vector<std::pair<int32_t, float>> out;
+  const json* v = field(body, "logit_bias");
+  if (!v) return out;
+  const auto add = [&](const json& id, const json& bias) {
+    int64_t t = -1;
+    if (id.is_number_integer()) t = id.get<int64_t>();
+    else if (id.is_string() && !id.get_ref<const std::string&>().empty() &&
+             id.get_ref<const std::string&>().find_first_not_of("0123456789") == std::string::npos && id.get_ref<const std::string&>().size() < 10)
+      t = std::stoll(id.get<std::string>());
+    if (t < 0 || t >= n_vocab)
+      throw ApiError(400, "'logit_bias': " + id.dump() + " is not a token id of this model (0 to " + std::to_string(n_vocab - 1) + ")", "logit_bias");
+    if (bias.is_boolean() && !bias.get<bool>()) {
+      out.emplace_back(int32_t(t), -std::numeric_limits<float>::infinity());
+    } else if (bias.is_number() && bias.get<double>() >= -100 && bias.get<double>() <= 100) {
+      out.emplace_back(int32_t(t), float(bias.get<double>()));
+    } else {
+      throw ApiError(400, "'logit_bias': the bias of token " + id.dump() + " must be a number from -100 to 100 (or false), got " + bias.dump(),
+                     "logit_bias");
+    }
+  };
+  if (v->is_object()) {
+    for (const auto& [id, bias] : v->items()) add(json(id), bias);
+  } else if (v->is_array()) {
+    for (const json& pair : *v) {
+      if (!pair.is_array() || pair.size() != 2) throw ApiError(400, "'logit_bias' as an array holds [token_id, bias] pairs", "logit_bias");
+      add(pair[0], pair[1]);
+    }
+  } else {
+    throw ApiError(400, "'logit_bias' must be an object of token ids and biases", "logit_bias");
+  }
+  return out;
 }
 
 // logprobs and top_logprobs: the chat's `logprobs` is a flag and `top_logprobs` (0 … 20) the
@@ -337,6 +370,7 @@ ApiRequest parse_request(Endpoint e, const std::string& body_text, const ApiCont
   r.generate.n_predict = int32_t(integer(body, max_name, 1, ctx.context, ctx.default_max_tokens));
   r.generate.stop = stop_strings(body);
   r.generate.grammar = response_grammar(body, body_text);
+  r.generate.logit_bias = logit_biases(body, ctx.tok->n_vocab());
   log_probabilities(body, e, r.generate);
   r.stream = boolean(body, "stream", false);
   if (const json* so = field(body, "stream_options")) {
