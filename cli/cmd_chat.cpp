@@ -41,6 +41,8 @@ struct ChatCommand {
   std::string system, system_file, chat_template;
   std::string session;  // --session FILE ("" = none)
   int32_t n_predict = GenerateOptions::kUntilFull;
+  GrammarFlags grammar;                 // each reply's grammar (a turn starts it afresh)
+  std::vector<std::string> logit_bias;  // -l, every reply's
   std::vector<CLI::Option*> sampling_flags;  // which a resumed session takes (apply_sampling_flags)
 };
 
@@ -361,8 +363,9 @@ class LineReader {
 
 class ChatSession {
  public:
-  ChatSession(const ChatCommand& c, Session& s, Sampler& sampler, Conversation& conv)
-      : c_(c), s_(s), sampler_(sampler), conv_(conv), tty_in_(isatty(STDIN_FILENO) == 1), reader_(tty_in_) {}
+  // `reply`: what every reply is generated with (its limit, grammar and logit bias).
+  ChatSession(const ChatCommand& c, Session& s, Sampler& sampler, Conversation& conv, GenerateOptions reply)
+      : c_(c), s_(s), sampler_(sampler), conv_(conv), reply_(std::move(reply)), tty_in_(isatty(STDIN_FILENO) == 1), reader_(tty_in_) {}
 
   // --session: loads the file when there is one to resume (session_to_resume; an Error ends the
   // chat before it starts). `system`: the system prompt the flags asked for, which the saved one replaces.
@@ -392,6 +395,7 @@ class ChatSession {
   Session& s_;
   Sampler& sampler_;  // the conversation's; a load replaces its state
   Conversation& conv_;
+  const GenerateOptions reply_;
   bool tty_in_;
   // Where a command's output goes: stdout in a terminal, stderr for a script (stdin not a
   // terminal) or when stdout is redirected: stdout then carries nothing but the replies.
@@ -522,8 +526,7 @@ class EchoOff {
 
 void ChatSession::stream_reply(bool regen, const std::string& text) {
   const EchoOff quiet_keys(tty_in_);
-  GenerateOptions go;
-  go.n_predict = c_.n_predict;
+  GenerateOptions go = reply_;
   g_sigint = 0;
   const auto on_text = [](const std::string& piece) {
     // A reply nobody can read (a closed pipe, a full disk) stops; main() reports it, status 1.
@@ -776,6 +779,9 @@ int chat(const ChatCommand& c) {
     while (!system.empty() && (system.back() == '\n' || system.back() == '\r')) system.pop_back();
   }
   check_session_path(c.session);
+  GenerateOptions reply;
+  reply.n_predict = c.n_predict;
+  reply.grammar = read_grammar_flags(c.grammar);
   // Messages come from stdin: one that cannot be read (a directory) is refused before the load
   // (it read as an empty chat, status 0).
   if (struct stat st{}; ::fstat(STDIN_FILENO, &st) == 0 && S_ISDIR(st.st_mode))
@@ -784,14 +790,15 @@ int chat(const ChatCommand& c) {
   std::optional<ChatTemplate> tmpl;
   const bool resuming = session_to_resume(c.session, c.opts.quiet);
   const RunOptions opts = resuming ? with_session_cache_type(c.session, c.opts) : c.opts;
-  Session s = open_session(opts, [&](const gguf::File& file, const Tokenizer&, uint32_t capacity) {
+  Session s = open_session(opts, [&](const gguf::File& file, const Tokenizer& tok, uint32_t capacity) {
+    reply.logit_bias = read_logit_bias(c.logit_bias, tok.n_vocab());
     tmpl.emplace(ChatTemplate::resolve(&file, c.chat_template));
     if (resuming) precheck_session(c.session, file, capacity, opts);
   });
   Sampler sampler(c.opts.sampling);
   Conversation conv(*s.engine, *s.tokenizer, sampler, std::move(*tmpl), system, c.opts.keep);
   install_signals();
-  ChatSession session(c, s, sampler, conv);
+  ChatSession session(c, s, sampler, conv, std::move(reply));
   session.start_session(system, resuming);
   const int code = session.run();
   if (c.opts.profile) print_profile(s.engine->timings());
@@ -810,6 +817,8 @@ void add_chat_command(CLI::App& app) {
   cmd->add_option("--system-file", c->system_file, "Read the system prompt from a file")->excludes(sys);
   cmd->add_option("--chat-template", c->chat_template, "Chat template: a built-in name or a Jinja file");
   add_n_predict_option(cmd, c->n_predict, "Most tokens per reply");
+  add_grammar_options(cmd, c->grammar);
+  add_logit_bias_option(cmd, c->logit_bias);
   add_session_option(cmd, c->session);
   cmd->callback([c] {
     // The session is gone (device objects freed) before the exit status leaves through CLI11.

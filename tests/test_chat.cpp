@@ -13,6 +13,7 @@
 #include <iterator>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -560,6 +561,17 @@ TEST(ChatCli, PipedLinesAreMessages) {
       run_shell("printf 'Hello\\n/undo\\n/system\\n/stats\\n/kv\\n/help\\n/clear\\n' | " + piped_chat_cmd("-n 8 -q") + " 2>/dev/null");
   EXPECT_EQ(replies_only.status, 0);
   EXPECT_EQ(replies_only.out, one.out);
+}
+
+// Every reply follows the chat's grammar, each from the grammar's start (a turn starts it afresh,
+// as llama-cli resets its sampler on new input), and ends where the grammar does.
+TEST(ChatCli, RepliesFollowTheGrammar) {
+  VKLLM_REQUIRE_SHARED(kModel);
+  const std::string grammar = "--grammar 'root ::= \" \" (\"yes\" | \"no\") \".\"'";
+  const ShellRun r = run_shell("printf 'Hello\\nAre you there\\nReally\\n' | " + piped_chat_cmd("-n 40 -q " + grammar));
+  ASSERT_EQ(r.status, 0);
+  const std::regex three_answers("( (yes|no)\\.\n){3}");
+  EXPECT_TRUE(std::regex_match(r.out, three_answers)) << r.out;
 }
 
 // A piped chat (or any command) with stdin from a file holding `input`; stderr kept apart.
