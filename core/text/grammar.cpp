@@ -649,7 +649,6 @@ size_t GrammarMatcher::mask(std::span<float> logits) const {
   const bool fresh = partial_.n_remain == 0;
   std::vector<std::vector<uint32_t>> decoded;  // the pieces decoded after an unfinished character
   std::vector<Candidate> candidates;
-  std::vector<uint32_t> long_pieces;
   for (size_t id = 0; id < logits.size(); ++id) {
     const auto tok = int32_t(id);
     if (logits[id] == k_none) continue;
