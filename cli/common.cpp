@@ -112,8 +112,10 @@ void add_grammar_options(CLI::App* cmd, GrammarFlags& g) {
       cmd->add_option("--grammar-file", g.grammar_file, "Constrain the generated text to the GBNF grammar in this file"),
       cmd->add_option("-j,--json-schema", g.json_schema, "Constrain the generated text to JSON this JSON Schema accepts"),
       cmd->add_option("--json-schema-file", g.json_schema_file, "Constrain the generated text to JSON the schema in this file accepts")};
+  const CLI::Validator not_empty([](std::string& v) { return v.empty() ? std::string("empty (an unset variable?): give a grammar") : std::string(); },
+                                 "TEXT");
   for (CLI::Option* o : opts) {
-    o->group(group);
+    o->group(group)->check(not_empty);
     for (CLI::Option* other : opts)
       if (other != o) o->excludes(other);
   }

@@ -806,7 +806,9 @@ TEST(Cli, GrammarErrorsComeBeforeTheModelLoads) {
   std::ofstream(file) << "root ::= list\nlist ::= list \",\" item | item\nitem ::= [a-z]+\n";
   r = vkllm("run -m " + missing_model + " -p hi --grammar-file " + file);
   EXPECT_EQ(r.status, 1);
-  EXPECT_EQ(r.err, "vkllm: error: grammar " + file + ": rule 'list' is left-recursive: it can reach itself before reading a character (write it with a repetition)\n");
+  EXPECT_EQ(r.err, "vkllm: error: grammar " + file +
+                       ": line 2, column 1: rule 'list' is left-recursive: it can reach itself before reading a character, with more to "
+                       "read after it (write it with a repetition, as item*)\n");
   r = vkllm("run -m " + missing_model + " -p hi --grammar-file " + file + ".missing");
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find(file + ".missing"), std::string::npos) << r.err;

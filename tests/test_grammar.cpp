@@ -104,6 +104,12 @@ TEST(Grammar, LiteralsClassesAndRepetitions) {
   EXPECT_EQ(feed(R"(root ::= ("a" | "bc")* "!" "?"?)", "!?"), "ok");
   EXPECT_EQ(feed(R"(root ::= ("a" | "bc")+ "!")", "!"), "rejected at 0");
   EXPECT_EQ(feed(R"(root ::= "a" {0} "b")", "b"), "ok");
+  // Repetitions of items that can match the empty text (taken, as llama.cpp takes them).
+  EXPECT_EQ(feed(R"(root ::= ("a"?)* "b")", "aab"), "ok");
+  EXPECT_EQ(feed(R"(root ::= ("a"?)* "b")", "b"), "ok");
+  EXPECT_EQ(feed("root ::= (ws | [a-z]+)* \".\"\nws ::= [ ]*", "ab  c d."), "ok");
+  EXPECT_EQ(feed(R"(root ::= ("a"? "b"?)+ ".")", "."), "ok");
+  EXPECT_EQ(feed(R"(root ::= ("a"? "b"?)+ ".")", "abba."), "ok");
 
   // Escapes, comments, rules over several lines inside groups and after '|', a rule used before
   // its definition, a name with '-' and digits.
@@ -147,28 +153,47 @@ TEST(Grammar, EndOfGenerationOnlyWhenComplete) {
   EXPECT_EQ(m.mask(logits), 1u);  // nothing can follow "ab": end of generation alone
   EXPECT_EQ(logits[size_t(eos)], 0.0f);
   EXPECT_THROW(m.accept(v.byte_token.at('b')), Error);
+  // Not inside a character: "a" then the first byte of Ω (CE A9) is no whole sentence, though "a" was.
+  GrammarMatcher omega(Grammar::parse("root ::= \"a\" | \"a\xCE\xA9\"", "test"), v.gv);
+  omega.accept(v.byte_token.at('a'));
+  EXPECT_TRUE(omega.allows(eos));
+  omega.accept(v.byte_token.at(0xCE));
+  EXPECT_FALSE(omega.allows(eos));
+  omega.accept(v.byte_token.at(0xA9));
+  EXPECT_TRUE(omega.allows(eos));
 }
 
-// The mask (each stack filters what the stacks before it refused, over every token at once) and
-// the single-token check agree on every token of the vocabulary, at points of the JSON grammar
-// where many stacks are live, including inside an unfinished character.
+// The mask (candidates of a level sorted by code point, each stack taking those its element
+// matches, following them down) and the single-token check (a copy of the stacks walked a code
+// point at a time) agree on every token of the vocabulary, at every point of texts through the
+// JSON grammar, overlapping classes and ranges, negated classes, an enum of many alternatives,
+// and inside unfinished characters.
 TEST(Grammar, MaskAgreesWithSingleTokenChecks) {
   VKLLM_REQUIRE_SHARED(k_vocab);
   const Vocab& v = vocab();
-  GrammarMatcher m(Grammar::parse(json_object_gbnf(), "json"), v.gv);
-  const std::string text = "{\"k\xC3\xA9y\": [1, -2.5e3, true, {\"x\": null}], \"s\": \"a\\u00e9\xC3";
-  for (size_t i = 0; i <= text.size(); ++i) {
-    std::vector<float> logits(size_t(v.tok.n_vocab()), 0.0f);
-    const size_t allowed = m.mask(logits);
-    size_t agreed = 0;
-    for (int32_t t = 0; t < v.tok.n_vocab(); ++t) {
-      const bool kept = logits[size_t(t)] != -std::numeric_limits<float>::infinity();
-      EXPECT_EQ(kept, m.allows(t)) << "token " << t << " '" << v.tok.token_text(t) << "' after " << i << " bytes";
-      agreed += kept;
+  std::string many = "root ::= (";
+  for (int i = 0; i < 300; ++i) many += (i ? " | " : "") + std::string("\"w") + std::to_string(i) + "\"";
+  many += ") (\" \" [a-z]+)?";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {std::string(json_object_gbnf()), "{\"k\xC3\xA9y\": [1, -2.5e3, true, {\"x\": null}], \"s\": \"a\\u00e9\xC3"},
+      {"root ::= (\"ab\" | [a-c]+ | [b-dcb] \"!\" | [^x\\n] \"y\" | \"\xC3\xA9\" . | [a-z\xCE\xB1-\xCF\x89]{2,3})+", "abc\xC3\xA9!zyab\xCE\xB2\xCE"},
+      {many, "w12 abc"},
+  };
+  for (const auto& [gbnf, text] : cases) {
+    GrammarMatcher m(Grammar::parse(gbnf, "test"), v.gv);
+    for (size_t i = 0; i <= text.size(); ++i) {
+      std::vector<float> logits(size_t(v.tok.n_vocab()), 0.0f);
+      const size_t allowed = m.mask(logits);
+      size_t agreed = 0;
+      for (int32_t t = 0; t < v.tok.n_vocab(); ++t) {
+        const bool kept = logits[size_t(t)] != -std::numeric_limits<float>::infinity();
+        EXPECT_EQ(kept, m.allows(t)) << "token " << t << " '" << v.tok.token_text(t) << "' after " << i << " bytes of " << text;
+        agreed += kept;
+      }
+      EXPECT_EQ(agreed, allowed);
+      EXPECT_GT(allowed, 0u) << "after " << i << " bytes of " << text;
+      if (i < text.size()) m.accept(v.byte_token.at(uint8_t(text[i])));
     }
-    EXPECT_EQ(agreed, allowed);
-    EXPECT_GT(allowed, 0u) << "after " << i << " bytes";
-    if (i < text.size()) m.accept(v.byte_token.at(uint8_t(text[i])));
   }
 }
 
@@ -218,7 +243,8 @@ TEST(Grammar, ParseErrorsNameTheLineAndColumn) {
       // then recurses on until its stack overflows).
       {"root ::= root \"a\" | \"b\"", "rule 'root' is left-recursive"},
       {"root ::= e root \"x\" | \"y\"\ne ::= f\nf ::= ", "rule 'root' is left-recursive"},
-      {"root ::= (\"a\"?)* \"b\"", "left-recursive"},
+      {"root ::= \"a\"\nlist ::= x \",\" list | x\nx ::= list \"y\" | \"z\"", "line 2, column 1: rule 'list' is left-recursive"},
+      {"root ::= (root \"a\")? \"b\"", "line 1, column 1: rule 'root' is left-recursive"},
       // Groups inside groups: the parser recurses into each.
       {"root ::= " + std::string(300, '(') + "\"a\"" + std::string(300, ')'), "groups nest deeper than 256 levels"},
       // A long item repeated repeatedly: refused before it takes the memory.
@@ -249,6 +275,21 @@ TEST(Grammar, AmbiguityIsBounded) {
   EXPECT_NE(error.find("the grammar is too ambiguous"), std::string::npos) << error;
   EXPECT_EQ(feed(g, "aaacbb"), "ok");
   EXPECT_EQ(feed(g, "aaab"), "incomplete");
+  // A thousand alternatives alike: every stack leads to a thousand more for each character. The
+  // work on one token is bounded (an error at once rather than seconds a token, or minutes on a
+  // large vocabulary).
+  std::string alike = "root ::= (";
+  for (int i = 0; i < 1000; ++i) alike += (i ? " | " : "") + std::string("[A-Z]");
+  alike += ")+";
+  const std::string work_error = [&] {
+    try {
+      feed(alike, "ABC");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(fed)");
+  }();
+  EXPECT_NE(work_error.find("steps to decide the next token (the grammar is too ambiguous)"), std::string::npos) << work_error;
 }
 
 namespace {
@@ -306,6 +347,11 @@ TEST(JsonSchema, ValuesEnumsAlternativesAndReferences) {
   const std::string e = schema_gbnf(R"({"enum": ["red", 1, null, {"k": [true]}]})");
   for (const char* ok : {"\"red\"", "1", "null", "{\"k\":[true]}"}) EXPECT_EQ(feed(e, ok), "ok") << ok;
   EXPECT_EQ(feed(e, "\"blue\""), "rejected at 1");
+  const std::string typed_enum = schema_gbnf(R"({"type": "integer", "enum": ["1", 1, 2.0, 2.5]})");  // "1" and 2.5 are no integers
+  EXPECT_EQ(feed(typed_enum, "1"), "ok");
+  EXPECT_EQ(feed(typed_enum, "2.0"), "ok");
+  EXPECT_EQ(feed(typed_enum, "\"1\""), "rejected at 0");
+  EXPECT_EQ(feed(typed_enum, "2.5"), "rejected at 2");
   const std::string any = schema_gbnf(R"({"anyOf": [{"type": "integer"}, {"type": ["string", "null"], "minLength": 2}]})");
   EXPECT_EQ(feed(any, "42"), "ok");
   EXPECT_EQ(feed(any, "null"), "ok");
@@ -321,6 +367,18 @@ TEST(JsonSchema, ValuesEnumsAlternativesAndReferences) {
     "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["v"]}}, "$ref": "#/$defs/node"})");
   EXPECT_EQ(feed(tree, R"({"v": 1, "kids": [{"v": 2}, {"v": 3, "kids": []}]})"), "ok");
   EXPECT_EQ(feed(tree, R"({"v": 1, "kids": [{"kids": []}]})"), "rejected at 20");  // "v" is required
+}
+
+// Arrays of arrays: each level is one rule more (an item's expression written twice by its
+// repetition doubled the grammar with every level: 24 levels took 2 GB).
+TEST(JsonSchema, NestingGrowsTheGrammarLinearly) {
+  VKLLM_REQUIRE_SHARED(k_vocab);
+  nlohmann::ordered_json schema = {{"type", "integer"}};
+  for (int i = 0; i < 60; ++i) schema = {{"type", "array"}, {"items", schema}, {"maxItems", 3}, {"minItems", 1.0}};
+  const std::string g = json_schema_to_gbnf(schema);
+  EXPECT_LT(g.size(), 20000u);
+  EXPECT_EQ(feed(g, std::string(60, '[') + "7" + std::string(60, ']')), "ok");
+  EXPECT_EQ(feed(g, std::string(60, '[') + "]"), "rejected at 60");  // minItems 1
 }
 
 TEST(JsonSchema, WhatItCannotHoldIsRefusedNamingWhere) {
@@ -340,6 +398,13 @@ TEST(JsonSchema, WhatItCannotHoldIsRefusedNamingWhere) {
       {R"({"enum": []})", "'enum' must be a non-empty array"},
       {"false", "the schema false accepts no value"},
       {"3", "a schema must be an object or a boolean"},
+      // Beside a choice of values or schemas, a keyword would be dropped: refused (type beside
+      // enum and const keeps the values of that type).
+      {R"({"type": "string", "maxLength": 3, "anyOf": [{"type": "string"}, {"type": "null"}]})", "'type' beside 'anyOf' is not supported"},
+      {R"({"enum": ["aaaa", "b"], "maxLength": 2})", "'maxLength' beside 'enum' is not supported"},
+      {R"({"properties": {"a": {"const": 1}}, "required": ["a"], "oneOf": [{"type": "object"}]})", "'properties' beside 'oneOf' is not supported"},
+      {R"({"enum": [1], "const": 1})", "'enum' beside 'const' is not supported"},
+      {R"({"type": "string", "enum": [1, 2]})", "no value of 'enum' has the schema's 'type'"},
       {std::string(100, '[') + "{}" + std::string(100, ']'), "a schema must be an object or a boolean"},
   };
   for (const auto& [schema, expected] : cases) {

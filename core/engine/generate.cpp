@@ -202,7 +202,9 @@ int32_t Generator::sample(const TextSink& on_text) {
     stats_.ttft_ms = stats_.prefill_ms + ms_since(r.t_start);
     r.t_first = std::chrono::steady_clock::now();
   }
-  if (!r.opts.ignore_eos && tok_.is_eog(tok)) {
+  // Under a grammar, which allows an end-of-generation token only where the text may end, it ends
+  // the text even with ignore_eos (else a complete grammar would take nothing but them).
+  if ((!r.opts.ignore_eos || r.grammar) && tok_.is_eog(tok)) {
     stats_.stop_reason = "eos";
     finish(on_text);
     return -1;

@@ -220,12 +220,15 @@ std::shared_ptr<const Grammar> response_grammar(const json& body, const std::str
   nlohmann::ordered_json schema = true;  // OpenAI's json_schema without a schema: any JSON value
   const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body_text);
   if (schema_field) {
-    schema = ordered["json_schema"];
+    schema = ordered.at("json_schema");
   } else {
-    const nlohmann::ordered_json& spec = ordered["response_format"]["json_schema"];
-    if (!spec.is_null() && !spec.is_object())
-      throw ApiError(400, "'response_format.json_schema' must be an object ({\"name\", \"schema\"})", param);
-    if (spec.is_object() && spec.contains("schema") && !spec["schema"].is_null()) schema = spec["schema"];
+    // (`field` found response_format and its type above; the rest may be absent: any JSON value.)
+    const nlohmann::ordered_json& format_obj = ordered.at("response_format");
+    const auto spec = format_obj.find("json_schema");
+    if (spec != format_obj.end() && !spec->is_null()) {
+      if (!spec->is_object()) throw ApiError(400, "'response_format.json_schema' must be an object ({\"name\", \"schema\"})", param);
+      if (const auto inner = spec->find("schema"); inner != spec->end() && !inner->is_null()) schema = *inner;
+    }
   }
   try {
     return parsed(json_schema_to_gbnf(schema), "(from the JSON schema)", param);

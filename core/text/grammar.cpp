@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <set>
 
 #include "base/error.h"
 #include "text/tokenizer.h"
@@ -22,7 +23,9 @@ constexpr size_t k_max_elements = size_t(1) << 22;  // 4M elements, 32 MiB
 constexpr size_t k_max_stacks = 4096;               // ways to continue the text at one point
 constexpr size_t k_max_expansions = 100'000;        // rule references expanded for one character
 constexpr size_t k_max_nesting = 256;              // groups inside groups (the parser recurses into each)
-constexpr size_t k_max_walk = 256;  // code points of a piece the recursive rejection follows
+constexpr size_t k_max_walk = 256;
+constexpr size_t k_max_work = 10'000'000;            // steps to decide one token (GrammarMatcher::spend)
+constexpr size_t k_expansion_cost = 20;              // steps a rule expansion counts for (copies a stack)  // code points of a piece the recursive rejection follows
 
 bool is_word_char(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-'; }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
@@ -135,10 +138,11 @@ class GrammarParser {
     }
     const auto root = ids_.find("root");
     if (root == ids_.end()) throw Error("grammar " + origin_ + " has no rule 'root' (generation starts there)");
-    check_left_recursion();
+    const bool cyclic = check_left_recursion();
 
     auto g = std::shared_ptr<Grammar>(new Grammar());
     g->root_ = root->second;
+    g->cyclic_ = cyclic;
     for (std::vector<Element>& rule : rules_) {
       g->rule_at_.push_back(uint32_t(g->elems_.size()));
       g->elems_.insert(g->elems_.end(), rule.begin(), rule.end());
@@ -247,18 +251,27 @@ class GrammarParser {
   uint32_t new_symbol(uint32_t parent) {
     const auto id = uint32_t(rules_.size());
     add_symbol(names_[parent], pos_);
+    generated_.back() = true;
     return id;
   }
   void add_symbol(const std::string& name, size_t at) {
     names_.push_back(name);
     rules_.emplace_back();
     defined_.push_back(false);
+    generated_.push_back(false);
     first_use_.push_back(at);
+    defined_at_.push_back(at);
   }
-  void define(uint32_t id, std::vector<Element> rule) {
+  // `at`: where the definition (a rule's name, a group's '(', a repetition's operator) is.
+  void define(uint32_t id, std::vector<Element> rule, size_t at) {
     grow(rule.size());
     rules_[id] = std::move(rule);  // a rule defined twice: the last definition holds (as llama.cpp)
     defined_[id] = true;
+    defined_at_[id] = at;
+  }
+  // A rule as errors name it.
+  std::string rule_name(uint32_t id) const {
+    return generated_[id] ? "a group or repetition in rule '" + names_[id] + "'" : "rule '" + names_[id] + "'";
   }
   void grow(size_t n) {
     n_elements_ += n;
@@ -276,7 +289,7 @@ class GrammarParser {
     }
     pos_ += 3;
     skip_space(true);
-    parse_alternates(symbol(name, at), false);
+    parse_alternates(symbol(name, at), false, at);
     if (peek() == '\r') {
       pos_ += peek(1) == '\n' ? 2 : 1;
     } else if (peek() == '\n') {
@@ -288,7 +301,7 @@ class GrammarParser {
     skip_space(true);
   }
 
-  void parse_alternates(uint32_t id, bool nested) {
+  void parse_alternates(uint32_t id, bool nested, size_t at) {
     std::vector<Element> rule;
     parse_sequence(rule, id, nested);
     while (peek() == '|') {
@@ -298,7 +311,7 @@ class GrammarParser {
       parse_sequence(rule, id, nested);
     }
     rule.push_back({Op::End, 0});
-    define(id, std::move(rule));
+    define(id, std::move(rule), at);
   }
 
   void parse_sequence(std::vector<Element>& rule, uint32_t id, bool nested) {
@@ -342,7 +355,7 @@ class GrammarParser {
         ++pos_;
         skip_space(true);
         const uint32_t sub = new_symbol(id);
-        parse_alternates(sub, true);
+        parse_alternates(sub, true, at);
         if (peek() != ')') fail(pos_, "expecting ')' to close the group opened at " + where(at));
         ++pos_;
         --depth_;
@@ -401,7 +414,7 @@ class GrammarParser {
       else if (i > 0) r.push_back({Op::Ref, last});
       r.push_back({Op::Alt, 0});
       r.push_back({Op::End, 0});
-      define(rest, std::move(r));
+      define(rest, std::move(r), at);
       last = rest;
     }
     if (n_optional > 0) rule.push_back({Op::Ref, last});
@@ -412,10 +425,16 @@ class GrammarParser {
     return "line " + std::to_string(line);
   }
 
-  // A rule that can reach itself before reading a character would make the matcher expand it
-  // forever. Rules that match the empty text are found first (through references too, where
-  // llama.cpp looks at empty alternatives only), then a cycle among "can begin with" edges.
-  void check_left_recursion() const {
+  // Left recursion: a rule that can reach itself before reading a character, with more of the
+  // rule to read after the way back (a reference that is not the last of its alternative), pushes
+  // onto the stack without end, so the matcher would expand it forever. Rules that match the empty
+  // text are found first (through references too, where llama.cpp looks at empty alternatives
+  // only). Then the "can begin with" edges between rules, each marked when it grows the stack, go
+  // into strongly connected components: a marked edge inside one is on such a cycle. A cycle of
+  // unmarked edges (a repetition of an item that can be empty, `("a"?)*`) comes back to the same
+  // stack, which the matcher expands once (as llama.cpp does), so it is taken.
+  // Returns whether some (stack-preserving) cycle remains.
+  bool check_left_recursion() const {
     const size_t n = rules_.size();
     std::vector<char> nullable(n, 0);
     for (bool changed = true; changed;) {
@@ -437,44 +456,75 @@ class GrammarParser {
         }
       }
     }
-    std::vector<std::vector<uint32_t>> begins(n);  // r → the rules r can begin with
+    struct Edge {
+      uint32_t to;
+      bool grows;
+    };
+    std::vector<std::vector<Edge>> begins(n);  // r → the rules r can begin with
+    std::vector<std::vector<uint32_t>> begun_by(n);
     for (size_t r = 0; r < n; ++r) {
       bool open = true;
-      for (const Element& e : rules_[r]) {
+      const std::vector<Element>& rule = rules_[r];
+      for (size_t i = 0; i < rule.size(); ++i) {
+        const Element& e = rule[i];
         if (end_of_sequence(e.op)) {
           open = true;
         } else if (open && e.op == Op::Ref) {
-          begins[r].push_back(e.value);
+          begins[r].push_back({e.value, !end_of_sequence(rule[i + 1].op)});
+          begun_by[e.value].push_back(uint32_t(r));
           open = nullable[e.value] != 0;
         } else {
           open = false;
         }
       }
     }
-    enum : char { k_new, k_open, k_done };
-    std::vector<char> state(n, k_new);
-    for (size_t start = 0; start < n; ++start) {
-      if (state[start] != k_new) continue;
-      std::vector<std::pair<uint32_t, size_t>> path{{uint32_t(start), 0}};
-      state[start] = k_open;
+    // Kosaraju, without recursion: finishing order on the edges, then components on the reversed ones.
+    std::vector<uint32_t> order;
+    std::vector<char> seen(n, 0);
+    for (uint32_t start = 0; start < n; ++start) {
+      if (seen[start]) continue;
+      std::vector<std::pair<uint32_t, size_t>> path{{start, 0}};
+      seen[start] = 1;
       while (!path.empty()) {
         auto& [r, next] = path.back();
         if (next == begins[r].size()) {
-          state[r] = k_done;
+          order.push_back(r);
           path.pop_back();
-          continue;
-        }
-        const uint32_t q = begins[r][next++];
-        if (state[q] == k_open) {
-          throw Error("grammar " + origin_ + ": rule '" + names_[q] +
-                      "' is left-recursive: it can reach itself before reading a character (write it with a repetition)");
-        }
-        if (state[q] == k_new) {
-          state[q] = k_open;
+        } else if (const uint32_t q = begins[r][next++].to; !seen[q]) {
+          seen[q] = 1;
           path.push_back({q, 0});
         }
       }
     }
+    constexpr uint32_t k_none = std::numeric_limits<uint32_t>::max();
+    std::vector<uint32_t> component(n, k_none);
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      if (component[*it] != k_none) continue;
+      std::vector<uint32_t> todo{*it};
+      component[*it] = *it;
+      while (!todo.empty()) {
+        const uint32_t r = todo.back();
+        todo.pop_back();
+        for (const uint32_t q : begun_by[r]) {
+          if (component[q] == k_none) {
+            component[q] = *it;
+            todo.push_back(q);
+          }
+        }
+      }
+    }
+    bool cyclic = false;
+    for (uint32_t r = 0; r < n; ++r) {
+      for (const Edge& e : begins[r]) {
+        if (component[e.to] != component[r]) continue;
+        if (e.grows) {
+          fail(defined_at_[r], rule_name(r) + " is left-recursive: it can reach itself before reading a character, with more to read "
+                               "after it (write it with a repetition, as item*)");
+        }
+        cyclic = true;
+      }
+    }
+    return cyclic;
   }
 
   std::string_view src_;
@@ -484,7 +534,9 @@ class GrammarParser {
   std::vector<std::string> names_;  // per rule: its name (a generated rule: the rule it came from)
   std::vector<std::vector<Element>> rules_;
   std::vector<bool> defined_;
-  std::vector<size_t> first_use_;
+  std::vector<bool> generated_;    // per rule: made for a group or a repetition
+  std::vector<size_t> first_use_;  // where each rule is first named
+  std::vector<size_t> defined_at_;
   size_t n_elements_ = 0;
   size_t depth_ = 0;  // groups open around the parser
 };
@@ -533,11 +585,13 @@ void GrammarMatcher::dedup(std::vector<Stack>& stacks) {
 
 // Expands the rule references on top of `stack` until every resulting stack has a character
 // element on top (or is empty: the text may end), appending them to `out`, which the caller
-// dedups (sorting once costs less than a search per stack).
+// dedups (sorting once costs less than a search per stack). A stack with a reference on top is
+// expanded once: a repetition of an item that can match the empty text comes back to it.
 void GrammarMatcher::advance(Stack stack, std::vector<Stack>& out) const {
   const std::vector<Element>& e = grammar_->elements();
   std::vector<Stack> todo;
   todo.push_back(std::move(stack));
+  std::set<Stack> expanded_stacks;
   size_t expanded = 0;
   while (!todo.empty()) {
     Stack s = std::move(todo.back());
@@ -547,13 +601,15 @@ void GrammarMatcher::advance(Stack stack, std::vector<Stack>& out) const {
       if (out.size() > 4 * k_max_stacks) dedup(out);
       continue;
     }
+    if (grammar_->cyclic() && !expanded_stacks.insert(s).second) continue;
     if (++expanded > k_max_expansions) {
-      throw Error("grammar: more than " + with_commas(k_max_expansions) + " rule expansions for one character (the grammar is too ambiguous)");
+      throw Error("grammar: more than " + with_commas(k_max_expansions) + " rule expansions for one character (the grammar is too ambiguous, or its rules nest too deep)");
     }
     const uint32_t at = s.back();
     s.pop_back();
     if (!end_of_sequence(e[at + 1].op)) s.push_back(at + 1);
     const std::vector<uint32_t>& alts = grammar_->alternatives(e[at].value);
+    spend(k_expansion_cost * alts.size());  // a copy of the stack each
     for (auto it = alts.rbegin(); it != alts.rend(); ++it) {
       Stack next = s;
       if (!end_of_sequence(e[*it].op)) next.push_back(*it);
@@ -577,73 +633,136 @@ void GrammarMatcher::accept_code_point(uint32_t cp) {
   stacks_ = std::move(next);
 }
 
-// The candidates no stack can take (llama.cpp's rejection: each stack filters the candidates the
-// stacks before it rejected, following a candidate's code points down the stacks they lead to).
+// The candidates no stack can take: llama.cpp's rejection (a candidate some stack takes, following
+// its code points down the stacks they lead to, is allowed), with the candidates of a level
+// sorted by their next code point, so that a stack visits only those its character element can
+// take and that no stack took before (a `skip` chain over the sorted list steps past those). A
+// grammar with thousands of alternatives after one character (an enum of many strings) then
+// costs what its matches cost, not stacks × vocabulary.
 std::vector<GrammarMatcher::Candidate> GrammarMatcher::reject(const std::vector<Stack>& stacks,
                                                               const std::vector<Candidate>& candidates) const {
   if (candidates.empty() || stacks.empty()) return candidates;
-  std::vector<Candidate> rejects = reject_for_stack(stacks.front(), candidates);
-  for (size_t i = 1; i < stacks.size() && !rejects.empty(); ++i) rejects = reject_for_stack(stacks[i], rejects);
-  return rejects;
-}
-
-std::vector<GrammarMatcher::Candidate> GrammarMatcher::reject_for_stack(const Stack& stack,
-                                                                        const std::vector<Candidate>& candidates) const {
-  std::vector<Candidate> rejects;
-  if (stack.empty()) {  // the text may end here: only a piece that is used up fits
-    for (const Candidate& c : candidates) {
-      if (*c.cp != 0 || c.partial.n_remain != 0) rejects.push_back(c);
-    }
-    return rejects;
-  }
   const std::vector<Element>& e = grammar_->elements();
-  const uint32_t top = stack.back();
-  std::vector<Candidate> next;
-  for (const Candidate& c : candidates) {
-    if (*c.cp == 0) {
-      if (c.partial.n_remain != 0 && !match_partial_char(e, top, c.partial)) rejects.push_back(c);
-    } else if (match_char(e, top, *c.cp).first) {
+  std::vector<char> accepted(candidates.size(), 0);
+  std::vector<uint32_t> partial_ends;                // at their end inside a character
+  std::vector<std::pair<uint32_t, uint32_t>> by_cp;  // (next code point, position in candidates)
+  for (uint32_t i = 0; i < candidates.size(); ++i) {
+    const Candidate& c = candidates[i];
+    // A piece used up with no character left open fits any stack there is (llama.cpp rejects it on
+    // none): taken at once.
+    if (*c.cp != 0) by_cp.emplace_back(*c.cp, i);
+    else if (c.partial.n_remain == 0) accepted[i] = 1;
+    else partial_ends.push_back(i);
+  }
+  std::sort(by_cp.begin(), by_cp.end());
+  spend(by_cp.size() + partial_ends.size());
+  std::vector<uint32_t> skip(by_cp.size() + 1);  // skip[k]: toward the first position ≥ k no stack took yet
+  for (uint32_t k = 0; k < skip.size(); ++k) skip[k] = k;
+  const auto untaken = [&](uint32_t k) {
+    while (skip[k] != k) k = skip[k] = skip[skip[k]];
+    return k;
+  };
+  std::vector<uint32_t> seen_by(by_cp.size(), UINT32_MAX);  // the stack that last collected it
+  for (uint32_t si = 0; si < stacks.size(); ++si) {
+    const Stack& stack = stacks[si];
+    spend(1);
+    if (stack.empty()) continue;  // takes only used-up pieces with no open character: taken above
+    const uint32_t top = stack.back();
+    std::erase_if(partial_ends, [&](uint32_t i) {
+      spend(1);
+      accepted[i] = match_partial_char(e, top, candidates[i].partial);
+      return accepted[i] != 0;
+    });
+    std::vector<Candidate> next;
+    std::vector<uint32_t> next_at;  // each one's position in by_cp
+    const auto collect = [&](uint32_t k) {
+      spend(1);
+      if (seen_by[k] == si) return;
+      seen_by[k] = si;
+      const Candidate& c = candidates[by_cp[k].second];
       next.push_back({c.index, c.cp + 1, c.partial});
-    } else {
-      rejects.push_back(c);
+      next_at.push_back(k);
+    };
+    const Op op = e[top].op;
+    if (op == Op::Char) {  // a class (or a literal's character): its characters and ranges
+      uint32_t at = top;
+      do {
+        const uint32_t lo = e[at].value, hi = e[at + 1].op == Op::RangeUpper ? e[at + 1].value : lo;
+        const auto first = std::lower_bound(by_cp.begin(), by_cp.end(), std::make_pair(lo, uint32_t(0)));
+        for (uint32_t k = untaken(uint32_t(first - by_cp.begin())); k < by_cp.size() && by_cp[k].first <= hi; k = untaken(k + 1)) collect(k);
+        at += e[at + 1].op == Op::RangeUpper ? 2 : 1;
+      } while (e[at].op == Op::CharAlt);
+    } else {  // a negated class or '.': every untaken candidate, tested
+      for (uint32_t k = untaken(0); k < by_cp.size(); k = untaken(k + 1)) {
+        spend(1);
+        if (match_char(e, top, by_cp[k].first).first) collect(k);
+      }
+    }
+    if (next.empty()) continue;
+    const uint32_t after = match_char(e, top, 0).second;
+    Stack s(stack.begin(), stack.end() - 1);
+    if (!end_of_sequence(e[after].op)) s.push_back(after);
+    std::vector<Stack> next_stacks;
+    advance(std::move(s), next_stacks);
+    dedup(next_stacks);
+    std::vector<int32_t> rejected;
+    for (const Candidate& c : reject(next_stacks, next)) rejected.push_back(int32_t(c.index));
+    std::sort(rejected.begin(), rejected.end());
+    for (size_t j = 0; j < next.size(); ++j) {
+      if (std::binary_search(rejected.begin(), rejected.end(), int32_t(next[j].index))) continue;
+      accepted[by_cp[next_at[j]].second] = 1;
+      skip[next_at[j]] = next_at[j] + 1;
     }
   }
-  if (next.empty()) return rejects;
-  const uint32_t after = match_char(e, top, 0).second;
-  Stack s(stack.begin(), stack.end() - 1);
-  if (!end_of_sequence(e[after].op)) s.push_back(after);
-  std::vector<Stack> next_stacks;
-  advance(std::move(s), next_stacks);
-  dedup(next_stacks);
-  for (const Candidate& c : reject(next_stacks, next)) rejects.push_back({c.index, c.cp - 1, c.partial});
+  std::vector<Candidate> rejects;
+  for (uint32_t i = 0; i < candidates.size(); ++i)
+    if (!accepted[i]) rejects.push_back(candidates[i]);
   return rejects;
 }
 
-// A piece too long for the recursive rejection, checked by accepting its code points one by one.
+// Counts work toward the bound on deciding one token: a grammar whose stacks make every token cost
+// thousands of steps stops with an error instead of stalling the generation (and a server's other
+// requests) for minutes.
+void GrammarMatcher::spend(size_t steps) const {
+  work_ += steps;
+  if (work_ > k_max_work) {
+    throw Error("grammar: more than " + with_commas(k_max_work) + " steps to decide the next token (the grammar is too ambiguous)");
+  }
+}
+
+// Accepts a piece's code points on these stacks and says whether it fits: some stack took them all
+// and, where it ends inside a character, could take the character's completion.
+bool GrammarMatcher::walk(const std::vector<uint32_t>& cps, PartialUtf8 tail) {
+  for (size_t i = 0; i + 1 < cps.size() && !stacks_.empty(); ++i) accept_code_point(cps[i]);
+  if (tail.n_remain == 0) return !stacks_.empty();
+  const std::vector<Element>& e = grammar_->elements();
+  return std::any_of(stacks_.begin(), stacks_.end(), [&](const Stack& s) { return !s.empty() && match_partial_char(e, s.back(), tail); });
+}
+
+// Whether a piece fits, walked on a copy of the stacks (for one token, and for a piece too long
+// for mask()'s recursive rejection).
 bool GrammarMatcher::allows_by_walking(const std::vector<uint32_t>& cps, PartialUtf8 tail) const {
   GrammarMatcher walker = *this;
-  for (size_t i = 0; i + 1 < cps.size() && !walker.stacks_.empty(); ++i) walker.accept_code_point(cps[i]);
-  if (tail.n_remain == 0) return !walker.stacks_.empty();
-  const std::vector<Element>& e = grammar_->elements();
-  return std::any_of(walker.stacks_.begin(), walker.stacks_.end(),
-                     [&](const Stack& s) { return !s.empty() && match_partial_char(e, s.back(), tail); });
+  return walker.walk(cps, tail);
 }
 
 bool GrammarMatcher::complete() const {
-  return std::any_of(stacks_.begin(), stacks_.end(), [](const Stack& s) { return s.empty(); });
+  return partial_.n_remain == 0 && std::any_of(stacks_.begin(), stacks_.end(), [](const Stack& s) { return s.empty(); });
 }
 
 bool GrammarMatcher::allows(int32_t token) const {
+  work_ = 0;
   if (token < 0 || size_t(token) >= vocab_->size()) return false;
   if (vocab_->is_eog(token)) return complete();
   if (vocab_->no_text(token)) return false;
+  // Walked a code point at a time, not through mask()'s rejection: two ways to the same answer
+  // (Grammar.MaskAgreesWithSingleTokenChecks holds them to it).
   PartialUtf8 tail;
-  const std::vector<uint32_t> cps = decode_piece(vocab_->piece(token), partial_, tail);
-  if (cps.size() - 1 > k_max_walk) return allows_by_walking(cps, tail);
-  return reject(stacks_, {Candidate{0, cps.data(), tail}}).empty();
+  return allows_by_walking(decode_piece(vocab_->piece(token), partial_, tail), tail);
 }
 
 size_t GrammarMatcher::mask(std::span<float> logits) const {
+  work_ = 0;
   constexpr float k_none = -std::numeric_limits<float>::infinity();
   const bool can_end = complete();
   const bool fresh = partial_.n_remain == 0;
@@ -674,13 +793,21 @@ size_t GrammarMatcher::mask(std::span<float> logits) const {
 }
 
 void GrammarMatcher::accept(int32_t token) {
-  if (!allows(token)) {
-    throw Error("grammar: token " + std::to_string(token) + " does not continue the text the grammar allows");
+  const auto refuse = [&] { return Error("grammar: token " + std::to_string(token) + " does not continue the text the grammar allows"); };
+  if (token < 0 || size_t(token) >= vocab_->size()) throw refuse();
+  if (vocab_->is_eog(token)) {
+    if (!complete()) throw refuse();
+    return;
   }
-  if (vocab_->is_eog(token)) return;
+  if (vocab_->no_text(token)) throw refuse();
+  work_ = 0;
   PartialUtf8 tail;
   const std::vector<uint32_t> cps = decode_piece(vocab_->piece(token), partial_, tail);
-  for (size_t i = 0; i + 1 < cps.size(); ++i) accept_code_point(cps[i]);
+  std::vector<Stack> before = stacks_;
+  if (!walk(cps, tail)) {
+    stacks_ = std::move(before);
+    throw refuse();
+  }
   partial_ = tail;
 }
 

@@ -34,6 +34,9 @@ class Grammar {
   // The positions in elements() where each alternative of a rule (of the start rule) begins.
   const std::vector<uint32_t>& alternatives(uint32_t rule) const { return alts_[rule]; }
   const std::vector<uint32_t>& root_alternatives() const { return alts_[root_]; }
+  // Some rule can reach itself before reading a character, in a way that comes back to the same
+  // stack (a repetition of an item that can be empty): the matcher then expands each stack once.
+  bool cyclic() const { return cyclic_; }
 
  private:
   friend class GrammarParser;
@@ -43,6 +46,7 @@ class Grammar {
   std::vector<uint32_t> rule_at_;   // the position where rule i begins
   std::vector<std::vector<uint32_t>> alts_;  // the positions where rule i's alternatives begin
   uint32_t root_ = 0;
+  bool cyclic_ = false;
 };
 
 // Where decoding stopped inside a UTF-8 character: its bits so far and the continuation bytes it
@@ -100,13 +104,15 @@ class GrammarMatcher {
   void advance(Stack stack, std::vector<Stack>& out) const;
   void accept_code_point(uint32_t cp);
   std::vector<Candidate> reject(const std::vector<Stack>& stacks, const std::vector<Candidate>& candidates) const;
-  std::vector<Candidate> reject_for_stack(const Stack& stack, const std::vector<Candidate>& candidates) const;
+  void spend(size_t steps) const;
+  bool walk(const std::vector<uint32_t>& cps, PartialUtf8 tail);
   bool allows_by_walking(const std::vector<uint32_t>& cps, PartialUtf8 tail) const;
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const GrammarVocab> vocab_;
   std::vector<Stack> stacks_;
   PartialUtf8 partial_;
+  mutable size_t work_ = 0;  // steps spent on the token being decided
 };
 
 }  // namespace vkllm

@@ -3,6 +3,8 @@
 #include "text/json_schema.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -111,11 +113,32 @@ class SchemaConverter {
       }
       return reference(*ref, at);
     }
-    if (const auto c = s.find("const"); c != s.end()) return literal(c->dump()) + " ws";
+    // enum, const, anyOf, oneOf, allOf choose among values or schemas: beside them only `type`
+    // (beside enum and const, which keeps the values of those types), lest a keyword be dropped.
+    const char* chooser = nullptr;
+    for (const char* k : {"const", "enum", "anyOf", "oneOf", "allOf"}) {
+      if (!s.contains(k)) continue;
+      if (chooser) fail(at, std::string("'") + k + "' beside '" + chooser + "' is not supported");
+      chooser = k;
+    }
+    if (chooser) {
+      const bool values = std::string(chooser) == "const" || std::string(chooser) == "enum";
+      for (const auto& [key, value] : s.items()) {
+        (void)value;
+        if (key != chooser && !k_annotations.count(key) && !(values && key == "type"))
+          fail(at, "'" + key + "' beside '" + chooser + "' is not supported");
+      }
+    }
+    if (const auto c = s.find("const"); c != s.end()) {
+      if (!has_type(*c, s, at)) fail(at, "the 'const' value does not have the schema's 'type'");
+      return literal(c->dump()) + " ws";
+    }
     if (const auto e = s.find("enum"); e != s.end()) {
       if (!e->is_array() || e->empty()) fail(at + "/enum", "'enum' must be a non-empty array");
       std::string alts;
-      for (const json& v : *e) alts += (alts.empty() ? "" : " | ") + literal(v.dump());
+      for (const json& v : *e)
+        if (has_type(v, s, at)) alts += (alts.empty() ? "" : " | ") + literal(v.dump());
+      if (alts.empty()) fail(at, "no value of 'enum' has the schema's 'type'");
       return "(" + alts + ") ws";
     }
     for (const char* k : {"anyOf", "oneOf", "allOf"}) {
@@ -147,6 +170,28 @@ class SchemaConverter {
     return "(" + alts + ")";
   }
 
+  // Whether JSON value v has (one of) the schema's `type`s; true without one.
+  bool has_type(const json& v, const json& s, const std::string& at) const {
+    const auto type = s.find("type");
+    if (type == s.end()) return true;
+    const auto is = [&](const json& t) {
+      if (!t.is_string()) fail(at + "/type", "'type' must be a type name or a non-empty array of them");
+      const std::string& n = t.get_ref<const std::string&>();
+      return (n == "null" && v.is_null()) || (n == "boolean" && v.is_boolean()) || (n == "string" && v.is_string()) ||
+             (n == "number" && v.is_number()) || (n == "object" && v.is_object()) || (n == "array" && v.is_array()) ||
+             (n == "integer" && v.is_number() && (v.is_number_integer() || v.get<double>() == std::floor(v.get<double>())));
+    };
+    if (type->is_array()) return std::any_of(type->begin(), type->end(), is);
+    return is(*type);
+  }
+
+  // `e` as one name: itself when it is one, else a rule of its own (an expression written twice
+  // by a repetition would double with every level of nesting).
+  std::string named(const std::string& e) {
+    const bool name = !e.empty() && std::all_of(e.begin(), e.end(), [](char c) { return std::isalnum(uint8_t(c)) || c == '-'; });
+    return name ? e : rule(e);
+  }
+
   std::string reference(const json& ref, const std::string& at) {
     if (!ref.is_string()) fail(at + "/$ref", "'$ref' must be a string");
     const std::string r = ref.get<std::string>();
@@ -171,10 +216,11 @@ class SchemaConverter {
   uint64_t count(const json& s, const char* key, const std::string& at, uint64_t fallback) {
     const auto v = s.find(key);
     if (v == s.end()) return fallback;
-    if (!v->is_number_unsigned()) fail(at + "/" + key, std::string("'") + key + "' must be a whole number ≥ 0");
-    if (v->get<uint64_t>() > k_max_count)
+    if (!v->is_number() || v->get<double>() < 0 || v->get<double>() != std::floor(v->get<double>()))
+      fail(at + "/" + key, std::string("'") + key + "' must be a whole number ≥ 0");
+    if (v->get<double>() > double(k_max_count))
       fail(at + "/" + key, std::string("'") + key + "' above 2,000 is not supported (a grammar repeats an item at most 2,000 times)");
-    return v->get<uint64_t>();
+    return uint64_t(v->get<double>());
   }
 
   // `item` repeated from min to max times (max UINT64_MAX: no end), separated by `sep`.
@@ -200,7 +246,7 @@ class SchemaConverter {
     if (t == "array") {
       const auto items = s.find("items");
       if (items != s.end() && items->is_array()) fail(at + "/items", "'items' as an array (tuples) is not supported");
-      const std::string item = items == s.end() ? "value" : expr(*items, at + "/items");
+      const std::string item = items == s.end() ? "value" : named(expr(*items, at + "/items"));
       const uint64_t min = count(s, "minItems", at, 0), max = count(s, "maxItems", at, UINT64_MAX);
       if (max < min) fail(at, "'maxItems' is below 'minItems'");
       const std::string body = repeated(item, "\",\" ws", min, max);
