@@ -500,6 +500,18 @@ TEST(Serve, GrammarsConstrainRepliesAsRunDoes) {
   EXPECT_NE(e["error"]["message"].get<std::string>().find("'minimum' is not supported"), std::string::npos) << e.dump();
   e = post(c, "/v1/completions", {{"prompt", "x"}, {"json_schema", {{"type", "string"}}}, {"grammar", words}}, &status);
   EXPECT_EQ(status, 400);
+  // A grammar no token can go on with (a NUL after "a"): the request's error, a 400, whole or
+  // streamed (after its first chunk, an error event); the server goes on.
+  e = post(c, "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 5}, {"grammar", "root ::= \"a\" \"\\x00\""}}, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+  EXPECT_NE(e["error"]["message"].get<std::string>().find("no token of the vocabulary continues the text after 1 generated token"),
+            std::string::npos) << e.dump();
+  const auto streamed = c.Post("/v1/completions", json({{"prompt", "Once"}, {"max_tokens", 5}, {"stream", true}, {"grammar", "root ::= \"a\" \"\\x00\""}}).dump(),
+                               "application/json");
+  ASSERT_TRUE(streamed);
+  EXPECT_NE(streamed->body.find("\"type\":\"invalid_request_error\""), std::string::npos) << streamed->body;
+  EXPECT_NE(streamed->body.find("data: [DONE]"), std::string::npos) << streamed->body;
   e = post(c, "/v1/completions", {{"prompt", kPrompts[1]}, {"max_tokens", 40}, {"grammar", words}}, &status);
   EXPECT_EQ(status, 200);
   EXPECT_EQ(e["choices"][0]["text"], want_words);

@@ -33,10 +33,11 @@ void Job::push_text(const std::string& text, std::vector<TokenLogprobs> logprobs
   cv_.notify_all();
 }
 
-void Job::finish(const GenerationStats& stats, std::string error) {
+void Job::finish(const GenerationStats& stats, std::string error, bool request_error) {
   std::lock_guard lock(mu_);
   stats_ = stats;
   error_ = std::move(error);
+  request_error_ = request_error;
   done_ = true;
   cv_.notify_all();
 }
@@ -200,6 +201,8 @@ void Scheduler::prefill_round() {
   }
   try {
     if (!s.gen->prefill_step(s.engine->ubatch())) finish_prefill(s);
+  } catch (const GrammarError& e) {  // the request's grammar, at its start: the cache is whole
+    complete(s, e.what(), true);
   } catch (const std::exception& e) {
     s.engine->cache().clear();  // a failed prefill may have left tokens without their K/V
     complete(s, e.what());
@@ -240,6 +243,8 @@ void Scheduler::step_all() {
       stepping.push_back(&s);
       engines.push_back(s.engine);
       tokens.push_back(tok);
+    } catch (const GrammarError& e) {
+      complete(s, e.what(), true);
     } catch (const std::exception& e) {
       complete(s, e.what());
     }
@@ -297,7 +302,7 @@ std::vector<TokenLogprobs> Scheduler::released_logprobs(Sequence& s, bool all) {
   return out;
 }
 
-void Scheduler::complete(Sequence& s, const std::string& error) {
+void Scheduler::complete(Sequence& s, const std::string& error, bool request_error) {
   // The last tokens' log-probabilities: all of them unless a stop string cut the text (then only
   // those whose text was released) or the client went away.
   if (error.empty() && s.gen && s.gen->stats().stop_reason != "stop string" && s.gen->stats().stop_reason != "interrupted")
@@ -317,7 +322,7 @@ void Scheduler::complete(Sequence& s, const std::string& error) {
     --running_;
     s.last_used = ++round_;
   }
-  job->finish(st, error);
+  job->finish(st, error, request_error);
   idle_cv_.notify_all();
 }
 

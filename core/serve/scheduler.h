@@ -60,10 +60,12 @@ class Job {
   bool cancelled() const { return cancelled_; }
   const GenerationStats& stats() const { return stats_; }
   const std::string& error() const { return error_; }
+  // The error was the request's (its grammar could not go on): a 400, not a 500.
+  bool request_error() const { return request_error_; }
 
   // The device side.
   void push_text(const std::string& text, std::vector<TokenLogprobs> logprobs = {});
-  void finish(const GenerationStats& stats, std::string error = "");
+  void finish(const GenerationStats& stats, std::string error = "", bool request_error = false);
 
  private:
   std::mutex mu_;
@@ -74,6 +76,7 @@ class Job {
   std::atomic<bool> cancelled_{false};
   GenerationStats stats_;
   std::string error_;
+  bool request_error_ = false;
 };
 
 struct SchedulerOptions {
@@ -127,7 +130,7 @@ class Scheduler {
   // With logprobs asked for: the entries of the generated tokens whose text has begun to be
   // released (all of them with `all`, at the end of a generation whose text was not cut).
   std::vector<TokenLogprobs> released_logprobs(Sequence& s, bool all);
-  void complete(Sequence& s, const std::string& error = "");
+  void complete(Sequence& s, const std::string& error = "", bool request_error = false);
   void update_gauges();
   // Drops the queued jobs whose clients went away (mu_ held): they held queue places until a
   // sequence took them, so a client retrying after its own timeout was refused.

@@ -43,6 +43,15 @@ void send_error(httplib::Response& res, int status, const std::string& message, 
   res.set_content(dump(error_body(message, type, param, code)), "application/json");
 }
 
+// A job's error: the request's own (its grammar could not go on) is a 400, anything else a 500.
+ApiError job_error(const Job& job) {
+  return job.request_error() ? ApiError(400, job.error(), "grammar") : ApiError(500, job.error(), "", "server_error");
+}
+json job_error_body(const Job& job) {
+  const ApiError e = job_error(job);
+  return error_body(e.what(), e.type, e.param, e.code);
+}
+
 // An error after which the connection must end: its request's framing is unknown (a Content-Length
 // that is not a count, two that differ), so what follows the headers must not be read as the next
 // request. cpp-httplib 0.11 keeps a connection open whatever the response's Connection header says;
@@ -355,7 +364,7 @@ void HttpServer::routes() {
           *text += piece;
           continue;
         }
-        if (!job->error().empty()) throw ApiError(500, job->error(), "", "server_error");
+        if (!job->error().empty()) throw job_error(*job);
         res.set_content(body(*text), "application/json");
         return;
       }
@@ -375,7 +384,7 @@ void HttpServer::routes() {
               }
               last_write = std::chrono::steady_clock::now();
             }
-            const std::string out = job->error().empty() ? body(*text) : dump(error_body(job->error(), "server_error", ""));
+            const std::string out = job->error().empty() ? body(*text) : dump(job_error_body(*job));
             sink.write(out.data(), out.size());
             sink.done();
             return true;
@@ -412,7 +421,7 @@ void HttpServer::routes() {
             if (w == Job::Wait::Text) first = false;
           }
           if (!job->error().empty()) {
-            event(dump(error_body(job->error(), "server_error", "")));
+            event(dump(job_error_body(*job)));
           } else {
             if (first) event(dump(chunk_body(e, id, created, model, "", true, std::nullopt)));
             event(dump(chunk_body(e, id, created, model, "", false, finish_reason(job->stats().stop_reason))));

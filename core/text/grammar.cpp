@@ -579,7 +579,7 @@ void GrammarMatcher::dedup(std::vector<Stack>& stacks) {
   std::sort(stacks.begin(), stacks.end());
   stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
   if (stacks.size() > k_max_stacks) {
-    throw Error("grammar: more than " + with_commas(k_max_stacks) + " ways to continue the text (the grammar is too ambiguous)");
+    throw GrammarError("grammar: more than " + with_commas(k_max_stacks) + " ways to continue the text (the grammar is too ambiguous)");
   }
 }
 
@@ -603,7 +603,7 @@ void GrammarMatcher::advance(Stack stack, std::vector<Stack>& out) const {
     }
     if (grammar_->cyclic() && !expanded_stacks.insert(s).second) continue;
     if (++expanded > k_max_expansions) {
-      throw Error("grammar: more than " + with_commas(k_max_expansions) + " rule expansions for one character (the grammar is too ambiguous, or its rules nest too deep)");
+      throw GrammarError("grammar: more than " + with_commas(k_max_expansions) + " rule expansions for one character (the grammar is too ambiguous, or its rules nest too deep)");
     }
     const uint32_t at = s.back();
     s.pop_back();
@@ -726,7 +726,7 @@ std::vector<GrammarMatcher::Candidate> GrammarMatcher::reject(const std::vector<
 void GrammarMatcher::spend(size_t steps) const {
   work_ += steps;
   if (work_ > k_max_work) {
-    throw Error("grammar: more than " + with_commas(k_max_work) + " steps to decide the next token (the grammar is too ambiguous)");
+    throw GrammarError("grammar: more than " + with_commas(k_max_work) + " steps to decide the next token (the grammar is too ambiguous)");
   }
 }
 
@@ -793,7 +793,7 @@ size_t GrammarMatcher::mask(std::span<float> logits) const {
 }
 
 void GrammarMatcher::accept(int32_t token) {
-  const auto refuse = [&] { return Error("grammar: token " + std::to_string(token) + " does not continue the text the grammar allows"); };
+  const auto refuse = [&] { return GrammarError("grammar: token " + std::to_string(token) + " does not continue the text the grammar allows"); };
   if (token < 0 || size_t(token) >= vocab_->size()) throw refuse();
   if (vocab_->is_eog(token)) {
     if (!complete()) throw refuse();

@@ -14,9 +14,18 @@
 #include <string_view>
 #include <vector>
 
+#include "base/error.h"
+
 namespace vkllm {
 
 class Tokenizer;
+
+// A grammar that cannot go on with the generation it constrains (no token fits, too ambiguous):
+// the request's fault, not the device's (the server answers 400).
+class GrammarError : public Error {
+ public:
+  using Error::Error;
+};
 
 class Grammar {
  public:
