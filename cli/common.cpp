@@ -135,7 +135,7 @@ std::shared_ptr<const Grammar> read_grammar_flags(const GrammarFlags& g) {
     throw Error(name + ": not JSON: " + json_error_text(e));
   }
   try {
-    return Grammar::parse(json_schema_to_gbnf(schema), "(from the JSON schema)");
+    return json_schema_grammar(schema);
   } catch (const Error& e) {
     throw Error(name + ": " + e.what());
   }

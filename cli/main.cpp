@@ -86,13 +86,13 @@ void option_rules(CLI::App& app) {
 // `--stop -p`) is left as it is, as is all after a "--" that is no value.
 std::vector<char*> llama_cpp_spellings(int argc, char** argv, const CLI::App& command, std::deque<std::string>& storage) {
   static const std::map<std::string_view, const char*> renamed = {
-      {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-ub", "--ubatch"}, {"-np", "--parallel"}};
+      {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-ub", "--ubatch"}, {"-np", "--parallel"}, {"-jf", "--json-schema-file"}};
   static const std::set<std::string_view> llama_cpp_words = {
       "-hf",   "-hfr",  "-hff",  "-hfv",   "-hffv", "-hft",   "-hfd",  "-hfrd", "-cnv",  "-no-cnv", "-mli",  "-sys", "-sysf",
       "-cb",   "-nocb", "-nkvo", "-fit",   "-fitt", "-fitc",  "-mg",   "-mu",   "-sm",   "-ts",     "-ctxcp", "-cram", "-cmoe",
       "-ncmoe", "-cd",  "-ctkd", "-ctvd",  "-cpent", "-nr",   "-dkvc", "-dt",   "-ngld", "-td",     "-tb",   "-tbd", "-Cr",
       "-Crb",  "-bs",   "-lv",   "-dev",   "-devd", "-ot",    "-otd",  "-ps",   "-pg",   "-mmp",    "-embd", "-lcs", "-lcd",
-      "-jf",   "-sp",   "-dio",  "-rea",   "-dr",   "-spf",   "-sps",  "-npp",  "-ntg",  "-npl",    "-kvu",  "-sysp", "-cmoed"};
+      "-sp",   "-dio",  "-rea",   "-dr",   "-spf",   "-sps",  "-npp",  "-ntg",  "-npl",    "-kvu",  "-sysp", "-cmoed"};
   struct Ignored {
     std::vector<std::string_view> names;
     bool (*is_value)(std::string_view);

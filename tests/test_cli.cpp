@@ -821,7 +821,7 @@ TEST(Cli, GrammarErrorsComeBeforeTheModelLoads) {
   EXPECT_EQ(r.err, "vkllm: error: --json-schema: JSON schema: 'minimum' is not supported: the reply could not be held to it (docs/sampling.md, \"JSON schemas\")\n");
   const std::string schema_file = testing::TempDir() + "/schema.json";
   std::ofstream(schema_file) << "{\"type\": ";
-  r = vkllm("run -m " + missing_model + " -p hi --json-schema-file " + schema_file);
+  r = vkllm("run -m " + missing_model + " -p hi -jf " + schema_file);  // llama.cpp's spelling of --json-schema-file
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find(schema_file + ": not JSON: "), std::string::npos) << r.err;
   r = vkllm("run -m " + missing_model + " -p hi -j '{}' --grammar-file " + file);

@@ -167,7 +167,8 @@ TEST(Grammar, EndOfGenerationOnlyWhenComplete) {
 // matches, following them down) and the single-token check (a copy of the stacks walked a code
 // point at a time) agree on every token of the vocabulary, at every point of texts through the
 // JSON grammar, overlapping classes and ranges, negated classes, an enum of many alternatives,
-// and inside unfinished characters.
+// stacks taking the same characters, repetitions of items that can be empty, and inside
+// unfinished characters.
 TEST(Grammar, MaskAgreesWithSingleTokenChecks) {
   VKLLM_REQUIRE_SHARED(k_vocab);
   const Vocab& v = vocab();
@@ -178,6 +179,9 @@ TEST(Grammar, MaskAgreesWithSingleTokenChecks) {
       {std::string(json_object_gbnf()), "{\"k\xC3\xA9y\": [1, -2.5e3, true, {\"x\": null}], \"s\": \"a\\u00e9\xC3"},
       {"root ::= (\"ab\" | [a-c]+ | [b-dcb] \"!\" | [^x\\n] \"y\" | \"\xC3\xA9\" . | [a-z\xCE\xB1-\xCF\x89]{2,3})+", "abc\xC3\xA9!zyab\xCE\xB2\xCE"},
       {many, "w12 abc"},
+      // Stacks that take the same characters, and repetitions of items that can be empty.
+      {"root ::= ([a-z]+ | [a-m] [a-z]* | ws)* \".\"\nws ::= [ ]*", "ab cd  ef"},
+      {"root ::= (\"a\"? [b-z]?)+ \"!\"", "abzz"},
   };
   for (const auto& [gbnf, text] : cases) {
     GrammarMatcher m(Grammar::parse(gbnf, "test"), v.gv);
@@ -247,6 +251,7 @@ TEST(Grammar, ParseErrorsNameTheLineAndColumn) {
       {"root ::= (root \"a\")? \"b\"", "line 1, column 1: rule 'root' is left-recursive"},
       // Groups inside groups: the parser recurses into each.
       {"root ::= " + std::string(300, '(') + "\"a\"" + std::string(300, ')'), "groups nest deeper than 256 levels"},
+      {"root ::= a\na ::= a", "line 1, column 1: rule 'root' can never end"},
       // A long item repeated repeatedly: refused before it takes the memory.
       {"root ::= \"" + std::string(1000, 'a') + "\"{2000}{2000}", "the grammar grows past 4,194,304 elements"},
   };
@@ -257,6 +262,12 @@ TEST(Grammar, ParseErrorsNameTheLineAndColumn) {
   }
   // What llama.cpp takes is taken: a rule defined twice (the last holds), an empty alternative.
   EXPECT_EQ(parse_error("root ::= \"a\"\nroot ::= \"b\" | \n"), "(parsed)");
+  // A chain of 200,000 rules, the last empty: finding which rules match the empty text is linear
+  // (a pass over every rule per rule found took 4·10^10 steps).
+  std::string chain = "root ::= a0 \"x\"\n";
+  for (int i = 0; i < 200000; ++i) chain += "a" + std::to_string(i) + " ::= a" + std::to_string(i + 1) + "\n";
+  chain += "a200000 ::= \n";
+  EXPECT_EQ(parse_error(chain), "(parsed)");
 }
 
 TEST(Grammar, AmbiguityIsBounded) {
@@ -405,12 +416,18 @@ TEST(JsonSchema, WhatItCannotHoldIsRefusedNamingWhere) {
       {R"({"properties": {"a": {"const": 1}}, "required": ["a"], "oneOf": [{"type": "object"}]})", "'properties' beside 'oneOf' is not supported"},
       {R"({"enum": [1], "const": 1})", "'enum' beside 'const' is not supported"},
       {R"({"type": "string", "enum": [1, 2]})", "no value of 'enum' has the schema's 'type'"},
-      {std::string(100, '[') + "{}" + std::string(100, ']'), "a schema must be an object or a boolean"},
+      {R"({"$defs": {"a": [1]}, "$ref": "#/$defs/a/99999999999999999999"})", "names no schema"},
+      {R"({"$ref": "#"})", "rule 'root' can never end"},
   };
   for (const auto& [schema, expected] : cases) {
     const std::string error = schema_error(schema);
     EXPECT_NE(error.find(expected), std::string::npos) << schema << "\n" << error;
   }
+  // A type list writes its schema once per type: the subschemas are converted once all the same
+  // (each one was converted again for every type: 2^40 here).
+  nlohmann::ordered_json listed = {{"type", "integer"}};
+  for (int i = 0; i < 40; ++i) listed = {{"type", {"array", "array", "null"}}, {"items", listed}};
+  EXPECT_LT(schema_gbnf(listed.dump()).size(), 20000u);
   // Schemas inside schemas past 64 levels.
   std::string deep = "{}";
   for (int i = 0; i < 100; ++i) deep = R"({"type": "array", "items": )" + deep + "}";

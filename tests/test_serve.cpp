@@ -480,6 +480,13 @@ TEST(Serve, GrammarsConstrainRepliesAsRunDoes) {
 
   httplib::Client c = s.client();
   int status = 0;
+  // json_object with a schema (llama-server's) is held to the schema.
+  const auto object_schema = c.Post("/v1/completions",
+                                    R"({"prompt": ")" + kPrompts[3] + R"(", "max_tokens": 40, "response_format": {"type": "json_object", )" +
+                                        R"("schema": )" + schema + "}}",
+                                    "application/json");
+  ASSERT_TRUE(object_schema);
+  EXPECT_EQ(json::parse(object_schema->body)["choices"][0]["text"], want_schema) << object_schema->body;
   json e = post(c, "/v1/completions", {{"prompt", "x"}, {"grammar", "root ::= foo"}}, &status);
   EXPECT_EQ(status, 400);
   EXPECT_EQ(e["error"]["param"], "grammar");

@@ -230,7 +230,7 @@ int32_t Generator::sample_in_grammar(GrammarMatcher& grammar) {
   if (!grammar.allows(tok)) {
     logits_ = unmasked_;
     if (grammar.mask(logits_) == 0) {
-throw GrammarError("grammar: no token of the vocabulary continues the text after " + std::to_string(stats_.generated) +
+      throw GrammarError("grammar: no token of the vocabulary continues the text after " + std::to_string(stats_.generated) +
                          (stats_.generated == 1 ? " generated token" : " generated tokens"));
     }
     tok = sampler_.sample(logits_);

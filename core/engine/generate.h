@@ -130,6 +130,9 @@ class Generator {
   bool advance(std::span<const float> logits, const TextSink& on_text);
   // Ends a started generation before its next step (its client went away): "interrupted".
   void interrupt();
+  // The vocabulary as grammars read it, from a caller that keeps one for many generators (the
+  // server); otherwise the first run with a grammar decodes its own.
+  void share_grammar_vocab(std::shared_ptr<const GrammarVocab> vocab) { grammar_vocab_ = std::move(vocab); }
 
   const GenerationStats& stats() const { return stats_; }
   GenerationStats& stats() { return stats_; }

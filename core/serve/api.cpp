@@ -211,11 +211,13 @@ std::shared_ptr<const Grammar> response_grammar(const json& body, const std::str
     }
   };
   if (gbnf) return parsed(gbnf->get<std::string>(), "(the request's field)", "grammar");
-  if (type && *type == "json_object") {
+  // json_object with a `schema` (llama-server takes one there too) is held to the schema.
+  const bool object_schema = type && *type == "json_object" && format->contains("schema") && !format->at("schema").is_null();
+  if (type && *type == "json_object" && !object_schema) {
     static const std::shared_ptr<const Grammar> json_object = Grammar::parse(json_object_gbnf(), "json_object");
     return json_object;
   }
-  if (!schema_field && !(type && *type == "json_schema")) return nullptr;
+  if (!schema_field && !object_schema && !(type && *type == "json_schema")) return nullptr;
   const char* param = schema_field ? "json_schema" : "response_format";
   nlohmann::ordered_json schema = true;  // OpenAI's json_schema without a schema: any JSON value
   const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body_text);
@@ -224,14 +226,15 @@ std::shared_ptr<const Grammar> response_grammar(const json& body, const std::str
   } else {
     // (`field` found response_format and its type above; the rest may be absent: any JSON value.)
     const nlohmann::ordered_json& format_obj = ordered.at("response_format");
-    const auto spec = format_obj.find("json_schema");
-    if (spec != format_obj.end() && !spec->is_null()) {
+    const auto spec = format_obj.find(object_schema ? "schema" : "json_schema");
+    if (object_schema) schema = *spec;
+    if (!object_schema && spec != format_obj.end() && !spec->is_null()) {
       if (!spec->is_object()) throw ApiError(400, "'response_format.json_schema' must be an object ({\"name\", \"schema\"})", param);
       if (const auto inner = spec->find("schema"); inner != spec->end() && !inner->is_null()) schema = *inner;
     }
   }
   try {
-    return parsed(json_schema_to_gbnf(schema), "(from the JSON schema)", param);
+    return json_schema_grammar(schema);
   } catch (const Error& e) {
     throw ApiError(400, e.what(), param);
   }

@@ -141,6 +141,10 @@ void Scheduler::admit(Sequence& s, const std::shared_ptr<Job>& job) {
   try {
     s.sampler = std::make_unique<Sampler>(job->sampling);
     s.gen = std::make_unique<Generator>(*s.engine, tok_, *s.sampler);
+    if (job->generate.grammar) {  // the vocabulary as grammars read it: decoded once, for every request
+      if (!grammar_vocab_) grammar_vocab_ = std::make_shared<const GrammarVocab>(tok_);
+      s.gen->share_grammar_vocab(grammar_vocab_);
+    }
     try {
       copy_longer_prefix(s, job->prompt);
     } catch (const std::exception& e) {  // an optimisation: the prompt is prefilled instead

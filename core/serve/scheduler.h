@@ -137,6 +137,7 @@ class Scheduler {
   void drop_cancelled_locked();
 
   const Tokenizer& tok_;
+  std::shared_ptr<const GrammarVocab> grammar_vocab_;  // built by the first request with a grammar
   Metrics& metrics_;
   SchedulerOptions opts_;
   std::vector<Sequence> seqs_;

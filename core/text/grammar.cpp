@@ -21,11 +21,10 @@ constexpr uint32_t k_unbounded = std::numeric_limits<uint32_t>::max();
 constexpr uint32_t k_max_repetitions = 2000;        // llama.cpp's MAX_REPETITION_THRESHOLD
 constexpr size_t k_max_elements = size_t(1) << 22;  // 4M elements, 32 MiB
 constexpr size_t k_max_stacks = 4096;               // ways to continue the text at one point
-constexpr size_t k_max_expansions = 100'000;        // rule references expanded for one character
-constexpr size_t k_max_nesting = 256;              // groups inside groups (the parser recurses into each)
-constexpr size_t k_max_walk = 256;
-constexpr size_t k_max_work = 10'000'000;            // steps to decide one token (GrammarMatcher::spend)
-constexpr size_t k_expansion_cost = 20;              // steps a rule expansion counts for (copies a stack)  // code points of a piece the recursive rejection follows
+constexpr size_t k_max_nesting = 256;               // groups inside groups (the parser recurses into each)
+constexpr size_t k_max_walk = 256;                  // code points of a piece the recursive rejection follows
+constexpr size_t k_max_work = 10'000'000;           // steps to decide one token (GrammarMatcher::spend)
+constexpr size_t k_expansion_cost = 20;             // steps a rule expansion counts for (copies a stack)
 
 bool is_word_char(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-'; }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
@@ -139,6 +138,9 @@ class GrammarParser {
     const auto root = ids_.find("root");
     if (root == ids_.end()) throw Error("grammar " + origin_ + " has no rule 'root' (generation starts there)");
     const bool cyclic = check_left_recursion();
+    if (!derivable(true)[root->second]) {
+      fail(defined_at_[root->second], "rule 'root' can never end: every way through it refers back to itself without end");
+    }
 
     auto g = std::shared_ptr<Grammar>(new Grammar());
     g->root_ = root->second;
@@ -425,6 +427,42 @@ class GrammarParser {
     return "line " + std::to_string(line);
   }
 
+  // The rules that can derive a text (with `chars_pass`: any text; without: the empty text, a
+  // character blocking its alternative). An alternative is done once each of its references is;
+  // each reference is counted down once, when its rule is found (Knuth's worklist: linear, where a
+  // pass over all rules per rule found was quadratic in a chain of them).
+  std::vector<char> derivable(bool chars_pass) const {
+    const size_t n = rules_.size();
+    constexpr uint32_t k_blocked = std::numeric_limits<uint32_t>::max() / 2;
+    std::vector<std::pair<uint32_t, uint32_t>> alts;  // (rule, references not yet done)
+    std::vector<std::vector<uint32_t>> users(n);     // rule → the alternatives that refer to it, once per reference
+    std::vector<uint32_t> found;
+    for (uint32_t r = 0; r < n; ++r) {
+      alts.emplace_back(r, 0);
+      for (const Element& e : rules_[r]) {
+        if (end_of_sequence(e.op)) {
+          if (alts.back().second == 0) found.push_back(r);
+          if (e.op == Op::Alt) alts.emplace_back(r, 0);
+        } else if (e.op == Op::Ref) {
+          users[e.value].push_back(uint32_t(alts.size() - 1));
+          ++alts.back().second;
+        } else if (!chars_pass && e.op != Op::RangeUpper && e.op != Op::CharAlt) {
+          alts.back().second += k_blocked;
+        }
+      }
+    }
+    std::vector<char> done(n, 0);
+    while (!found.empty()) {
+      const uint32_t r = found.back();
+      found.pop_back();
+      if (done[r]) continue;
+      done[r] = 1;
+      for (const uint32_t a : users[r])
+        if (--alts[a].second == 0) found.push_back(alts[a].first);
+    }
+    return done;
+  }
+
   // Left recursion: a rule that can reach itself before reading a character, with more of the
   // rule to read after the way back (a reference that is not the last of its alternative), pushes
   // onto the stack without end, so the matcher would expand it forever. Rules that match the empty
@@ -436,26 +474,7 @@ class GrammarParser {
   // Returns whether some (stack-preserving) cycle remains.
   bool check_left_recursion() const {
     const size_t n = rules_.size();
-    std::vector<char> nullable(n, 0);
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (size_t r = 0; r < n; ++r) {
-        if (nullable[r]) continue;
-        bool alt_empty = true;
-        for (const Element& e : rules_[r]) {
-          if (end_of_sequence(e.op)) {
-            if (alt_empty) {
-              nullable[r] = 1;
-              changed = true;
-              break;
-            }
-            alt_empty = true;
-          } else if (e.op != Op::Ref || !nullable[e.value]) {
-            alt_empty = false;
-          }
-        }
-      }
-    }
+    const std::vector<char> nullable = derivable(false);
     struct Edge {
       uint32_t to;
       bool grows;
@@ -592,7 +611,6 @@ void GrammarMatcher::advance(Stack stack, std::vector<Stack>& out) const {
   std::vector<Stack> todo;
   todo.push_back(std::move(stack));
   std::set<Stack> expanded_stacks;
-  size_t expanded = 0;
   while (!todo.empty()) {
     Stack s = std::move(todo.back());
     todo.pop_back();
@@ -602,9 +620,6 @@ void GrammarMatcher::advance(Stack stack, std::vector<Stack>& out) const {
       continue;
     }
     if (grammar_->cyclic() && !expanded_stacks.insert(s).second) continue;
-    if (++expanded > k_max_expansions) {
-      throw GrammarError("grammar: more than " + with_commas(k_max_expansions) + " rule expansions for one character (the grammar is too ambiguous, or its rules nest too deep)");
-    }
     const uint32_t at = s.back();
     s.pop_back();
     if (!end_of_sequence(e[at + 1].op)) s.push_back(at + 1);
@@ -633,85 +648,106 @@ void GrammarMatcher::accept_code_point(uint32_t cp) {
   stacks_ = std::move(next);
 }
 
-// The candidates no stack can take: llama.cpp's rejection (a candidate some stack takes, following
-// its code points down the stacks they lead to, is allowed), with the candidates of a level
-// sorted by their next code point, so that a stack visits only those its character element can
-// take and that no stack took before (a `skip` chain over the sorted list steps past those). A
-// grammar with thousands of alternatives after one character (an enum of many strings) then
-// costs what its matches cost, not stacks × vocabulary.
+// The candidates no stack can take: llama.cpp's rejection (a candidate is allowed when some stack
+// takes its code points, followed down the stacks they lead to), with a level's candidates grouped
+// by the set of stacks that take their next code point: each group goes one level down once, on
+// the union of those stacks advanced past it. A stack finds its code points by looking its class's
+// characters and ranges up among the level's (sorted) distinct code points, so an enum of
+// thousands of strings costs its matches, not stacks × vocabulary; and two stacks that take the
+// same characters (`([a-z]+)*`) go on together, where following each alone cost 2^length on a
+// token rejected deep down.
 std::vector<GrammarMatcher::Candidate> GrammarMatcher::reject(const std::vector<Stack>& stacks,
                                                               const std::vector<Candidate>& candidates) const {
   if (candidates.empty() || stacks.empty()) return candidates;
   const std::vector<Element>& e = grammar_->elements();
   std::vector<char> accepted(candidates.size(), 0);
-  std::vector<uint32_t> partial_ends;                // at their end inside a character
   std::vector<std::pair<uint32_t, uint32_t>> by_cp;  // (next code point, position in candidates)
   for (uint32_t i = 0; i < candidates.size(); ++i) {
     const Candidate& c = candidates[i];
-    // A piece used up with no character left open fits any stack there is (llama.cpp rejects it on
-    // none): taken at once.
-    if (*c.cp != 0) by_cp.emplace_back(*c.cp, i);
-    else if (c.partial.n_remain == 0) accepted[i] = 1;
-    else partial_ends.push_back(i);
+    if (*c.cp != 0) {
+      by_cp.emplace_back(*c.cp, i);
+    } else if (c.partial.n_remain == 0) {
+      accepted[i] = 1;  // used up with no character open: any stack takes it (llama.cpp rejects it on none)
+    } else if (c.partial.n_remain > 0) {  // inside a character: a stack its completion could satisfy
+      spend(stacks.size());
+      accepted[i] = std::any_of(stacks.begin(), stacks.end(),
+                                [&](const Stack& s) { return !s.empty() && match_partial_char(e, s.back(), c.partial); });
+    }  // (n_remain < 0: not UTF-8, never)
   }
+  spend(by_cp.size());
   std::sort(by_cp.begin(), by_cp.end());
-  spend(by_cp.size() + partial_ends.size());
-  std::vector<uint32_t> skip(by_cp.size() + 1);  // skip[k]: toward the first position ≥ k no stack took yet
-  for (uint32_t k = 0; k < skip.size(); ++k) skip[k] = k;
-  const auto untaken = [&](uint32_t k) {
-    while (skip[k] != k) k = skip[k] = skip[skip[k]];
-    return k;
-  };
-  std::vector<uint32_t> seen_by(by_cp.size(), UINT32_MAX);  // the stack that last collected it
-  for (uint32_t si = 0; si < stacks.size(); ++si) {
-    const Stack& stack = stacks[si];
+  std::vector<uint32_t> cps, run_at;  // the distinct next code points, and where each one's run begins in by_cp
+  for (uint32_t k = 0; k < by_cp.size(); ++k) {
+    if (k == 0 || by_cp[k].first != by_cp[k - 1].first) {
+      cps.push_back(by_cp[k].first);
+      run_at.push_back(k);
+    }
+  }
+  run_at.push_back(uint32_t(by_cp.size()));
+  std::vector<std::vector<uint32_t>> takers(cps.size());  // the stacks that take each code point
+  const auto take = [&](size_t d, uint32_t si) {
     spend(1);
-    if (stack.empty()) continue;  // takes only used-up pieces with no open character: taken above
-    const uint32_t top = stack.back();
-    std::erase_if(partial_ends, [&](uint32_t i) {
-      spend(1);
-      accepted[i] = match_partial_char(e, top, candidates[i].partial);
-      return accepted[i] != 0;
-    });
-    std::vector<Candidate> next;
-    std::vector<uint32_t> next_at;  // each one's position in by_cp
-    const auto collect = [&](uint32_t k) {
-      spend(1);
-      if (seen_by[k] == si) return;
-      seen_by[k] = si;
-      const Candidate& c = candidates[by_cp[k].second];
-      next.push_back({c.index, c.cp + 1, c.partial});
-      next_at.push_back(k);
-    };
-    const Op op = e[top].op;
-    if (op == Op::Char) {  // a class (or a literal's character): its characters and ranges
+    if (takers[d].empty() || takers[d].back() != si) takers[d].push_back(si);
+  };
+  for (uint32_t si = 0; si < stacks.size(); ++si) {
+    if (stacks[si].empty()) continue;  // takes only used-up pieces: above
+    const uint32_t top = stacks[si].back();
+    if (e[top].op == Op::Char) {  // a class or a literal's character: look its characters and ranges up
       uint32_t at = top;
       do {
         const uint32_t lo = e[at].value, hi = e[at + 1].op == Op::RangeUpper ? e[at + 1].value : lo;
-        const auto first = std::lower_bound(by_cp.begin(), by_cp.end(), std::make_pair(lo, uint32_t(0)));
-        for (uint32_t k = untaken(uint32_t(first - by_cp.begin())); k < by_cp.size() && by_cp[k].first <= hi; k = untaken(k + 1)) collect(k);
+        for (size_t d = size_t(std::lower_bound(cps.begin(), cps.end(), lo) - cps.begin()); d < cps.size() && cps[d] <= hi; ++d) take(d, si);
         at += e[at + 1].op == Op::RangeUpper ? 2 : 1;
       } while (e[at].op == Op::CharAlt);
-    } else {  // a negated class or '.': every untaken candidate, tested
-      for (uint32_t k = untaken(0); k < by_cp.size(); k = untaken(k + 1)) {
+    } else {  // a negated class or '.': each code point tested
+      for (size_t d = 0; d < cps.size(); ++d) {
         spend(1);
-        if (match_char(e, top, by_cp[k].first).first) collect(k);
+        if (match_char(e, top, cps[d]).first) take(d, si);
       }
     }
-    if (next.empty()) continue;
-    const uint32_t after = match_char(e, top, 0).second;
-    Stack s(stack.begin(), stack.end() - 1);
-    if (!end_of_sequence(e[after].op)) s.push_back(after);
-    std::vector<Stack> next_stacks;
-    advance(std::move(s), next_stacks);
-    dedup(next_stacks);
-    std::vector<int32_t> rejected;
-    for (const Candidate& c : reject(next_stacks, next)) rejected.push_back(int32_t(c.index));
+  }
+  std::vector<std::vector<Stack>> after(stacks.size());  // each stack past its character, advanced (once)
+  std::vector<char> advanced(stacks.size(), 0);
+  const auto advanced_stack = [&](uint32_t si) -> const std::vector<Stack>& {
+    if (!advanced[si]) {
+      advanced[si] = 1;
+      const uint32_t past = match_char(e, stacks[si].back(), 0).second;
+      Stack s(stacks[si].begin(), stacks[si].end() - 1);
+      if (!end_of_sequence(e[past].op)) s.push_back(past);
+      advance(std::move(s), after[si]);
+      dedup(after[si]);
+    }
+    return after[si];
+  };
+  // The code points taken by the same stacks go on together: one union of those stacks, one level
+  // down for all their candidates.
+  std::map<std::vector<uint32_t>, std::vector<uint32_t>> groups;  // the stacks that take them → the code points
+  for (uint32_t d = 0; d < cps.size(); ++d)
+    if (!takers[d].empty()) groups[takers[d]].push_back(d);
+  for (const auto& [who, ds] : groups) {
+    std::vector<Stack> joined;
+    if (who.size() > 1) {
+      for (const uint32_t si : who) {
+        const std::vector<Stack>& part = advanced_stack(si);
+        spend(part.size() * k_expansion_cost);
+        joined.insert(joined.end(), part.begin(), part.end());
+      }
+      dedup(joined);
+    }
+    const std::vector<Stack>& next_stacks = who.size() > 1 ? joined : advanced_stack(who.front());
+    std::vector<Candidate> next;
+    for (const uint32_t d : ds) {
+      for (uint32_t k = run_at[d]; k < run_at[d + 1]; ++k) {
+        const Candidate& c = candidates[by_cp[k].second];
+        next.push_back({c.index, c.cp + 1, c.partial});
+      }
+    }
+    std::vector<uint32_t> rejected;
+    for (const Candidate& c : reject(next_stacks, next)) rejected.push_back(c.index);
     std::sort(rejected.begin(), rejected.end());
-    for (size_t j = 0; j < next.size(); ++j) {
-      if (std::binary_search(rejected.begin(), rejected.end(), int32_t(next[j].index))) continue;
-      accepted[by_cp[next_at[j]].second] = 1;
-      skip[next_at[j]] = next_at[j] + 1;
+    for (const uint32_t d : ds) {
+      for (uint32_t k = run_at[d]; k < run_at[d + 1]; ++k)
+        if (!std::binary_search(rejected.begin(), rejected.end(), candidates[by_cp[k].second].index)) accepted[by_cp[k].second] = 1;
     }
   }
   std::vector<Candidate> rejects;
@@ -780,6 +816,11 @@ size_t GrammarMatcher::mask(std::span<float> logits) const {
       candidates.push_back({uint32_t(id), vocab_->code_points(tok), vocab_->tail(tok)});
       continue;
     }
+    // Inside a character only continuation bytes can come next: the rest go undecoded.
+    if (!fresh && (uint8_t(vocab_->piece(tok)[0]) & 0xC0) != 0x80) {
+      logits[id] = k_none;
+      continue;
+    }
     PartialUtf8 tail;
     decoded.push_back(decode_piece(vocab_->piece(tok), partial_, tail));
     if (decoded.back().size() - 1 > k_max_walk) {
@@ -804,7 +845,14 @@ void GrammarMatcher::accept(int32_t token) {
   PartialUtf8 tail;
   const std::vector<uint32_t> cps = decode_piece(vocab_->piece(token), partial_, tail);
   std::vector<Stack> before = stacks_;
-  if (!walk(cps, tail)) {
+  bool fits = false;
+  try {
+    fits = walk(cps, tail);
+  } catch (...) {  // a bound passed midway: the stacks stay as they were
+    stacks_ = std::move(before);
+    throw;
+  }
+  if (!fits) {
     stacks_ = std::move(before);
     throw refuse();
   }

@@ -84,10 +84,14 @@ class SchemaConverter {
 
   // A GBNF expression for the values `s` accepts, each followed by whitespace; `at` is the schema's
   // JSON pointer in the root.
+  // Each schema (by its place, `at`) is converted once: a `type` list writes the schema once per
+  // type, and its subschemas would otherwise be converted again each time, 2^depth times.
   std::string expr(const json& s, const std::string& at) {
+    if (const auto done = done_.find(at); done != done_.end()) return done->second;
     if (++depth_ > k_max_depth) fail(at, "schemas nest deeper than " + std::to_string(k_max_depth) + " levels");
-    std::string e = expr_at_depth(s, at);
+    const std::string e = named(expr_at_depth(s, at));
     --depth_;
+    done_.emplace(at, e);
     return e;
   }
 
@@ -162,10 +166,11 @@ class SchemaConverter {
     }
     if (type->is_string()) return typed(type->get<std::string>(), s, at);
     if (!type->is_array() || type->empty()) fail(at + "/type", "'type' must be a type name or a non-empty array of them");
+    std::set<std::string> names;
     std::string alts;
     for (const json& t : *type) {
       if (!t.is_string()) fail(at + "/type", "'type' must be a type name or a non-empty array of them");
-      alts += (alts.empty() ? "" : " | ") + typed(t.get<std::string>(), s, at);
+      if (names.insert(t.get<std::string>()).second) alts += (alts.empty() ? "" : " | ") + typed(t.get<std::string>(), s, at);
     }
     return "(" + alts + ")";
   }
@@ -204,11 +209,16 @@ class SchemaConverter {
     } catch (const json::exception&) {
       fail(at + "/$ref", "'" + r + "' is not a JSON pointer");
     }
-    if (!root_.contains(pointer)) fail(at + "/$ref", "'" + r + "' names no schema");
+    const json* target = nullptr;
+    try {
+      target = &root_.at(pointer);
+    } catch (const json::exception&) {  // no such member or index (a pointer into an array past its end)
+    }
+    if (!target) fail(at + "/$ref", "'" + r + "' names no schema");
     // Named before it is converted, so a schema that refers to itself (a tree) refers to its rule.
     const std::string name = "s" + std::to_string(++n_rules_);
     refs_.emplace(r, name);
-    const std::string body = expr(root_.at(pointer), r.substr(1));
+    const std::string body = expr(*target, r.substr(1));
     rules_ << name << " ::= " << body << "\n";
     return name;
   }
@@ -316,6 +326,7 @@ class SchemaConverter {
   std::ostringstream rules_;
   size_t n_rules_ = 0;
   std::map<std::string, std::string> refs_;
+  std::map<std::string, std::string> done_;  // a schema's place → its rule
 };
 
 }  // namespace
@@ -326,5 +337,9 @@ std::string_view json_object_gbnf() {
 }
 
 std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema) { return SchemaConverter(schema).convert(); }
+
+std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json& schema) {
+  return Grammar::parse(json_schema_to_gbnf(schema), "(from the JSON schema)");
+}
 
 }  // namespace vkllm

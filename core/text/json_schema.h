@@ -2,9 +2,12 @@
 // JSON Schema turned into GBNF (llama.cpp's --json-schema, the server's json_schema), so that the
 // generated text is a JSON value the schema accepts (docs/sampling.md, "JSON schemas").
 #pragma once
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+
+#include "text/grammar.h"
 
 namespace vkllm {
 
@@ -20,5 +23,7 @@ std::string_view json_object_gbnf();
 // An ordered JSON keeps the properties in the order the schema lists them, which is the order the
 // reply writes them in.
 std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema);
+// That GBNF, parsed: the grammar a JSON schema asks for (errors as above, or the grammar's own).
+std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json& schema);
 
 }  // namespace vkllm
