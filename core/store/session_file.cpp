@@ -14,6 +14,7 @@
 #include <functional>
 
 #include "atomic_file.h"
+#include "base/commas.h"
 #include "base/input_file.h"
 #include "base/utf8.h"
 
@@ -41,12 +42,6 @@ std::string printable_tag(uint32_t v) {
   std::memcpy(c, &v, 4);
   std::string s;
   for (char ch : c) s += (ch >= 0x20 && ch < 0x7f) ? ch : '?';
-  return s;
-}
-
-std::string commas(uint64_t v) {
-  std::string s = std::to_string(v);
-  for (int i = int(s.size()) - 3; i > 0; i -= 3) s.insert(size_t(i), ",");
   return s;
 }
 
@@ -208,11 +203,11 @@ Parsed parse(const std::string& path, uint64_t file_size, const Fetch& fetch, bo
     if (reserved != 0) throw Error(path + ": section '" + tag + "' at offset " + std::to_string(at + 4) + ": reserved field is not 0");
     const uint64_t left = file_size - at - 16;
     if (len > left || left - len < 8)
-      throw Error(path + ": truncated: section '" + tag + "' at offset " + std::to_string(at) + " declares " + commas(len) +
-                  " bytes of payload and a checksum, only " + commas(left) + " bytes left");
+      throw Error(path + ": truncated: section '" + tag + "' at offset " + std::to_string(at) + " declares " + with_commas(len) +
+                  " bytes of payload and a checksum, only " + with_commas(left) + " bytes left");
     if (s == kToks && len != info.tokens.size() * 4)
-      throw Error(path + ": section 'TOKS' at offset " + std::to_string(at + 16) + ": " + commas(len) + " bytes, expected " +
-                  commas(info.tokens.size() * 4) + " for " + commas(info.tokens.size()) + " tokens");
+      throw Error(path + ": section 'TOKS' at offset " + std::to_string(at + 16) + ": " + with_commas(len) + " bytes, expected " +
+                  with_commas(info.tokens.size() * 4) + " for " + with_commas(info.tokens.size()) + " tokens");
     if (s == kKvdt) {
       // Checked before it is read (the rest is small): a length the header does not account for
       // would otherwise be read whole first. The factors are bounded; their product is checked.
@@ -220,8 +215,8 @@ Parsed parse(const std::string& path, uint64_t file_size, const Fetch& fetch, bo
       const bool overflow =
           __builtin_mul_overflow(uint64_t{info.n_layer} * info.tokens.size(), info.row_bytes_k + info.row_bytes_v, &want);
       if (overflow || len != want)
-        throw Error(path + ": section 'KVDT' at offset " + std::to_string(at + 16) + ": " + commas(len) + " bytes of KV, expected " +
-                    commas(want) + " (" + std::to_string(info.n_layer) + " layers × " + commas(info.tokens.size()) + " tokens × " +
+        throw Error(path + ": section 'KVDT' at offset " + std::to_string(at + 16) + ": " + with_commas(len) + " bytes of KV, expected " +
+                    with_commas(want) + " (" + std::to_string(info.n_layer) + " layers × " + with_commas(info.tokens.size()) + " tokens × " +
                     std::to_string(info.row_bytes_k + info.row_bytes_v) + " bytes)");
     }
     auto payload = fetch(at + 16, len);
@@ -229,7 +224,7 @@ Parsed parse(const std::string& path, uint64_t file_size, const Fetch& fetch, bo
     uint64_t stored;
     std::memcpy(&stored, sum.data(), 8);
     if (XXH64(payload.data(), payload.size(), tag_value(tag)) != stored)
-      throw Error(path + ": section '" + tag + "' at offset " + std::to_string(at) + " (" + commas(len) +
+      throw Error(path + ": section '" + tag + "' at offset " + std::to_string(at) + " (" + with_commas(len) +
                   " bytes): checksum mismatch (the file is corrupted)");
     PayloadReader r(path, tag, at + 16, payload);
     switch (s) {
@@ -273,7 +268,7 @@ Parsed parse(const std::string& path, uint64_t file_size, const Fetch& fetch, bo
                  " / " + std::to_string(info.row_bytes_v) + " bytes");
         // Every token needs 4 bytes of TOKS: bounding n_used by the file size keeps the
         // allocation below a small multiple of the file.
-        if (uint64_t{n_used} * 4 > file_size) r.fail(commas(n_used) + " tokens cannot fit in a " + commas(file_size) + "-byte file");
+        if (uint64_t{n_used} * 4 > file_size) r.fail(with_commas(n_used) + " tokens cannot fit in a " + with_commas(file_size) + "-byte file");
         info.tokens.resize(n_used);
         break;
       }
@@ -299,7 +294,7 @@ Parsed parse(const std::string& path, uint64_t file_size, const Fetch& fetch, bo
     at += kFrameBytes + len;
   }
   if (with_kv && at != file_size)
-    throw Error(path + ": offset " + std::to_string(at) + ": " + commas(file_size - at) + " bytes after the last section");
+    throw Error(path + ": offset " + std::to_string(at) + ": " + with_commas(file_size - at) + " bytes after the last section");
   return out;
 }
 
@@ -326,7 +321,7 @@ class FileFetch {
     pieces_.emplace_back(n);
     f_.seekg(static_cast<std::streamoff>(off));
     if (!f_.read(reinterpret_cast<char*>(pieces_.back().data()), static_cast<std::streamsize>(n)))
-      throw Error(path_ + ": cannot read " + commas(n) + " bytes at offset " + std::to_string(off));
+      throw Error(path_ + ": cannot read " + with_commas(n) + " bytes at offset " + std::to_string(off));
     return pieces_.back();
   }
 
@@ -513,8 +508,8 @@ SessionInfo load_session(const std::string& path, Engine& engine, const ModelFin
   const uint32_t n_used = static_cast<uint32_t>(info.tokens.size());
   const uint32_t n = max_tokens < 0 ? n_used : static_cast<uint32_t>(std::min<int64_t>(max_tokens, n_used));
   if (n > cache.capacity())
-    throw TooLongForCache(path + ": holds " + commas(n_used) + " tokens" + (n < n_used ? "; the " + commas(n) + " to load are" : ",") +
-                          " more than --ctx " + commas(cache.capacity()) + " can hold; use --ctx " + std::to_string(n) + " or more");
+    throw TooLongForCache(path + ": holds " + with_commas(n_used) + " tokens" + (n < n_used ? "; the " + with_commas(n) + " to load are" : ",") +
+                          " more than --ctx " + with_commas(cache.capacity()) + " can hold; use --ctx " + std::to_string(n) + " or more");
   // A whole file keeps its pin: one that fills this --ctx would leave the ring no room (a prefix
   // load, the prompt cache's, pins within the prefix instead).
   if (max_tokens < 0 && info.n_keep >= cache.capacity())

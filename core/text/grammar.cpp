@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "base/commas.h"
 #include "base/error.h"
 #include "text/tokenizer.h"
 
@@ -106,12 +107,6 @@ bool match_partial_char(const std::vector<Element>& e, uint32_t at, PartialUtf8 
     }
   } while (e[at].op == Op::CharAlt);
   return !positive;
-}
-
-std::string with_commas(size_t n) {
-  std::string s = std::to_string(n);
-  for (int i = int(s.size()) - 3; i > 0; i -= 3) s.insert(size_t(i), ",");
-  return s;
 }
 
 }  // namespace
