@@ -34,6 +34,8 @@ class Grammar {
     Op op;
     uint32_t value;  // the code point, or the rule of a Ref
   };
+  // An element that ends an alternative (End or Alt).
+  static constexpr bool ends(Op op) { return op == Op::End || op == Op::Alt; }
 
   // Parses GBNF. `origin` names the text in errors ("g.gbnf", "the request's grammar"): every
   // error is a vkllm::Error "grammar ORIGIN: line L, column C: …" or names the rule at fault.
