@@ -110,6 +110,9 @@ TEST(Grammar, LiteralsClassesAndRepetitions) {
   EXPECT_EQ(feed("root ::= (ws | [a-z]+)* \".\"\nws ::= [ ]*", "ab  c d."), "ok");
   EXPECT_EQ(feed(R"(root ::= ("a"? "b"?)+ ".")", "."), "ok");
   EXPECT_EQ(feed(R"(root ::= ("a"? "b"?)+ ".")", "abba."), "ok");
+  // Alternatives that can each be empty reach the same stacks by many ways: each expanded once.
+  EXPECT_EQ(feed(R"(root ::= ("a"? | "b"?){0,16} ".")", "abba."), "ok");
+  EXPECT_EQ(feed(R"(root ::= ("a"? | "b"?){0,16} ".")", "."), "ok");
 
   // Escapes, comments, rules over several lines inside groups and after '|', a rule used before
   // its definition, a name with '-' and digits.

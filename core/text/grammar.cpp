@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
-#include <set>
+#include <unordered_set>
 
 #include "base/commas.h"
 #include "base/error.h"
@@ -101,6 +101,14 @@ bool match_partial_char(const std::vector<Element>& e, uint32_t at, PartialUtf8 
   return !positive;
 }
 
+struct StackHash {
+  size_t operator()(const std::vector<uint32_t>& s) const {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the positions
+    for (const uint32_t v : s) h = (h ^ v) * 1099511628211ull;
+    return size_t(h);
+  }
+};
+
 }  // namespace
 
 
@@ -145,12 +153,14 @@ void GrammarMatcher::dedup(std::vector<Stack>& stacks) {
 // Expands the rule references on top of `stack` until every resulting stack has a character
 // element on top (or is empty: the text may end), appending them to `out`, which the caller
 // dedups (sorting once costs less than a search per stack). A stack with a reference on top is
-// expanded once: a repetition of an item that can match the empty text comes back to it.
+// expanded once (as llama.cpp does): a repetition of an item that can match the empty text comes
+// back to it, and alternatives that can each be empty (`("a"? | "b"?){0,16}`) reach the same stacks
+// by many ways (expanding each way again took alternatives^16 steps).
 void GrammarMatcher::advance(Stack stack, std::vector<Stack>& out) const {
   const std::vector<Element>& e = grammar_->elements();
   std::vector<Stack> todo;
   todo.push_back(std::move(stack));
-  std::set<Stack> expanded_stacks;
+  std::unordered_set<Stack, StackHash> expanded_stacks;
   while (!todo.empty()) {
     Stack s = std::move(todo.back());
     todo.pop_back();
@@ -159,7 +169,7 @@ void GrammarMatcher::advance(Stack stack, std::vector<Stack>& out) const {
       if (out.size() > 4 * k_max_stacks) dedup(out);
       continue;
     }
-    if (grammar_->cyclic() && !expanded_stacks.insert(s).second) continue;
+    if (!expanded_stacks.insert(s).second) continue;
     const uint32_t at = s.back();
     s.pop_back();
     if (!Grammar::ends(e[at + 1].op)) s.push_back(at + 1);

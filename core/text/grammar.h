@@ -45,9 +45,6 @@ class Grammar {
   // The positions in elements() where each alternative of a rule (of the start rule) begins.
   const std::vector<uint32_t>& alternatives(uint32_t rule) const { return alts_[rule]; }
   const std::vector<uint32_t>& root_alternatives() const { return alts_[root_]; }
-  // Some rule can reach itself before reading a character, in a way that comes back to the same
-  // stack (a repetition of an item that can be empty): the matcher then expands each stack once.
-  bool cyclic() const { return cyclic_; }
 
  private:
   friend class GrammarParser;
@@ -57,7 +54,6 @@ class Grammar {
   std::vector<uint32_t> rule_at_;   // the position where rule i begins
   std::vector<std::vector<uint32_t>> alts_;  // the positions where rule i's alternatives begin
   uint32_t root_ = 0;
-  bool cyclic_ = false;
 };
 
 // Where decoding stopped inside a UTF-8 character: its bits so far and the continuation bytes it

@@ -47,14 +47,13 @@ class GrammarParser {
     }
     const auto root = ids_.find("root");
     if (root == ids_.end()) throw Error("grammar " + origin_ + " has no rule 'root' (generation starts there)");
-    const bool cyclic = check_left_recursion();
+    check_left_recursion();
     if (!derivable(true)[root->second]) {
       fail(defined_at_[root->second], "rule 'root' can never end: every way through it refers back to itself without end");
     }
 
     auto g = std::shared_ptr<Grammar>(new Grammar());
     g->root_ = root->second;
-    g->cyclic_ = cyclic;
     for (std::vector<Element>& rule : rules_) {
       g->rule_at_.push_back(uint32_t(g->elems_.size()));
       g->elems_.insert(g->elems_.end(), rule.begin(), rule.end());
@@ -381,8 +380,7 @@ class GrammarParser {
   // into strongly connected components: a marked edge inside one is on such a cycle. A cycle of
   // unmarked edges (a repetition of an item that can be empty, `("a"?)*`) comes back to the same
   // stack, which the matcher expands once (as llama.cpp does), so it is taken.
-  // Returns whether some (stack-preserving) cycle remains.
-  bool check_left_recursion() const {
+  void check_left_recursion() const {
     const size_t n = rules_.size();
     const std::vector<char> nullable = derivable(false);
     struct Edge {
@@ -442,18 +440,14 @@ class GrammarParser {
         }
       }
     }
-    bool cyclic = false;
     for (uint32_t r = 0; r < n; ++r) {
       for (const Edge& e : begins[r]) {
-        if (component[e.to] != component[r]) continue;
-        if (e.grows) {
+        if (e.grows && component[e.to] == component[r]) {
           fail(defined_at_[r], rule_name(r) + " is left-recursive: it can reach itself before reading a character, with more to read "
                                "after it (write it with a repetition, as item*)");
         }
-        cyclic = true;
       }
     }
-    return cyclic;
   }
 
   std::string_view src_;
