@@ -155,6 +155,8 @@ TEST(Grammar, EndOfGenerationOnlyWhenComplete) {
   std::vector<float> logits(size_t(v.tok.n_vocab()), 0.0f);
   EXPECT_EQ(m.mask(logits), 1u);  // nothing can follow "ab": end of generation alone
   EXPECT_EQ(logits[size_t(eos)], 0.0f);
+  EXPECT_FALSE(m.try_accept(v.byte_token.at('b')));  // refused, and the state is as it was
+  EXPECT_TRUE(m.allows(eos));
   EXPECT_THROW(m.accept(v.byte_token.at('b')), Error);
   // Not inside a character: "a" then the first byte of Ω (CE A9) is no whole sentence, though "a" was.
   GrammarMatcher omega(Grammar::parse("root ::= \"a\" | \"a\xCE\xA9\"", "test"), v.gv);

@@ -223,18 +223,17 @@ int32_t Generator::sample(const TextSink& on_text) {
 // As llama.cpp's common_sampler_sample: the chain draws from the model's logits; a token the
 // grammar refuses is drawn again, by the whole chain (another random number), from the logits
 // with every token the grammar refuses at −inf. Most steps of a model that follows the grammar
-// cost one check instead of a pass over the vocabulary.
+// cost one walk of the token (its check is its acceptance) instead of a pass over the vocabulary.
 int32_t Generator::sample_in_grammar(GrammarMatcher& grammar) {
   unmasked_ = logits_;
-  int32_t tok = sampler_.sample(logits_);
-  if (!grammar.allows(tok)) {
-    logits_ = unmasked_;
-    if (grammar.mask(logits_) == 0) {
-      throw GrammarError("grammar: no token of the vocabulary continues the text after " + std::to_string(stats_.generated) +
-                         (stats_.generated == 1 ? " generated token" : " generated tokens"));
-    }
-    tok = sampler_.sample(logits_);
+  const int32_t first = sampler_.sample(logits_);
+  if (grammar.try_accept(first)) return first;
+  logits_ = unmasked_;
+  if (grammar.mask(logits_) == 0) {
+    throw GrammarError("grammar: no token of the vocabulary continues the text after " + std::to_string(stats_.generated) +
+                       (stats_.generated == 1 ? " generated token" : " generated tokens"));
   }
+  const int32_t tok = sampler_.sample(logits_);
   grammar.accept(tok);
   return tok;
 }

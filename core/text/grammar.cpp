@@ -2,7 +2,6 @@
 #include "text/grammar.h"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 #include <map>
 #include <unordered_set>
@@ -21,7 +20,6 @@ constexpr size_t k_max_stacks = 4096;               // ways to continue the text
 constexpr size_t k_max_walk = 256;                  // code points of a piece the recursive rejection follows
 constexpr size_t k_max_work = 10'000'000;           // steps to decide one token (GrammarMatcher::spend)
 constexpr size_t k_expansion_cost = 20;             // steps a rule expansion counts for (copies a stack)
-
 
 // Decodes a token's bytes after `partial` as llama.cpp's grammar does: code points up to the end
 // or a NUL byte, then a terminating 0. A byte that cannot begin a character (or continue the
@@ -111,7 +109,6 @@ struct StackHash {
 
 }  // namespace
 
-
 GrammarVocab::GrammarVocab(const Tokenizer& tok) {
   const auto n = size_t(tok.n_vocab());
   pieces_.reserve(n);
@@ -183,17 +180,21 @@ void GrammarMatcher::advance(Stack stack, std::vector<Stack>& out) const {
   }
 }
 
+// `stack` with its character element on top read: the element after it (if its alternative goes
+// on) in its place, advanced into `out`.
+void GrammarMatcher::advance_past(const Stack& stack, std::vector<Stack>& out) const {
+  const std::vector<Element>& e = grammar_->elements();
+  const uint32_t after = match_char(e, stack.back(), 0).second;
+  Stack s(stack.begin(), stack.end() - 1);
+  if (!Grammar::ends(e[after].op)) s.push_back(after);
+  advance(std::move(s), out);
+}
+
 void GrammarMatcher::accept_code_point(uint32_t cp) {
   const std::vector<Element>& e = grammar_->elements();
   std::vector<Stack> next;
-  for (const Stack& s : stacks_) {
-    if (s.empty()) continue;
-    const auto [ok, after] = match_char(e, s.back(), cp);
-    if (!ok) continue;
-    Stack n(s.begin(), s.end() - 1);
-    if (!Grammar::ends(e[after].op)) n.push_back(after);
-    advance(std::move(n), next);
-  }
+  for (const Stack& s : stacks_)
+    if (!s.empty() && match_char(e, s.back(), cp).first) advance_past(s, next);
   dedup(next);
   stacks_ = std::move(next);
 }
@@ -261,10 +262,7 @@ std::vector<GrammarMatcher::Candidate> GrammarMatcher::reject(const std::vector<
   const auto advanced_stack = [&](uint32_t si) -> const std::vector<Stack>& {
     if (!advanced[si]) {
       advanced[si] = 1;
-      const uint32_t past = match_char(e, stacks[si].back(), 0).second;
-      Stack s(stacks[si].begin(), stacks[si].end() - 1);
-      if (!Grammar::ends(e[past].op)) s.push_back(past);
-      advance(std::move(s), after[si]);
+      advance_past(stacks[si], after[si]);
       dedup(after[si]);
     }
     return after[si];
@@ -383,15 +381,11 @@ size_t GrammarMatcher::mask(std::span<float> logits) const {
   return size_t(std::count_if(logits.begin(), logits.end(), [&](float l) { return l != k_none; }));
 }
 
-void GrammarMatcher::accept(int32_t token) {
-  const auto refuse = [&] { return GrammarError("grammar: token " + std::to_string(token) + " does not continue the text the grammar allows"); };
-  if (token < 0 || size_t(token) >= vocab_->size()) throw refuse();
-  if (vocab_->is_eog(token)) {
-    if (!complete()) throw refuse();
-    return;
-  }
-  if (vocab_->no_text(token)) throw refuse();
+bool GrammarMatcher::try_accept(int32_t token) {
   work_ = 0;
+  if (token < 0 || size_t(token) >= vocab_->size()) return false;
+  if (vocab_->is_eog(token)) return complete();
+  if (vocab_->no_text(token)) return false;
   PartialUtf8 tail;
   const std::vector<uint32_t> cps = decode_piece(vocab_->piece(token), partial_, tail);
   std::vector<Stack> before = stacks_;
@@ -404,9 +398,16 @@ void GrammarMatcher::accept(int32_t token) {
   }
   if (!fits) {
     stacks_ = std::move(before);
-    throw refuse();
+    return false;
   }
   partial_ = tail;
+  return true;
+}
+
+void GrammarMatcher::accept(int32_t token) {
+  if (!try_accept(token)) {
+    throw GrammarError("grammar: token " + std::to_string(token) + " does not continue the text the grammar allows");
+  }
 }
 
 }  // namespace vkllm

@@ -95,7 +95,10 @@ class GrammarMatcher {
   // Sets the logit of every token the grammar does not allow next to −inf; returns how many
   // tokens keep a logit above −inf.
   size_t mask(std::span<float> logits) const;
-  // Advances past `token`, which must be allowed (throws vkllm::Error otherwise).
+  // Advances past `token` when it is allowed (as allows() would say, in the same walk) and says
+  // whether it was; the state is unchanged when not.
+  bool try_accept(int32_t token);
+  // Advances past `token`, which must be allowed (throws GrammarError otherwise).
   void accept(int32_t token);
   // The text so far is a whole sentence of the grammar (end of generation is allowed).
   bool complete() const;
@@ -109,6 +112,7 @@ class GrammarMatcher {
   };
   static void dedup(std::vector<Stack>& stacks);
   void advance(Stack stack, std::vector<Stack>& out) const;
+  void advance_past(const Stack& stack, std::vector<Stack>& out) const;
   void accept_code_point(uint32_t cp);
   std::vector<Candidate> reject(const std::vector<Stack>& stacks, const std::vector<Candidate>& candidates) const;
   void spend(size_t steps) const;
