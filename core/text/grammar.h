@@ -34,6 +34,8 @@ class Grammar {
     Op op;
     uint32_t value;  // the code point, or the rule of a Ref
   };
+  // The most times `{m,n}` repeats an item (llama.cpp's MAX_REPETITION_THRESHOLD).
+  static constexpr uint32_t k_max_repetitions = 2000;
   // An element that ends an alternative (End or Alt).
   static constexpr bool ends(Op op) { return op == Op::End || op == Op::Alt; }
 

@@ -17,7 +17,7 @@ using Op = Grammar::Op;
 using Element = Grammar::Element;
 
 constexpr uint32_t k_unbounded = std::numeric_limits<uint32_t>::max();
-constexpr uint32_t k_max_repetitions = 2000;        // llama.cpp's MAX_REPETITION_THRESHOLD
+constexpr uint32_t k_max_repetitions = Grammar::k_max_repetitions;
 constexpr size_t k_max_elements = size_t(1) << 22;  // 4M elements, 32 MiB
 constexpr size_t k_max_nesting = 256;               // groups inside groups (the parser recurses into each)
 

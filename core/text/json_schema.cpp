@@ -11,6 +11,7 @@
 #include <sstream>
 #include <vector>
 
+#include "base/commas.h"
 #include "base/error.h"
 
 namespace vkllm {
@@ -18,7 +19,7 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-constexpr uint64_t k_max_count = 2000;  // a grammar's largest repetition
+constexpr uint64_t k_max_count = Grammar::k_max_repetitions;  // counts become repetitions
 constexpr size_t k_max_depth = 64;      // schemas inside schemas
 
 // Any JSON value. Whitespace is bounded (one blank, or a newline and an indent of up to 24) so
@@ -229,7 +230,8 @@ class SchemaConverter {
     if (!v->is_number() || v->get<double>() < 0 || v->get<double>() != std::floor(v->get<double>()))
       fail(at + "/" + key, std::string("'") + key + "' must be a whole number ≥ 0");
     if (v->get<double>() > double(k_max_count))
-      fail(at + "/" + key, std::string("'") + key + "' above 2,000 is not supported (a grammar repeats an item at most 2,000 times)");
+      fail(at + "/" + key, std::string("'") + key + "' above " + with_commas(k_max_count) + " is not supported (a grammar repeats an item at most " +
+                               with_commas(k_max_count) + " times)");
     return uint64_t(v->get<double>());
   }
 
