@@ -15,7 +15,7 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const shared = path.resolve(root, "../shared");
 const dataDir = path.join(root, "tests/data/grammar");
 const anchor = execFileSync("bash", [path.join(shared, "anchor/setup.sh")], {encoding: "utf8"}).trim().split("\n").pop();
-const {getLlama, LlamaLogLevel} = await import(pathToFileURL(path.join(anchor, "node_modules/node-llama-cpp/dist/index.js")).href);
+const {getLlama, LlamaLogLevel, LlamaGrammarEvaluationState} = await import(pathToFileURL(path.join(anchor, "node_modules/node-llama-cpp/dist/index.js")).href);
 
 // name | model | prompt | grammar | tokens
 const cases = [
@@ -36,7 +36,6 @@ for (const [name, modelFile, prompt, grammarFile, n] of cases) {
     const context = await model.createContext({contextSize: 256, batchSize: 256, sequences: 1, threads: {ideal: 1, min: 1}});
     const grammarText = fs.readFileSync(path.join(dataDir, grammarFile), "utf8");
     const grammar = await llama.createGrammar({grammar: grammarText});
-    const {LlamaGrammarEvaluationState} = await import(pathToFileURL(path.join(anchor, "node_modules/node-llama-cpp/dist/index.js")).href);
     const state = new LlamaGrammarEvaluationState({model, grammar});
     const seq = context.getSequence();
     const greedy = [];

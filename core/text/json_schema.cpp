@@ -23,18 +23,20 @@ constexpr uint64_t k_max_count = Grammar::k_max_repetitions;  // counts become r
 constexpr size_t k_max_depth = 64;      // schemas inside schemas
 
 // Any JSON value. Whitespace is bounded (one blank, or a newline and an indent of up to 24) so
-// that a model cannot spend its tokens on blanks; numbers keep 16 digits a part.
+// that a model cannot spend its tokens on blanks; numbers keep 16 digits a part. `char` (one
+// character of a string) and `int` are rules of their own, which schemas use too.
 constexpr std::string_view k_json_rules = R"GBNF(value  ::= object | array | string | number | ("true" | "false" | "null") ws
 object ::= "{" ws ( string ":" ws value ( "," ws string ":" ws value )* )? "}" ws
 array  ::= "[" ws ( value ( "," ws value )* )? "]" ws
-string ::= "\"" ( [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\"" ws
-number ::= "-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,4} )? ws
+string ::= "\"" char* "\"" ws
+char   ::= [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
+number ::= int ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,4} )? ws
+int    ::= "-"? ( "0" | [1-9] [0-9]{0,15} )
 ws     ::= ( " " | "\n" [ \t]{0,24} )?
 )GBNF";
 
-// What schemas add: one character of a string, and integers.
-constexpr std::string_view k_schema_rules = R"GBNF(char   ::= [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
-integer ::= "-"? ( "0" | [1-9] [0-9]{0,15} ) ws
+// What schemas add: integers.
+constexpr std::string_view k_schema_rules = R"GBNF(integer ::= int ws
 )GBNF";
 
 // Keywords that describe a schema without constraining its values.
