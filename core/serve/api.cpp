@@ -203,14 +203,13 @@ std::shared_ptr<const Grammar> response_grammar(const json& body, const std::str
   const bool wants_format = type && *type != "text";
   if (int(wants_format) + int(gbnf != nullptr) + int(schema_field != nullptr) > 1)
     throw ApiError(400, "give one of 'grammar', 'json_schema' and a JSON 'response_format'", gbnf ? "grammar" : "json_schema");
-  const auto parsed = [](const std::string& text, const std::string& origin, const char* param) {
+  if (gbnf) {
     try {
-      return Grammar::parse(text, origin);
+      return Grammar::parse(gbnf->get_ref<const std::string&>(), "(the request's field)");
     } catch (const Error& e) {
-      throw ApiError(400, e.what(), param);
+      throw ApiError(400, e.what(), "grammar");
     }
-  };
-  if (gbnf) return parsed(gbnf->get<std::string>(), "(the request's field)", "grammar");
+  }
   // json_object with a `schema` (llama-server takes one there too) is held to the schema.
   const bool object_schema = type && *type == "json_object" && format->contains("schema") && !format->at("schema").is_null();
   if (type && *type == "json_object" && !object_schema) {
