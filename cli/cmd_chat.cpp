@@ -43,6 +43,7 @@ struct ChatCommand {
   int32_t n_predict = GenerateOptions::kUntilFull;
   GrammarFlags grammar;                 // each reply's grammar (a turn starts it afresh)
   std::vector<std::string> logit_bias;  // -l, every reply's
+  SpeculativeOptions speculative;
   std::vector<CLI::Option*> sampling_flags;  // which a resumed session takes (apply_sampling_flags)
 };
 
@@ -590,8 +591,8 @@ void ChatSession::print_stats() const {
                with_commas(st.prompt_tokens).c_str(), with_commas(st.cached_tokens).c_str(), with_commas(st.prefilled()).c_str(),
                st.skipped_tokens ? (", " + with_commas(st.skipped_tokens) + " past the window (not run)").c_str() : "",
                with_commas(st.generated).c_str(), st.stop_reason.empty() ? "-" : st.stop_reason.c_str());
-  std::fprintf(out, "speed       TTFT %s · prefill %.1f tok/s · decode %.1f tok/s\n", fmt_ms(st.ttft_ms).c_str(),
-               st.prefill_tok_s(), st.decode_tok_s());
+  std::fprintf(out, "speed       TTFT %s · prefill %.1f tok/s · decode %.1f tok/s%s\n", fmt_ms(st.ttft_ms).c_str(),
+               st.prefill_tok_s(), st.decode_tok_s(), reply_.speculative.on() ? draft_summary(st).c_str() : "");
   std::fprintf(out, "messages    %zu exchange%s%s\n", conv_.n_exchanges(), conv_.n_exchanges() == 1 ? "" : "s",
                conv_.system().empty() ? "" : " + system prompt");
 }
@@ -782,6 +783,8 @@ int chat(const ChatCommand& c) {
   GenerateOptions reply;
   reply.n_predict = c.n_predict;
   reply.grammar = read_grammar_flags(c.grammar);
+  check_speculative_options(c.speculative);
+  reply.speculative = c.speculative;
   // Messages come from stdin: one that cannot be read (a directory) is refused before the load
   // (it read as an empty chat, status 0).
   if (struct stat st{}; ::fstat(STDIN_FILENO, &st) == 0 && S_ISDIR(st.st_mode))
@@ -819,6 +822,7 @@ void add_chat_command(CLI::App& app) {
   add_n_predict_option(cmd, c->n_predict, "Most tokens per reply");
   add_grammar_options(cmd, c->grammar);
   add_logit_bias_option(cmd, c->logit_bias);
+  add_speculative_options(cmd, c->speculative);
   add_session_option(cmd, c->session);
   cmd->callback([c] {
     // The session is gone (device objects freed) before the exit status leaves through CLI11.

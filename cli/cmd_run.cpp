@@ -35,6 +35,7 @@ struct RunCommand {
   std::vector<std::string> stop;
   GrammarFlags grammar;
   std::vector<std::string> logit_bias;
+  SpeculativeOptions speculative;
   PersistenceOptions persist;
   std::vector<CLI::Option*> sampling_flags;  // which a resumed session takes (apply_sampling_flags)
 };
@@ -69,11 +70,12 @@ std::string gather_prompt(const RunCommand& c) {
   return text;
 }
 
-void print_stats(const GenerationStats& st, const KvCache& kv) {
-  std::fprintf(stderr, "vkllm: prompt %s tok (cached %s) · TTFT %s · prefill %.1f tok/s · decode %.1f tok/s · %s tok generated (%s) · KV %s used, %s, %s/token\n",
+void print_stats(const GenerationStats& st, const KvCache& kv, bool speculative) {
+  std::fprintf(stderr, "vkllm: prompt %s tok (cached %s) · TTFT %s · prefill %.1f tok/s · decode %.1f tok/s · %s tok generated (%s)%s · KV %s used, %s, %s/token\n",
                with_commas(st.prompt_tokens).c_str(), with_commas(st.cached_tokens).c_str(), fmt_ms(st.ttft_ms).c_str(),
                st.prefill_tok_s(), st.decode_tok_s(), with_commas(st.generated).c_str(), st.stop_reason.c_str(),
-               human_bytes(kv.bytes_used()).c_str(), cache_type_name(kv.type_k()), human_bytes(kv.bytes_per_token()).c_str());
+               speculative ? draft_summary(st).c_str() : "", human_bytes(kv.bytes_used()).c_str(), cache_type_name(kv.type_k()),
+               human_bytes(kv.bytes_per_token()).c_str());
 }
 
 // Ctrl+C while tokens are generated stops the generation: the session is saved and the stats
@@ -136,6 +138,7 @@ int run(const RunCommand& c) {
   // Flags are checked before the model loads.
   const std::shared_ptr<const Grammar> grammar = read_grammar_flags(c.grammar);
   std::vector<std::pair<int32_t, float>> logit_bias = read_logit_bias(c.logit_bias, 0);
+  check_speculative_options(c.speculative);
   const uint64_t prompt_cache_bytes = c.persist.prompt_cache() ? parse_size("--prompt-cache-size", c.persist.prompt_cache_size) : 0;
   const std::string pc_dir = c.persist.prompt_cache() ? prompt_cache_dir(c.persist) : "";
   if (!pc_dir.empty()) check_prompt_cache_dir(pc_dir);
@@ -303,6 +306,7 @@ int run(const RunCommand& c) {
   go.top_logprobs = c.top_logprobs;
   go.grammar = grammar;
   go.logit_bias = logit_bias;
+  go.speculative = c.speculative;
   std::string out, out_text;
   // Installed once the generation starts (a signal during the prefill ends the process at once) and
   // kept through the saves after it: a signal there lets the session and the prompt-cache entry be
@@ -387,6 +391,10 @@ int run(const RunCommand& c) {
         {"kv_evicted", cache.evicted()},
         {"seed", sampler.seed()},
     };
+    if (c.speculative.on()) {
+      j["draft_tokens"] = st.drafted;
+      j["draft_accepted"] = st.draft_accepted;
+    }
     if (c.logprobs) j["logprobs"] = st.logprobs;
     if (c.top_logprobs > 0) {
       // Per generated token, its step's most likely tokens: id, text (as the stream renders it), log-probability.
@@ -403,7 +411,7 @@ int run(const RunCommand& c) {
   } else if (!out.empty() || st.generated > 0) {
     if (stdout_is_tty()) std::printf("\n");
   }
-  if (!c.opts.quiet && !c.json) print_stats(st, cache);
+  if (!c.opts.quiet && !c.json) print_stats(st, cache, c.speculative.on());
   if (c.opts.profile) print_profile(s.engine->timings());
   if (!save_error.empty()) throw Error(save_error);
   return stopped_by_signal() ? 128 + g_stop_signal.load() : 0;
@@ -437,6 +445,7 @@ void add_run_command(CLI::App& app) {
       ->needs(logprobs);
   add_grammar_options(cmd, c->grammar);
   add_logit_bias_option(cmd, c->logit_bias);
+  add_speculative_options(cmd, c->speculative);
   add_persistence_options(cmd, c->persist);
   cmd->callback([c] {
     if (const int code = run(*c); code != 0) throw CLI::RuntimeError(code);

@@ -32,6 +32,7 @@ struct ServeCommand {
   size_t queue = 64;
   std::string max_body = "4MiB";
   std::string chat_template;
+  SpeculativeOptions speculative;
   PersistenceOptions persist;
 };
 
@@ -97,6 +98,7 @@ void serve_forever(const ServeCommand& c) {
   serve::ServerOptions so = c.server;
   so.max_body = parse_size("--max-body", c.max_body);
   if (so.max_body < 1024) throw CLI::ValidationError("--max-body " + c.max_body + " is under 1KiB: no request would fit");
+  check_speculative_options(c.speculative);
   const uint64_t prompt_cache_bytes = c.persist.prompt_cache() ? parse_size("--prompt-cache-size", c.persist.prompt_cache_size) : 0;
   const std::string pc_dir = c.persist.prompt_cache() ? prompt_cache_dir(c.persist) : "";
   if (!pc_dir.empty()) check_prompt_cache_dir(pc_dir);
@@ -119,6 +121,7 @@ void serve_forever(const ServeCommand& c) {
   serve::SchedulerOptions sched_opts;
   sched_opts.max_queue = c.queue;
   sched_opts.prompt_cache = pc ? &*pc : nullptr;
+  sched_opts.speculative = c.speculative;
   sched_opts.log = [](const std::string& line) { std::fprintf(stderr, "vkllm: %s\n", line.c_str()); };
   serve::Scheduler sched(engines, tok, metrics, sched_opts);
 
@@ -191,6 +194,7 @@ void add_serve_command(CLI::App& app) {
       ->check([](const std::string& key) { return key.empty() ? std::string("an empty key would turn authentication off") : std::string(); });
   cmd->add_option("--max-body", c->max_body, "Largest request body (e.g. 4MiB); larger ones are answered 413");
   cmd->add_option("--chat-template", c->chat_template, "Chat template: a built-in name or a Jinja file");
+  add_speculative_options(cmd, c->speculative);
   add_prompt_cache_options(cmd, c->persist);
   cmd->callback([c] { serve_forever(*c); });
 }

@@ -141,6 +141,34 @@ std::shared_ptr<const Grammar> read_grammar_flags(const GrammarFlags& g) {
   }
 }
 
+void add_speculative_options(CLI::App* cmd, SpeculativeOptions& s) {
+  const std::string group = "Speculative decoding (docs/speculative.md)";
+  const std::map<std::string, SpecType> types{{"none", SpecType::None}, {"ngram-simple", SpecType::NgramSimple}};
+  cmd->add_option("--spec-type", s.type,
+                  "none, or ngram-simple: draft the tokens that followed the last earlier occurrence of the context's final "
+                  "n-gram and verify them in one pass (the same tokens, sooner)")
+      ->transform(CLI::CheckedTransformer(types))
+      ->group(group);
+  const CLI::Range count(1u, 1024u);
+  cmd->add_option("--draft-max,--draft,--draft-n", s.draft_max, "The most draft tokens a pass verifies (default 16)")->check(count)->group(group);
+  cmd->add_option("--draft-min,--draft-n-min", s.draft_min, "Drafts run at least this long whatever the measured acceptance, or not at all (default 0: as measured)")->check(CLI::Range(0u, 1024u))->group(group);
+  cmd->add_option("--spec-ngram-size-n", s.ngram_n, "Tokens of the n-gram looked up in the context (default 4)")->check(count)->group(group);
+  cmd->add_option("--spec-ngram-size-m", s.ngram_m, "The most tokens one match drafts (default 48)")->check(count)->group(group);
+}
+
+void check_speculative_options(const SpeculativeOptions& s) {
+  if (s.draft_min > s.draft_max)
+    throw CLI::ValidationError("--draft-min " + std::to_string(s.draft_min) + " is more than --draft-max " +
+                               std::to_string(s.draft_max) + ": no draft could run");
+}
+
+std::string draft_summary(const GenerationStats& st) {
+  if (st.drafted == 0) return " · no drafts";
+  char pct[16];
+  std::snprintf(pct, sizeof pct, "%.0f%%", 100.0 * st.draft_accepted / st.drafted);
+  return " · drafts " + with_commas(st.draft_accepted) + " of " + with_commas(st.drafted) + " taken (" + pct + ")";
+}
+
 void add_logit_bias_option(CLI::App* cmd, std::vector<std::string>& biases) {
   cmd->add_option("-l,--logit-bias", biases, "Add BIAS to a token's logit before sampling: TOKEN_ID+BIAS or TOKEN_ID-BIAS (-inf bans it); repeatable")
       ->allow_extra_args(false);

@@ -10,9 +10,11 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/generate.h"
 #include "gguf.h"
 #include "model/model.h"
 #include "engine/sampler.h"
+#include "engine/speculative.h"
 #include "text/grammar.h"
 #include "text/tokenizer.h"
 #include "vk/context.h"
@@ -61,6 +63,14 @@ struct GrammarFlags {
 void add_grammar_options(CLI::App* cmd, GrammarFlags& g);
 // The grammar those flags give, parsed (an error names the flag or the file), or null for none.
 std::shared_ptr<const Grammar> read_grammar_flags(const GrammarFlags& g);
+
+// llama.cpp's --spec-type (none, ngram-simple), --draft-max, --draft-min, --spec-ngram-size-n and
+// --spec-ngram-size-m: speculative decoding without a draft model (docs/speculative.md).
+void add_speculative_options(CLI::App* cmd, SpeculativeOptions& s);
+// Refuses a --draft-min past --draft-max (no draft could ever run).
+void check_speculative_options(const SpeculativeOptions& s);
+// " · drafts 96 of 120 taken (80%)", " · no drafts": a speculative generation's share in the stats.
+std::string draft_summary(const GenerationStats& st);
 
 // llama.cpp's -l/--logit-bias TOKEN_ID(+|-)BIAS, repeatable ("15043+1", "2-inf" bans token 2).
 void add_logit_bias_option(CLI::App* cmd, std::vector<std::string>& biases);

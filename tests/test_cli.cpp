@@ -1500,4 +1500,108 @@ TEST(Cli, StreamedPerplexityThroughTheRing) {
   EXPECT_LE(s["perplexity"].get<double>(), 1.1 * c["perplexity"].get<double>()) << s.dump() << " vs " << c.dump();
 }
 
+// Speculative decoding (docs/speculative.md) gives the tokens plain steps give: `run` with drafts
+// forced at every step (a one-token key, 3 drafts each) and with the measured choice, against no
+// speculation, greedy and seeded with penalties, log-probabilities, a stop string, a grammar, a
+// ring that wraps and a pin, on models of four architectures (window rings included).
+TEST(Cli, SpeculativeTokensAreThePlainOnes) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  VKLLM_REQUIRE_SHARED("models/synth-llama-q4_0.gguf");
+  VKLLM_REQUIRE_SHARED("models/synth-qwen2-q4_0.gguf");
+  const std::string gemma3 = testing::TempDir() + "/gemma3-spec.gguf";
+  make_gemma3_window_model(gemma3);
+  if (HasFatalFailure()) return;
+  const std::string forced = " --spec-type ngram-simple --spec-ngram-size-n 1 --draft-min 3 --draft-max 3";
+  const std::string measured = " --spec-type ngram-simple --spec-ngram-size-n 2";
+  const std::string sampled = " --temp 0.9 --seed 7 --repeat-penalty 1.2 --logprobs --top-logprobs 2";
+  struct Case {
+    std::string model, args;
+  };
+  const std::string stories = model("stories260K.gguf");
+  const std::vector<Case> cases = {
+      {stories, "--temp 0 -n 60 --ignore-eos"},
+      {stories, sampled + " -n 60 --ignore-eos"},
+      {stories, "--temp 0 -n 200 --stop 'the park'"},
+      {stories, "--temp 0 -n 60 --grammar 'root ::= ([a-z]+ \" \")+ [a-z]+ \".\"'"},
+      {stories, "--temp 0 --ctx 48 -n 120 --ignore-eos"},
+      {stories, "--temp 0 --ctx 48 --keep 20 -n 120 --ignore-eos"},
+      {stories, "--temp 0 --ctx 48"},  // until the cache is full
+      {model("synth-llama-q4_0.gguf"), "--temp 0 -n 40 --ignore-eos"},
+      {model("synth-llama-q4_0.gguf"), sampled + " -n 40 --ignore-eos"},
+      {model("synth-qwen2-q4_0.gguf"), "--temp 0 -n 40 --ignore-eos"},
+      {model("synth-qwen2-q4_0.gguf"), sampled + " -n 40 --ignore-eos"},
+      {gemma3, "--temp 0 --ctx 64 --ubatch 8 -n 100 --ignore-eos"},
+      {gemma3, sampled + " --ctx 64 --ubatch 8 -n 100 --ignore-eos"},
+  };
+  uint64_t drafted = 0, accepted = 0;
+  for (const Case& c : cases) {
+    const std::string base = "run --json -q -m " + c.model + " " + c.args;
+    SCOPED_TRACE(base);
+    const Result plain = vkllm(base, "Once upon a time, Lily went to the park. She saw a big dog in the park.");
+    ASSERT_EQ(plain.status, 0) << plain.err;
+    const json want = json::parse(plain.out);
+    EXPECT_FALSE(want.contains("draft_tokens"));
+    for (const std::string& spec : {forced, measured}) {
+      SCOPED_TRACE(spec);
+      const Result r = vkllm(base + spec, "Once upon a time, Lily went to the park. She saw a big dog in the park.");
+      ASSERT_EQ(r.status, 0) << r.err;
+      const json got = json::parse(r.out);
+      for (const char* key : {"tokens", "text", "stop_reason", "logprobs", "top_logprobs", "kv_tokens_used", "kv_evicted"})
+        EXPECT_EQ(got.value(key, json()), want.value(key, json())) << key;
+      if (spec == forced) {
+        drafted += got["draft_tokens"].get<uint64_t>();
+        accepted += got["draft_accepted"].get<uint64_t>();
+      }
+    }
+  }
+  // The forced drafts ran, and some were taken (the comparison is not of plain steps alone).
+  EXPECT_GT(drafted, 300u);
+  EXPECT_GT(accepted, 50u);
+  std::filesystem::remove(gemma3);
+}
+
+// After a speculative run the cache holds what a plain run's holds: a session saved by one and
+// continued without speculation equals one plain run, and the other way round.
+TEST(Cli, SpeculativeRunsLeaveThePlainCache) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const std::string session = testing::TempDir() + "/spec.session";
+  const std::string base = "run --json -q --temp 0 --ignore-eos --ctx 96 -m " + model("stories260K.gguf");
+  const std::string forced = " --spec-type ngram-simple --spec-ngram-size-n 1 --draft-min 4 --draft-max 4";
+  const std::string prompt = " -p 'Once upon a time, Lily went to the park.'";
+  const Result whole = vkllm(base + " -n 60" + prompt);
+  ASSERT_EQ(whole.status, 0) << whole.err;
+  for (const auto& [first_spec, second_spec] : {std::pair{forced, std::string()}, std::pair{std::string(), forced}}) {
+    std::filesystem::remove(session);
+    const Result a = vkllm(base + first_spec + " -n 30 --session " + session + prompt);
+    const Result b = vkllm(base + second_spec + " -n 30 --session " + session);
+    ASSERT_EQ(a.status, 0) << a.err;
+    ASSERT_EQ(b.status, 0) << b.err;
+    std::vector<int> split = json::parse(a.out)["tokens"].get<std::vector<int>>();
+    const std::vector<int> rest = json::parse(b.out)["tokens"].get<std::vector<int>>();
+    split.insert(split.end(), rest.begin(), rest.end());
+    EXPECT_EQ(split, json::parse(whole.out)["tokens"].get<std::vector<int>>());
+  }
+  std::filesystem::remove(session);
+  // A chat's replies too (each reply speculates over the whole conversation).
+  const std::string chat = "chat -q --chat-template chatml -n 24 --temp 0 -m " + model("stories260K.gguf");
+  const std::string turns = "Tell me about the little boat\nWhat did the boat do?\n";
+  const Result plain = vkllm(chat, turns), spec = vkllm(chat + forced, turns);
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  ASSERT_EQ(spec.status, 0) << spec.err;
+  EXPECT_GT(plain.out.size(), 20u);
+  EXPECT_EQ(spec.out, plain.out);
+}
+
+// Speculation flags are checked before the model loads.
+TEST(Cli, SpeculativeFlagErrors) {
+  Result r = vkllm("run -m /nonexistent.gguf -p hi --spec-type ngram-simple --draft-min 8 --draft-max 4");
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("--draft-min 8 is more than --draft-max 4: no draft could run"), std::string::npos) << r.err;
+  r = vkllm("run -m /nonexistent.gguf -p hi --spec-type draft");
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("--spec-type"), std::string::npos) << r.err;
+  r = vkllm("run -m /nonexistent.gguf -p hi --draft-max 0");
+  EXPECT_EQ(r.status, 2) << r.err;
+}
+
 }  // namespace

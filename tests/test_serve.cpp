@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -425,6 +426,44 @@ TEST(Serve, EightClientsOnFourSequencesGetRunsAnswers) {
 TEST(Serve, BatchedDecodeIsBatchInvariantOnQ4_0) {
   VKLLM_REQUIRE_SHARED("models/synth-llama-q4_0.gguf");
   expect_concurrent_answers_match_run(shared_path("models/synth-llama-q4_0.gguf"), 6, 4);
+}
+
+// A server with speculative decoding (drafts forced at every step it runs a sequence alone)
+// answers what `vkllm run` answers, a request at a time (verify passes) and four at once (batched
+// steps of a token each), on stories260K and on a Q4_0 model's 4-column kernels; /metrics counts
+// the drafts.
+TEST(Serve, SpeculativeRepliesAreRunsReplies) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  VKLLM_REQUIRE_SHARED("models/synth-llama-q4_0.gguf");
+  for (const std::string& model : {stories(), shared_path("models/synth-llama-q4_0.gguf")}) {
+    SCOPED_TRACE(model);
+    std::map<std::string, std::string> expected;
+    for (const std::string& p : kPrompts) expected[p] = run_greedy(p, 40, model);
+    Server s("--parallel 4 --temp 0 --spec-type ngram-simple --spec-ngram-size-n 1 --draft-min 3 --draft-max 3", model);
+    ASSERT_GT(s.port(), 0) << s.log();
+    const auto ask = [&](const std::string& p, bool stream) {
+      httplib::Client c = s.client();
+      const auto res = c.Post("/v1/completions", json({{"prompt", p}, {"max_tokens", 40}, {"stream", stream}}).dump(), "application/json");
+      if (!res || res->status != 200) return std::string("no answer: ") + (res ? res->body : "");
+      bool done = true;
+      const std::string text = stream ? stream_text(res->body, false, &done) : json::parse(res->body)["choices"][0]["text"].get<std::string>();
+      return done ? text : "no [DONE] after: " + text;
+    };
+    for (const std::string& p : kPrompts) EXPECT_EQ(ask(p, p.size() % 2 == 0), expected[p]) << p;
+    std::vector<std::future<std::string>> got;
+    for (size_t i = 0; i < kPrompts.size(); ++i) got.push_back(std::async(std::launch::async, ask, kPrompts[i], i % 2 == 1));
+    for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(got[i].get(), expected[kPrompts[i]]) << kPrompts[i];
+    httplib::Client c = s.client();
+    const auto metrics = c.Get("/metrics");
+    ASSERT_TRUE(metrics);
+    const auto counter = [&](const std::string& name) {
+      const size_t at = metrics->body.find("\n" + name + " ");
+      return at == std::string::npos ? -1.0 : std::atof(metrics->body.c_str() + at + name.size() + 2);
+    };
+    EXPECT_GT(counter("vkllm_draft_tokens_total"), 30) << metrics->body;
+    EXPECT_GT(counter("vkllm_draft_accepted_total"), 0) << metrics->body;
+    EXPECT_EQ(s.terminate(), 0) << s.log();
+  }
 }
 
 // Replies under a grammar: a GBNF 'grammar', response_format json_object and json_schema give what

@@ -492,16 +492,32 @@ const std::vector<float>& Engine::decode_batch(std::span<Engine* const> seqs, st
   return logits_;
 }
 
-const std::vector<float>& Engine::decode(std::span<const int32_t> tokens, LogitsMode mode, const ProgressFn& progress) {
-  logits_.clear();
-  // Chunks: at most n_ubatch tokens, at most the logits rows when every row is wanted, and at
-  // most the ring's window so a chunk never overwrites its own tokens.
+uint32_t Engine::max_chunk(bool all_logits) const {
+  // At most n_ubatch tokens, at most the logits rows when every row is wanted, and at most the
+  // ring's window so a chunk never overwrites its own tokens.
   uint32_t chunk = opts_.n_ubatch;
-  const bool all = mode != LogitsMode::Last;
-  if (all) chunk = std::min(chunk, logits_rows_);
+  if (all_logits) chunk = std::min(chunk, logits_rows_);
   chunk = std::min(chunk, std::max<uint32_t>(cache_.capacity() - cache_.keep(), 1));
   // A window ring holds a chunk and the window before it.
   if (cache_.window_ring()) chunk = std::min(chunk, cache_.window_ring() - model_.config().n_swa);
+  return chunk;
+}
+
+const std::vector<float>& Engine::decode_columns(std::span<const int32_t> tokens) {
+  VKLLM_CHECK(!tokens.empty() && tokens.size() <= max_chunk(true), "decode_columns: 1 to max_chunk(true) tokens");
+  check_tokens(tokens);
+  logits_.clear();
+  stage(tokens);
+  const uint32_t n = static_cast<uint32_t>(tokens.size());
+  const Member self{this, 0, n};
+  run_pass(std::span(&self, 1), n, n, false, MatmulKernel::Columns);
+  return logits_;
+}
+
+const std::vector<float>& Engine::decode(std::span<const int32_t> tokens, LogitsMode mode, const ProgressFn& progress) {
+  logits_.clear();
+  const bool all = mode != LogitsMode::Last;
+  const uint32_t chunk = max_chunk(all);
   for (size_t done = 0; done < tokens.size();) {
     const size_t n = std::min<size_t>(chunk, tokens.size() - done);
     const bool last = done + n == tokens.size();

@@ -54,6 +54,12 @@ class Engine {
   // `progress` is told tokens done / total after each chunk.
   const std::vector<float>& decode(std::span<const int32_t> tokens, LogitsMode mode, const ProgressFn& progress = {});
   const std::vector<float>& logits() const { return logits_; }
+  // The most tokens one pass of decode() runs (all_logits: when every token's logits are wanted).
+  uint32_t max_chunk(bool all_logits) const;
+  // `tokens` (1 … max_chunk(true)) in one pass with every token's logits, [n][n_vocab], each
+  // column computed exactly as it would be alone (MatmulKernel::Columns; attention is per query
+  // already): a speculative verify pass, whose logits do not depend on how long the draft was.
+  const std::vector<float>& decode_columns(std::span<const int32_t> tokens);
   // One decode step of several sequences in one forward pass: tokens[i] joins seqs[i]'s cache
   // (seqs[0] is this engine, whose activations and recorder run the pass). The weights are read
   // once for all of them, each sequence attends over its own cache, and every matmul keeps each
@@ -70,6 +76,7 @@ class Engine {
   KvCache& cache() { return cache_; }
   const KvCache& cache() const { return cache_; }
   const ModelConfig& config() const { return model_.config(); }
+  const VulkanContext& context() const { return ctx_; }
   uint32_t ubatch() const { return opts_.n_ubatch; }  // tokens per prefill chunk
   uint64_t activation_bytes() const { return activation_bytes_; }
   // Dispatches and barriers recorded since the engine was made.

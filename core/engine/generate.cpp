@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <utility>
 
 namespace vkllm {
 namespace {
@@ -137,19 +138,24 @@ bool Generator::prefill_step(uint32_t max_tokens, const ProgressFn& progress) {
   return false;
 }
 
+void Generator::drop_newest(uint32_t count) {
+  KvCache& cache = engine_.cache();
+  const uint32_t keep = cache.keep();
+  // Truncating into the pinned prefix shrinks the pin; it is put back (the ring head is at 0
+  // whenever the pin was cut), and tokens appended again are pinned as they were.
+  cache.truncate(cache.used() - count);
+  if (cache.keep() != keep) cache.set_keep(keep);
+}
+
 void Generator::resume() {
   KvCache& cache = engine_.cache();
   logits_.clear();
   if (cache.used() == 0) return;
   const int32_t last = cache.tokens().back();
-  const uint32_t keep = cache.keep();
-  // Truncating into the pinned prefix shrinks the pin; the decode lands in the same slot either
-  // way, and the pin is put back (the ring head is at 0 whenever the pin was cut).
-  cache.truncate(cache.used() - 1);
+  drop_newest(1);
   const auto t0 = std::chrono::steady_clock::now();
   logits_ = engine_.decode(std::span(&last, 1), LogitsMode::Last);
   stats_.prefill_ms += ms_since(t0);
-  if (cache.keep() != keep) cache.set_keep(keep);
 }
 
 void Generator::generate(const GenerateOptions& o, const TextSink& on_text, const std::function<bool()>& stop) {
@@ -162,7 +168,9 @@ void Generator::generate(const GenerateOptions& o, const TextSink& on_text, cons
 
 void Generator::start(const GenerateOptions& o) {
   if (logits_.empty()) throw Error("nothing to continue from: the prompt is empty and the cache holds no tokens");
-  run_.emplace(Run{o, StreamDecoder(tok_), {}, o.n_predict, 0, -1, 0, {}, std::chrono::steady_clock::now(), {}});
+  run_.emplace(Run{o, StreamDecoder(tok_), {}, o.n_predict, 0, -1, -1, 0, {}, std::chrono::steady_clock::now(), {}});
+  // A verify pass's marginal token, in plain steps, until passes measure it (docs/speculative.md).
+  if (o.speculative.on() && !draft_length_) draft_length_.emplace(engine_.context().info().type == "cpu" ? 0.3 : 0.05);
   if (o.grammar) {
     if (!grammar_vocab_) grammar_vocab_ = std::make_shared<const GrammarVocab>(tok_);
     run_->grammar.emplace(o.grammar, grammar_vocab_);
@@ -181,14 +189,77 @@ void Generator::start(const GenerateOptions& o) {
 }
 
 bool Generator::step(const TextSink& on_text) {
-  const int32_t tok = sample(on_text);
-  if (tok < 0) return false;
-  return advance(engine_.decode(std::span(&tok, 1), LogitsMode::Last), on_text);
+  for (;;) {
+    const int32_t tok = sample(on_text);
+    if (tok < 0) return false;
+    if (!run_->opts.speculative.on()) return advance(engine_.decode(std::span(&tok, 1), LogitsMode::Last), on_text);
+    // Every token of a speculative generation runs in a verify pass (one token when no draft
+    // pays), so its logits never depend on the draft lengths chosen.
+    std::vector<int32_t> pass = draft(tok);
+    pass.insert(pass.begin(), tok);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::vector<float>& logits = engine_.decode_columns(pass);
+    if (!take_pass(pass, logits, ms_since(t0), on_text)) return false;
+    if (run_->next < 0) return true;
+  }
+}
+
+std::vector<int32_t> Generator::draft(int32_t tok) {
+  VKLLM_CHECK(run_.has_value() && draft_length_, "Generator::draft without a speculative start()");
+  const Run& r = *run_;
+  const SpeculativeOptions& so = r.opts.speculative;
+  const KvCache& cache = engine_.cache();
+  // Drafts never make the ring evict (a refused one would have taken tokens a plain step keeps),
+  // never go past the tokens left to sample, and fit one pass.
+  int64_t room = std::min<int64_t>({int64_t{cache.capacity()} - cache.used() - 1, int64_t{engine_.max_chunk(true)} - 1,
+                                    int64_t{so.draft_max}, int64_t{so.ngram_m}});
+  if (r.limit >= 0) room = std::min(room, r.limit - r.sampled);
+  if (room <= 0) return {};
+  std::vector<int32_t> history = cache.tokens();
+  history.push_back(tok);
+  std::vector<int32_t> d = ngram_draft(history, so.ngram_n, uint32_t(room));
+  d.resize(draft_length_->choose(uint32_t(d.size()), so.draft_min));
+  return d;
+}
+
+// The pass's rows in order, as plain steps would take them: each next token is sampled from the
+// row before it, and a draft equal to it is already in the cache with its logits computed.
+bool Generator::take_pass(std::span<const int32_t> pass, std::span<const float> logits, double ms, const TextSink& on_text) {
+  VKLLM_CHECK(!pass.empty() && logits.size() % pass.size() == 0, "take_pass: a row of logits per token of the pass");
+  const size_t n = pass.size(), n_vocab = logits.size() / n;
+  stats_.drafted += uint32_t(n - 1);
+  uint32_t accepted = 0;
+  bool go_on = true;
+  for (size_t i = 0;; ++i) {
+    if (!advance(logits.subspan(i * n_vocab, n_vocab), on_text)) {
+      go_on = false;
+    } else if (i + 1 < n) {
+      const int32_t next = sample(on_text);
+      if (next < 0) {
+        go_on = false;
+      } else if (next == pass[i + 1]) {
+        ++accepted;
+        continue;
+      } else {
+        run_->next = next;
+      }
+    }
+    // The drafts after row i leave the cache.
+    if (i + 1 < n) drop_newest(uint32_t(n - 1 - i));
+    break;
+  }
+  stats_.draft_accepted += accepted;
+  draft_length_->observe(uint32_t(n), accepted, ms);
+  return go_on;
 }
 
 int32_t Generator::sample(const TextSink& on_text) {
   VKLLM_CHECK(run_.has_value(), "Generator::sample without start()");
   Run& r = *run_;
+  if (r.next >= 0) {  // sampled already, against a refused draft
+    r.token = std::exchange(r.next, -1);
+    return r.token;
+  }
   if (r.limit >= 0 && r.sampled >= r.limit) {
     finish(on_text);
     return -1;

@@ -11,6 +11,7 @@
 
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "engine/speculative.h"
 #include "text/grammar.h"
 #include "text/tokenizer.h"
 
@@ -33,6 +34,8 @@ struct GenerateOptions {
   // Added to these tokens' logits before the sampling chain (llama.cpp's logit_bias, first in its
   // chain); −inf bans a token. Ids are checked against the vocabulary by the front end.
   std::vector<std::pair<int32_t, float>> logit_bias;
+  // Speculative decoding (docs/speculative.md): the tokens are the ones plain steps would give.
+  SpeculativeOptions speculative;
 };
 
 // A token and its log-probability under the model's logits (before penalties and temperature).
@@ -50,6 +53,8 @@ struct GenerationStats {
   double prefill_ms = 0;          // running the uncached prompt tokens
   double ttft_ms = 0;             // prefill + first token sampled
   double decode_ms = 0;           // from the first token sampled to the last one run
+  uint32_t drafted = 0;           // speculative draft tokens run through the model
+  uint32_t draft_accepted = 0;    // of which the sampling took (the rest were cut from the cache)
   std::string stop_reason;        // "eos", "length", "context full", "stop string", "interrupted"
   std::vector<int32_t> tokens;    // generated token ids
   std::vector<float> logprobs;    // with GenerateOptions::logprobs: each token's log-probability under the
@@ -113,7 +118,8 @@ class Generator {
   // by one, decode it again, the pinned prefix unchanged) so generate() continues exactly where
   // the saved run stopped. The token's K/V rows are rewritten with the same values.
   void resume();
-  // Samples until a stop condition; `on_text` receives decoded text as it becomes final (never
+  // Samples until a stop condition (with GenerateOptions::speculative, several tokens per pass
+  // where drafts are taken); `on_text` receives decoded text as it becomes final (never
   // half a UTF-8 character or a possible stop-string prefix) and returns false to interrupt.
   // `stop`, when given, is read before every token (tokens of no text included): true ends the
   // generation as an interrupt.
@@ -121,6 +127,8 @@ class Generator {
   // The same a token at a time, so one thread can interleave several generations (the server):
   // start(), then step() until it returns false. Each step samples one token, runs it through
   // the model and releases the text that became final; the last step flushes what was held back.
+  // A speculative step runs a token with a draft after it and takes every token the sampling
+  // agrees with; one that disagrees is run by the same step, so no sampled token waits between steps.
   void start(const GenerateOptions& o);
   bool step(const TextSink& on_text);
   // A step in two halves, for a caller that runs the token through the model itself (the
@@ -128,6 +136,13 @@ class Generator {
   // the generation ended (limit, end of generation); advance() takes that token's logits.
   int32_t sample(const TextSink& on_text);
   bool advance(std::span<const float> logits, const TextSink& on_text);
+  // Speculation in two halves, for a caller that runs the pass itself: draft(tok) is the draft to
+  // run after the sampled token (empty: none pays or fits), take_pass() takes the pass's logits
+  // (Engine::decode_columns of tok then the draft) and its time, cuts the refused drafts from
+  // the cache and returns whether the generation goes on. A token sampled against a draft is the
+  // next sample().
+  std::vector<int32_t> draft(int32_t tok);
+  bool take_pass(std::span<const int32_t> pass, std::span<const float> logits, double ms, const TextSink& on_text);
   // Ends a started generation before its next step (its client went away): "interrupted".
   void interrupt();
   // The vocabulary as grammars read it, from a caller that keeps one for many generators (the
@@ -146,6 +161,7 @@ class Generator {
     int64_t limit = 0;    // tokens it may sample (< 0: no limit)
     int64_t sampled = 0;
     int32_t token = -1;   // the last token sampled
+    int32_t next = -1;    // a token sampled against a refused draft, to run next (−1: none)
     uint32_t decoded = 0; // bytes of text decoded so far (before a stop string cuts it)
     std::optional<GrammarMatcher> grammar;  // where the text stands in opts.grammar
     std::chrono::steady_clock::time_point t_start, t_first;
@@ -156,6 +172,8 @@ class Generator {
   int32_t sample_in_grammar(GrammarMatcher& grammar);
   // extend()'s bookkeeping: the stats, the sampler's history, the tokens left to run.
   uint32_t extend_begin(std::span<const int32_t> tokens);
+  // Removes the cache's newest `count` tokens, keeping its pin.
+  void drop_newest(uint32_t count);
 
   Engine& engine_;
   const Tokenizer& tok_;
@@ -164,6 +182,7 @@ class Generator {
   std::vector<float> raw_;     // the logits before the sampler's penalties (logprobs)
   std::vector<float> unmasked_;  // the logits before a draw the grammar refused
   std::shared_ptr<const GrammarVocab> grammar_vocab_;  // built by the first run with a grammar
+  std::optional<DraftLength> draft_length_;  // what speculation measured, kept across generations
   std::vector<int32_t> to_run_;  // the prompt tokens a prefill runs (prefill_step) …
   size_t run_done_ = 0;          // … and how many of them ran (the cache's count stops at a full ring)
   GenerationStats stats_;

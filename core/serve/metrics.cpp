@@ -56,6 +56,12 @@ void Metrics::generation(uint32_t prompt_tokens, uint32_t cached_tokens, uint32_
   if (generated > 1) decode_rate_.observe(decode_tok_s);
 }
 
+void Metrics::drafts(uint32_t drafted, uint32_t accepted) {
+  std::lock_guard lock(mu_);
+  draft_tokens_ += drafted;
+  draft_accepted_ += accepted;
+}
+
 void Metrics::decode_step(uint32_t sequences) {
   std::lock_guard lock(mu_);
   ++decode_steps_;
@@ -93,8 +99,11 @@ std::string Metrics::render() const {
   single("vkllm_prompt_tokens_total", "counter", "Prompt tokens of generations that finished their prefill.", prompt_tokens_);
   single("vkllm_cached_tokens_total", "counter", "Prompt tokens reused from a sequence's cache or the prompt cache.", cached_tokens_);
   single("vkllm_generated_tokens_total", "counter", "Tokens generated.", generated_tokens_);
-  single("vkllm_decode_steps_total", "counter", "Decode steps (forward passes that advance running sequences by one token each).",
+  single("vkllm_decode_steps_total", "counter",
+         "Decode steps (forward passes that advance running sequences by one token each, or one sequence by a speculative pass).",
          decode_steps_);
+  single("vkllm_draft_tokens_total", "counter", "Speculative draft tokens run through the model (--spec-type).", draft_tokens_);
+  single("vkllm_draft_accepted_total", "counter", "Of the draft tokens, those the sampling took.", draft_accepted_);
   single("vkllm_decode_step_sequences_total", "counter",
          "Sequences advanced, summed over decode steps (divided by the steps: the mean batch).", decode_step_sequences_);
   single("vkllm_requests_cancelled_total", "counter", "Requests dropped because their client went away.", cancelled_);

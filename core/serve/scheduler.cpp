@@ -223,6 +223,7 @@ void Scheduler::finish_prefill(Sequence& s) {
   }
   // A request never runs through the ring: max_tokens stops where the context is full.
   GenerateOptions go = s.job->generate;
+  go.speculative = opts_.speculative;
   const KvCache& cache = s.engine->cache();
   if (go.n_predict >= 0) go.n_predict = std::min<int32_t>(go.n_predict, int32_t(cache.capacity() - cache.used()));
   s.gen->start(go);
@@ -255,7 +256,17 @@ void Scheduler::step_all() {
   }
   if (stepping.empty()) return;
   try {
-    if (engines[0]->can_decode_batch(engines)) {
+    if (stepping.size() == 1 && opts_.speculative.on()) {
+      // Alone: a verify pass of the token and its draft (a step of one token where none pays).
+      Sequence& s = *stepping[0];
+      std::vector<int32_t> pass = s.gen->draft(tokens[0]);
+      pass.insert(pass.begin(), tokens[0]);
+      const auto t0 = std::chrono::steady_clock::now();
+      const std::vector<float>& logits = s.engine->decode_columns(pass);
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      metrics_.decode_step(1);
+      if (!s.gen->take_pass(pass, logits, ms, sink(s))) complete(s);
+    } else if (engines[0]->can_decode_batch(engines)) {
       const std::vector<float>& logits = engines[0]->decode_batch(engines, tokens);
       metrics_.decode_step(uint32_t(stepping.size()));
       const size_t n_vocab = logits.size() / stepping.size();
@@ -267,7 +278,10 @@ void Scheduler::step_all() {
       // A device or shape decode_batch cannot take: a step per sequence.
       for (size_t i = 0; i < stepping.size(); ++i) {
         Sequence& s = *stepping[i];
-        const std::vector<float>& logits = s.engine->decode(std::span(&tokens[i], 1), LogitsMode::Last);
+        // (A speculative sequence's tokens all run with the kernels of its verify passes.)
+        const std::span<const int32_t> tok(&tokens[i], 1);
+        const std::vector<float>& logits =
+            opts_.speculative.on() ? s.engine->decode_columns(tok) : s.engine->decode(tok, LogitsMode::Last);
         metrics_.decode_step(1);
         if (!s.gen->advance(logits, sink(s))) complete(s);
       }
@@ -318,6 +332,7 @@ void Scheduler::complete(Sequence& s, const std::string& error, bool request_err
   if (error.empty() && s.gen && !(job->cancelled() && s.prefilling))
     metrics_.generation(st.prompt_tokens, st.cached_tokens, st.generated, s.ttft_s,
                         st.generated > 1 ? (st.generated - 1) * 1000.0 / std::max(st.decode_ms, 1e-3) : 0.0);
+  if (s.gen) metrics_.drafts(st.drafted, st.draft_accepted);
   s.gen.reset();
   s.sampler.reset();
   s.prefilling = false;

@@ -83,6 +83,9 @@ struct SchedulerOptions {
   size_t max_queue = 64;             // waiting requests beyond the running ones; more are refused
   PromptCache* prompt_cache = nullptr;  // --prompt-cache: prefixes on disk (used by the device thread only)
   std::function<void(const std::string&)> log;  // one line of diagnostics (the front end prints it)
+  // Every request's speculative decoding (--spec-type …): a sequence speculates on steps it runs
+  // alone; beside others it steps a token at a time in their batch (docs/server.md).
+  SpeculativeOptions speculative;
 };
 
 class Scheduler {

@@ -1,0 +1,76 @@
+// n-gram drafts and the choice of their length.
+#include "engine/speculative.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace vkllm {
+
+std::vector<int32_t> ngram_draft(std::span<const int32_t> history, uint32_t n, uint32_t max) {
+  std::vector<int32_t> draft;
+  const size_t len = history.size();
+  if (n == 0 || max == 0 || len < size_t{n} + 1) return draft;
+  const std::span<const int32_t> key = history.last(n);
+  // The most recent occurrence that starts before the key itself does.
+  for (size_t i = len - n; i-- > 0;) {
+    if (!std::equal(key.begin(), key.end(), history.begin() + ptrdiff_t(i))) continue;
+    // What followed it: i + n ≤ len − 1, so past the history's end the draft reads itself.
+    for (size_t at = i + n; draft.size() < max; ++at) draft.push_back(at < len ? history[at] : draft[at - len]);
+    break;
+  }
+  return draft;
+}
+
+namespace {
+constexpr double k_decay = 0.9;        // weight of the earlier acceptance evidence at each pass
+constexpr double k_cost_weight = 0.3;  // of a new cost measurement
+}  // namespace
+
+double DraftLength::relative_cost(uint32_t n) const {
+  if (n <= 1) return 1.0;
+  const auto measured = [&](uint32_t i) { return i < cost_ms_.size() ? cost_ms_[i] : 0.0; };
+  const double one = measured(1);
+  if (one > 0 && measured(n) > 0) return measured(n) / one;
+  double cost = 1.0 + (n - 1) * prior_rho_;
+  if (one > 0)  // a longer pass costs at least what a shorter one measured
+    for (uint32_t i = 2; i < n; ++i)
+      if (measured(i) > 0) cost = std::max(cost, measured(i) / one);
+  return cost;
+}
+
+uint32_t DraftLength::choose(uint32_t available, uint32_t draft_min) const {
+  const double a = acceptance();
+  uint32_t best = 0;
+  double best_rate = 1.0, expected = 1.0, a_pow = 1.0;
+  for (uint32_t k = 1; k <= available; ++k) {
+    a_pow *= a;
+    expected += a_pow;
+    const double rate = expected / relative_cost(k + 1);
+    if (rate > best_rate * 1.02) {  // a length must beat the shorter ones by more than noise
+      best = k;
+      best_rate = rate;
+    }
+  }
+  // --draft-min: a draft is at least that long, or not run.
+  if (available < draft_min) return 0;
+  return std::max(best, draft_min);
+}
+
+void DraftLength::observe(uint32_t n, uint32_t accepted, double ms) {
+  if (n == 0 || !std::isfinite(ms) || ms <= 0) return;
+  if (cost_ms_.size() <= n) cost_ms_.resize(n + 1, 0.0);
+  double& c = cost_ms_[n];
+  c = c > 0 ? (1.0 - k_cost_weight) * c + k_cost_weight * ms : ms;
+  if (n == 1) {
+    // A plain step: the acceptance evidence fades toward the prior a little, so a run of refused
+    // drafts does not switch drafting off for good.
+    hits_ *= 0.98;
+    tries_ *= 0.98;
+    return;
+  }
+  const uint32_t drafted = n - 1;
+  hits_ = hits_ * k_decay + accepted;
+  tries_ = tries_ * k_decay + std::min(accepted + 1, drafted);
+}
+
+}  // namespace vkllm

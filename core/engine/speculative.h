@@ -1,0 +1,55 @@
+// Speculative decoding without a draft model (llama.cpp's `--spec-type ngram-simple`): drafts
+// are the tokens that followed the last earlier occurrence of the context's final n-gram, and
+// their length is chosen from the acceptance and the verify-pass cost measured so far.
+// docs/speculative.md.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace vkllm {
+
+enum class SpecType { None, NgramSimple };
+
+struct SpeculativeOptions {
+  SpecType type = SpecType::None;
+  uint32_t ngram_n = 4;    // tokens of the key n-gram (--spec-ngram-size-n)
+  uint32_t ngram_m = 48;   // the most tokens one match proposes (--spec-ngram-size-m)
+  uint32_t draft_max = 16; // the most draft tokens a verify pass runs (--draft-max)
+  uint32_t draft_min = 0;  // a draft runs at least this long, or not at all (--draft-min)
+  bool on() const { return type != SpecType::None; }
+};
+
+// ngram-simple: the tokens that followed the most recent earlier occurrence of the last `n`
+// tokens of `history`, at most `max` of them. A continuation that runs into the history's end
+// goes on with the draft itself (a repeating cycle drafts its next period). Empty when the
+// history is shorter than n + 1 or the n-gram has not occurred before.
+std::vector<int32_t> ngram_draft(std::span<const int32_t> history, uint32_t n, uint32_t max);
+
+// How many draft tokens a verify pass should run, from what the passes so far measured: the
+// rate at which a drafted token is accepted (given the ones before it were), and what a pass of
+// n tokens costs against a pass of one. A pass of k drafts yields 1 + a + … + a^k tokens on
+// average; the length kept is the one with the most tokens per unit of time, 0 where no length
+// beats a plain step. Costs are measured per pass length (a CPU driver's matvec runs columns in
+// fours, so 2 cost what 4 do); a length not measured yet costs 1 + (n − 1)·prior_rho steps, and
+// never less than a shorter pass measured.
+class DraftLength {
+ public:
+  // prior_rho: a device's marginal token per pass, in steps, before any measurement.
+  explicit DraftLength(double prior_rho) : prior_rho_(prior_rho) {}
+  // The length to run for a draft of `available` tokens (already cut to draft_max): the best, but
+  // at least draft_min, and 0 when fewer than draft_min are available.
+  uint32_t choose(uint32_t available, uint32_t draft_min) const;
+  // A pass ran n tokens (1 + drafts) in `ms`, and `accepted` of its drafts were taken.
+  void observe(uint32_t n, uint32_t accepted, double ms);
+  double acceptance() const { return (hits_ + 1.0) / (tries_ + 2.0); }
+  // What a pass of n tokens costs, in one-token passes (estimated where not measured).
+  double relative_cost(uint32_t n) const;
+
+ private:
+  double hits_ = 0, tries_ = 0;  // drafted positions taken, of those tried (decaying counts)
+  double prior_rho_;
+  std::vector<double> cost_ms_;  // [n]: a pass of n tokens, a moving average (0: not measured)
+};
+
+}  // namespace vkllm

@@ -1,0 +1,100 @@
+// Speculative decoding's CPU side: n-gram drafts and the choice of their length. (That the tokens
+// are the ones plain steps give is checked end to end in test_cli, Cli.Speculative*.)
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "engine/speculative.h"
+
+namespace vkllm {
+namespace {
+
+using Tokens = std::vector<int32_t>;
+
+TEST(NgramDraft, ContinuesTheMostRecentEarlierOccurrence) {
+  // The key [1 2] occurs at 0 (followed by 3 4) and at 5 (followed by 9 8): the later one drafts.
+  const Tokens h{1, 2, 3, 4, 0, 1, 2, 9, 8, 7, 1, 2};
+  EXPECT_EQ(ngram_draft(h, 2, 3), (Tokens{9, 8, 7}));
+  EXPECT_EQ(ngram_draft(h, 2, 1), (Tokens{9}));
+  // A longer key tells the occurrences apart: [0 1 2] only at 4.
+  const Tokens h2{5, 1, 2, 6, 0, 1, 2, 3, 7, 5, 1, 2};
+  EXPECT_EQ(ngram_draft(h2, 3, 2), (Tokens{6, 0}));  // key [5 1 2] at 0
+  EXPECT_EQ(ngram_draft(h2, 2, 2), (Tokens{3, 7}));  // key [1 2]: the most recent is at 5
+}
+
+TEST(NgramDraft, NothingWithoutAnEarlierOccurrence) {
+  EXPECT_TRUE(ngram_draft(Tokens{1, 2, 3, 4}, 1, 4).empty());
+  EXPECT_TRUE(ngram_draft(Tokens{1, 2, 3, 1, 2}, 3, 4).empty());  // [3 1 2] never before
+  EXPECT_TRUE(ngram_draft(Tokens{7}, 1, 4).empty());              // shorter than n + 1
+  EXPECT_TRUE(ngram_draft(Tokens{}, 1, 4).empty());
+  EXPECT_TRUE(ngram_draft(Tokens{1, 1, 1}, 1, 0).empty());        // max 0
+  EXPECT_TRUE(ngram_draft(Tokens{1, 1, 1}, 0, 4).empty());        // n 0
+}
+
+TEST(NgramDraft, ACycleDraftsItsNextPeriods) {
+  // Period 3: the continuation runs into the history's end and goes on with the draft itself.
+  EXPECT_EQ(ngram_draft(Tokens{4, 5, 6, 4, 5, 6, 4}, 1, 7), (Tokens{5, 6, 4, 5, 6, 4, 5}));
+  EXPECT_EQ(ngram_draft(Tokens{9, 9}, 1, 5), (Tokens{9, 9, 9, 9, 9}));
+  // The key may overlap the occurrence: [9 9] in 9 9 9 at 0.
+  EXPECT_EQ(ngram_draft(Tokens{9, 9, 9}, 2, 3), (Tokens{9, 9, 9}));
+}
+
+TEST(DraftLength, LongDraftsWhereTheyAreTakenAndCheap) {
+  DraftLength d(0.05);  // a GPU's prior: a token more per pass costs 5% of a step
+  EXPECT_EQ(d.choose(0, 0), 0u);
+  for (int i = 0; i < 20; ++i) d.observe(9, 8, 10.0);  // every draft taken
+  EXPECT_GT(d.acceptance(), 0.9);
+  EXPECT_GE(d.choose(16, 0), 12u);
+  EXPECT_EQ(d.choose(3, 0), 3u);
+}
+
+TEST(DraftLength, NoDraftsWhereTheyAreRefused) {
+  DraftLength d(0.3);
+  EXPECT_GT(d.choose(4, 0), 0u) << "the prior (half taken) pays at a 0.3 step per token";
+  for (int i = 0; i < 20; ++i) d.observe(2, 0, 13.0);  // every draft refused
+  EXPECT_LT(d.acceptance(), 0.1);
+  EXPECT_EQ(d.choose(16, 0), 0u);
+  // --draft-min runs drafts anyway, when that many are there.
+  EXPECT_EQ(d.choose(16, 3), 3u);
+  EXPECT_EQ(d.choose(2, 3), 0u);
+  // Plain steps let the evidence fade: drafting is tried again some time later (a pass of 2
+  // measured at 1.3 steps pays once a third of the drafts would be taken).
+  int steps = 0;
+  while (d.choose(16, 0) == 0 && steps < 1000) d.observe(1, 0, 10.0), ++steps;
+  EXPECT_GT(steps, 10);
+  EXPECT_LT(steps, 1000);
+}
+
+TEST(DraftLength, MeasuredCostsOverrideThePrior) {
+  DraftLength d(0.3);
+  EXPECT_DOUBLE_EQ(d.relative_cost(1), 1.0);
+  EXPECT_DOUBLE_EQ(d.relative_cost(3), 1.6);
+  d.observe(1, 0, 10.0);
+  d.observe(2, 1, 20.0);  // two tokens cost two steps (columns in fours: 2 costs what 4 does)
+  EXPECT_DOUBLE_EQ(d.relative_cost(2), 2.0);
+  // Not measured: the prior, but never below a shorter pass measured.
+  EXPECT_DOUBLE_EQ(d.relative_cost(3), 2.0);
+  EXPECT_DOUBLE_EQ(d.relative_cost(5), 2.2);
+  // Moving averages: a new measurement moves the estimate part of the way.
+  d.observe(2, 1, 10.0);
+  EXPECT_NEAR(d.relative_cost(2), 1.7, 1e-9);
+  // Nonsense timings are ignored.
+  d.observe(4, 1, -1.0);
+  d.observe(4, 1, 0.0);
+  EXPECT_DOUBLE_EQ(d.relative_cost(4), 1.9);
+}
+
+TEST(DraftLength, PicksTheLengthWithTheMostTokensPerStep) {
+  // Columns in fours: 2, 3 and 4 tokens cost 2 steps, 5 to 8 cost 3.
+  DraftLength d(0.3);
+  d.observe(1, 0, 10.0);
+  for (uint32_t n = 2; n <= 8; ++n) d.observe(n, n - 1, n <= 4 ? 20.0 : 30.0);
+  // Acceptance near 0.96: 4 tokens (3 drafts) give ≈ 3.8 for 2 steps, 8 give ≈ 7 for 3.
+  EXPECT_EQ(d.choose(7, 0), 7u);
+  EXPECT_EQ(d.choose(5, 0), 3u) << "5 or 6 tokens cost what 8 do";
+  EXPECT_EQ(d.choose(2, 0), 2u);
+  EXPECT_EQ(d.choose(1, 0), 0u) << "2 tokens for 2 steps: no gain";
+}
+
+}  // namespace
+}  // namespace vkllm
