@@ -54,13 +54,14 @@ Result vkllm(const std::string& args, const std::string& stdin_text = "") {
 }
 
 // `base` + prompt generating 2n tokens at once gives the same tokens as n, saved to `session`,
-// then n more from the session.
-void expect_session_continues(const std::string& base, const std::string& prompt, int n, const std::string& session) {
+// then n more from the session (the two calls with `first_more` and `second_more` flags).
+void expect_session_continues(const std::string& base, const std::string& prompt, int n, const std::string& session,
+                              const std::string& first_more = "", const std::string& second_more = "") {
   std::filesystem::remove(session);
   const std::string count = " -n " + std::to_string(n);
   const Result whole = vkllm(base + " -n " + std::to_string(2 * n) + prompt);
-  const Result first = vkllm(base + count + " --session " + session + prompt);
-  const Result second = vkllm(base + count + " --session " + session);
+  const Result first = vkllm(base + first_more + count + " --session " + session + prompt);
+  const Result second = vkllm(base + second_more + count + " --session " + session);
   ASSERT_EQ(whole.status, 0) << whole.err;
   ASSERT_EQ(first.status, 0) << first.err;
   ASSERT_EQ(second.status, 0) << second.err;
@@ -1568,20 +1569,8 @@ TEST(Cli, SpeculativeRunsLeaveThePlainCache) {
   const std::string base = "run --json -q --temp 0 --ignore-eos --ctx 96 -m " + model("stories260K.gguf");
   const std::string forced = " --spec-type ngram-simple --spec-ngram-size-n 1 --draft-min 4 --draft-max 4";
   const std::string prompt = " -p 'Once upon a time, Lily went to the park.'";
-  const Result whole = vkllm(base + " -n 60" + prompt);
-  ASSERT_EQ(whole.status, 0) << whole.err;
-  for (const auto& [first_spec, second_spec] : {std::pair{forced, std::string()}, std::pair{std::string(), forced}}) {
-    std::filesystem::remove(session);
-    const Result a = vkllm(base + first_spec + " -n 30 --session " + session + prompt);
-    const Result b = vkllm(base + second_spec + " -n 30 --session " + session);
-    ASSERT_EQ(a.status, 0) << a.err;
-    ASSERT_EQ(b.status, 0) << b.err;
-    std::vector<int> split = json::parse(a.out)["tokens"].get<std::vector<int>>();
-    const std::vector<int> rest = json::parse(b.out)["tokens"].get<std::vector<int>>();
-    split.insert(split.end(), rest.begin(), rest.end());
-    EXPECT_EQ(split, json::parse(whole.out)["tokens"].get<std::vector<int>>());
-  }
-  std::filesystem::remove(session);
+  expect_session_continues(base, prompt, 30, session, forced, "");
+  expect_session_continues(base, prompt, 30, session, "", forced);
   // A chat's replies too (each reply speculates over the whole conversation).
   const std::string chat = "chat -q --chat-template chatml -n 24 --temp 0 -m " + model("stories260K.gguf");
   const std::string turns = "Tell me about the little boat\nWhat did the boat do?\n";

@@ -372,6 +372,12 @@ TEST(Serve, ReportsLogProbabilitiesAsRunDoes) {
 // `clients` concurrent clients × `requests` each against --parallel 4: every request answered,
 // every greedy answer identical to `vkllm run --temp 0` on the same prompt (the decode steps of
 // 2–4 sequences run as one batch).
+// The value of a counter or gauge `name` in /metrics' text, −1 when absent.
+double metric(const std::string& body, const std::string& name) {
+  const size_t at = body.find("\n" + name + " ");
+  return at == std::string::npos ? -1.0 : std::atof(body.c_str() + at + name.size() + 2);
+}
+
 void expect_concurrent_answers_match_run(const std::string& model, int clients, int requests) {
   std::map<std::string, std::string> expected;
   for (const std::string& p : kPrompts) expected[p] = run_greedy(p, 20, model);
@@ -406,11 +412,8 @@ void expect_concurrent_answers_match_run(const std::string& model, int clients, 
   httplib::Client c = s.client();
   const auto metrics = c.Get("/metrics");
   ASSERT_TRUE(metrics);
-  const auto counter = [&](const std::string& name) {
-    const size_t at = metrics->body.find("\n" + name + " ");
-    return at == std::string::npos ? -1.0 : std::atof(metrics->body.c_str() + at + name.size() + 2);
-  };
-  const double steps = counter("vkllm_decode_steps_total"), advanced = counter("vkllm_decode_step_sequences_total");
+  const double steps = metric(metrics->body, "vkllm_decode_steps_total"),
+               advanced = metric(metrics->body, "vkllm_decode_step_sequences_total");
   EXPECT_GT(steps, 0);
   EXPECT_GT(advanced / steps, 1.5) << "mean decode batch";
   EXPECT_EQ(s.terminate(), 0) << s.log();
@@ -456,12 +459,8 @@ TEST(Serve, SpeculativeRepliesAreRunsReplies) {
     httplib::Client c = s.client();
     const auto metrics = c.Get("/metrics");
     ASSERT_TRUE(metrics);
-    const auto counter = [&](const std::string& name) {
-      const size_t at = metrics->body.find("\n" + name + " ");
-      return at == std::string::npos ? -1.0 : std::atof(metrics->body.c_str() + at + name.size() + 2);
-    };
-    EXPECT_GT(counter("vkllm_draft_tokens_total"), 30) << metrics->body;
-    EXPECT_GT(counter("vkllm_draft_accepted_total"), 0) << metrics->body;
+    EXPECT_GT(metric(metrics->body, "vkllm_draft_tokens_total"), 30) << metrics->body;
+    EXPECT_GT(metric(metrics->body, "vkllm_draft_accepted_total"), 0) << metrics->body;
     EXPECT_EQ(s.terminate(), 0) << s.log();
   }
 }

@@ -230,24 +230,32 @@ bool Generator::take_pass(std::span<const int32_t> pass, std::span<const float> 
   stats_.drafted += uint32_t(n - 1);
   uint32_t accepted = 0;
   bool go_on = true;
-  for (size_t i = 0;; ++i) {
-    if (!advance(logits.subspan(i * n_vocab, n_vocab), on_text)) {
-      go_on = false;
-    } else if (i + 1 < n) {
-      const int32_t next = sample(on_text);
-      if (next < 0) {
-        go_on = false;
-      } else if (next == pass[i + 1]) {
-        ++accepted;
-        continue;
-      } else {
-        run_->next = next;
-      }
-    }
-    // The drafts after row i leave the cache.
+  size_t i = 0;  // the row taken: the pass's tokens up to it stay in the cache, the drafts after it leave
+  const auto cut = [&] {
     if (i + 1 < n) drop_newest(uint32_t(n - 1 - i));
-    break;
+  };
+  try {
+    for (;; ++i) {
+      if (!advance(logits.subspan(i * n_vocab, n_vocab), on_text)) {
+        go_on = false;
+      } else if (i + 1 < n) {
+        const int32_t next = sample(on_text);
+        if (next < 0) {
+          go_on = false;
+        } else if (next == pass[i + 1]) {
+          ++accepted;
+          continue;
+        } else {
+          run_->next = next;
+        }
+      }
+      break;
+    }
+  } catch (...) {  // (a grammar that cannot go on): the cache holds what was taken, as after plain steps
+    cut();
+    throw;
   }
+  cut();
   stats_.draft_accepted += accepted;
   draft_length_->observe(uint32_t(n), accepted, ms);
   return go_on;

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Speculative decoding (docs/speculative.md) against upstream llama.cpp's (../shared/anchor) on the
+# same device, in one run: greedy generation of N tokens from each prompt, plain and with
+# n-gram drafts, in vkllm (`--spec-type ngram-simple`) and in llama.cpp (node-llama-cpp's
+# prompt-lookup drafts verified by llama.cpp's batched decode). Prints decode tok/s of each, the
+# speed-up speculation gives each, vkllm's ratio to llama.cpp with speculation, the drafts taken,
+# and whether each engine's tokens are its plain ones.
+#
+# usage: scripts/bench-spec.sh [MODEL]
+#   MODEL: default the 1b q4_0 benchmark model (made in models/ when missing). N (64) tokens,
+#   SPEC ("--spec-type ngram-simple") vkllm's flags, ANCHOR_GPU (vulkan) the anchor's backend,
+#   ANCHOR=0 skips llama.cpp. Prompts: "free" (a story opening: drafts are rarely right, what
+#   trying them costs) and "loop" (text the model repeats: what taking them gains).
+set -euo pipefail
+. "$(dirname "$0")/bench-lib.sh"
+n=${N:-64}
+spec=${SPEC:---spec-type ngram-simple}
+gpu=${ANCHOR_GPU:-vulkan}
+model=${1:-}
+if [ -z "$model" ]; then
+  model="${VKLLM_BENCH_MODELS:-$root/models}/bench-1b-q4_0.gguf"
+  if [ ! -f "$model" ]; then
+    make_model="${VKLLM_MAKE_MODEL:-$root/build/tests/tools/make_model}"
+    [ -x "$make_model" ] || { echo "$bench: $make_model is missing: build first" >&2; exit 1; }
+    mkdir -p "$(dirname "$model")"
+    "$make_model" --preset 1b --type q4_0 --vocab-from "$shared/vocab/ggml-vocab-llama-spm.gguf" -o "$model" >&2
+  fi
+fi
+bench_require "$model"
+bench_workdir
+anchor=""
+if [ "${ANCHOR:-1}" != 0 ]; then
+  anchor=$(bash "$shared/anchor/setup.sh" 2>/dev/null | tail -1)
+  [ -f "$anchor/bench.mjs" ] || { echo "$bench: the anchor did not install (bash $shared/anchor/setup.sh)" >&2; exit 1; }
+fi
+printf 'Once upon a time there was a little' >"$work/free.txt"
+printf ' minimum minimum minimum minimum' >"$work/loop.txt"
+
+# field NAME: the value of NAME in the JSON object on stdin (arrays as JSON text).
+field() { node -e 'const j=JSON.parse(require("fs").readFileSync(0,"utf8")); const v=j[process.argv[1]]; console.log(typeof v==="object"?JSON.stringify(v):v ?? "nan")' "$1"; }
+
+device=$("$vkllm" devices 2>/dev/null | sed -n 's/^device 0: //p' | head -1)
+echo "$(date -u +%Y-%m-%d) · ${device:-device 0} · $(basename "$model") · $n tokens greedy · vkllm $spec · llama.cpp ${anchor:+$gpu, prompt lookup}"
+printf '| %-6s | %9s | %9s | %7s | %11s | %9s | %9s | %7s | %11s | %8s |\n' prompt "vk plain" "vk spec" speedup "vk drafts" \
+  "lc plain" "lc spec" speedup "lc drafts" "vk/lc"
+printf '|--------|----------:|----------:|--------:|------------:|----------:|----------:|--------:|------------:|---------:|\n'
+for p in free loop; do
+  plain=$("$vkllm" run -m "$model" -f "$work/$p.txt" --temp 0 --ignore-eos -n "$n" --json -q 2>/dev/null)
+  fast=$("$vkllm" run -m "$model" -f "$work/$p.txt" --temp 0 --ignore-eos -n "$n" --json -q $spec 2>/dev/null)
+  vp=$(printf '%s' "$plain" | field decode_tok_s)
+  vs=$(printf '%s' "$fast" | field decode_tok_s)
+  vd="$(printf '%s' "$fast" | field draft_accepted)/$(printf '%s' "$fast" | field draft_tokens)"
+  same=$([ "$(printf '%s' "$plain" | field tokens)" = "$(printf '%s' "$fast" | field tokens)" ] && echo "" || echo " (vkllm tokens differ!)")
+  ap=nan as=nan ad=- ratio=nan
+  if [ -n "$anchor" ]; then
+    out=$(node "$root/scripts/anchor-spec.mjs" "$anchor" "$model" "$work/$p.txt" "$n" --gpu "$gpu" 2>/dev/null)
+    a_plain=$(printf '%s\n' "$out" | grep '"mode":"plain"')
+    a_fast=$(printf '%s\n' "$out" | grep '"mode":"lookup"')
+    ap=$(printf '%s' "$a_plain" | field tg_tok_s)
+    as=$(printf '%s' "$a_fast" | field tg_tok_s)
+    ad="$(printf '%s' "$a_fast" | field validated)/$(( $(printf '%s' "$a_fast" | field validated) + $(printf '%s' "$a_fast" | field refuted) ))"
+    [ "$(printf '%s' "$a_plain" | field tokens)" = "$(printf '%s' "$a_fast" | field tokens)" ] || same="$same (llama.cpp tokens differ!)"
+  fi
+  awk -v p="$p" -v a="$vp" -v b="$vs" -v d="$vd" -v c="$ap" -v e="$as" -v f="$ad" -v s="$same" \
+    'BEGIN { printf "| %-6s | %9.2f | %9.2f | %6.2fx | %11s | %9.2f | %9.2f | %6.2fx | %11s | %7.2fx |%s\n", p, a, b, b / a, d, c, e, e / c, f, b / e, s }'
+done
+echo "drafts: taken/drafted (llama.cpp: validated/validated+refuted)"
