@@ -143,11 +143,11 @@ std::shared_ptr<const Grammar> read_grammar_flags(const GrammarFlags& g) {
 
 void add_speculative_options(CLI::App* cmd, SpeculativeOptions& s) {
   const std::string group = "Speculative decoding (docs/speculative.md)";
-  const std::map<std::string, SpecType> types{{"none", SpecType::None}, {"ngram-simple", SpecType::NgramSimple}};
-  cmd->add_option("--spec-type", s.type,
-                  "none, or ngram-simple: draft the tokens that followed the last earlier occurrence of the context's final "
-                  "n-gram and verify them in one pass (the same tokens, sooner)")
-      ->transform(CLI::CheckedTransformer(types))
+  cmd->add_option_function<std::string>(
+         "--spec-type", [&s](const std::string& v) { s.type = v == "ngram-simple" ? SpecType::NgramSimple : SpecType::None; },
+         "none, or ngram-simple: draft the tokens that followed the last earlier occurrence of the context's final n-gram "
+         "and verify them in one pass (the same tokens, sooner)")
+      ->check(CLI::IsMember({"none", "ngram-simple"}))
       ->group(group);
   const CLI::Range count(1u, 1024u);
   cmd->add_option("--draft-max,--draft,--draft-n", s.draft_max, "The most draft tokens a pass verifies (default 16)")->check(count)->group(group);
@@ -157,9 +157,18 @@ void add_speculative_options(CLI::App* cmd, SpeculativeOptions& s) {
 }
 
 void check_speculative_options(const SpeculativeOptions& s) {
-  if (s.draft_min > s.draft_max)
-    throw CLI::ValidationError("--draft-min " + std::to_string(s.draft_min) + " is more than --draft-max " +
-                               std::to_string(s.draft_max) + ": no draft could run");
+  for (const auto& [name, most] : {std::pair{"--draft-max", s.draft_max}, std::pair{"--spec-ngram-size-m", s.ngram_m}})
+    if (s.draft_min > most)
+      throw CLI::ValidationError("--draft-min " + std::to_string(s.draft_min) + " is more than " + name + " " +
+                                 std::to_string(most) + ": no draft could run");
+}
+
+void note_speculation(const SpeculativeOptions& s, const Engine& engine, bool quiet) {
+  if (quiet || !s.on() || engine.verify_exact()) return;
+  std::fprintf(stderr,
+               "vkllm: note: --spec-type is off for this model on %s: its attention kernels split a list by the pass's "
+               "size, so a verify pass would not give each token what a step gives it (docs/speculative.md)\n",
+               engine.context().info().name.c_str());
 }
 
 std::string draft_summary(const GenerationStats& st) {

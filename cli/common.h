@@ -67,8 +67,11 @@ std::shared_ptr<const Grammar> read_grammar_flags(const GrammarFlags& g);
 // llama.cpp's --spec-type (none, ngram-simple), --draft-max, --draft-min, --spec-ngram-size-n and
 // --spec-ngram-size-m: speculative decoding without a draft model (docs/speculative.md).
 void add_speculative_options(CLI::App* cmd, SpeculativeOptions& s);
-// Refuses a --draft-min past --draft-max (no draft could ever run).
+// Refuses a --draft-min past --draft-max or --spec-ngram-size-m (no draft could ever run).
 void check_speculative_options(const SpeculativeOptions& s);
+// Says on stderr (unless quiet) when speculation was asked for and the engine cannot verify
+// drafts exactly (Engine::verify_exact): the generation steps plainly.
+void note_speculation(const SpeculativeOptions& s, const Engine& engine, bool quiet);
 // " · drafts 96 of 120 taken (80%)", " · no drafts": a speculative generation's share in the stats.
 std::string draft_summary(const GenerationStats& st);
 

@@ -254,6 +254,9 @@ all() {
   export VKLLM_MATVEC=$best
   timeout "${RUN_TIMEOUT:-150}" bash "$self" run "$dir" || echo "$name: run: rc $?"
   timeout "${PARALLEL_TIMEOUT:-90}" bash "$self" parallel "$dir" || echo "$name: parallel: rc $?"
+  echo "$name: speculative decoding, vkllm alone (scripts/bench-spec.sh, docs/speculative.md)"
+  VKLLM_BIN="$vkllm" ANCHOR=0 timeout "${SPEC_TIMEOUT:-60}" bash "$(dirname "$self")/bench-spec.sh" "$models_dir/${models%% *}.gguf" ||
+    echo "$name: spec: rc $?"
   local last=${models##* }
   local big="$models_dir/$last.gguf"
   echo "$name: $last, decode over 4,096 cached tokens"

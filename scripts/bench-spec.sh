@@ -36,8 +36,9 @@ fi
 printf 'Once upon a time there was a little' >"$work/free.txt"
 printf ' minimum minimum minimum minimum' >"$work/loop.txt"
 
-# field NAME: the value of NAME in the JSON object on stdin (arrays as JSON text).
-field() { node -e 'const j=JSON.parse(require("fs").readFileSync(0,"utf8")); const v=j[process.argv[1]]; console.log(typeof v==="object"?JSON.stringify(v):v ?? "nan")' "$1"; }
+# field NAME: the number, or the array of numbers, NAME holds in the one-line JSON object on stdin
+# ("nan" when absent; no node needed where the anchor is not run).
+field() { local v; v=$(sed -n "s/.*\"$1\": *\(\[[^]]*\]\|[^,}]*\).*/\1/p"); echo "${v:-nan}"; }
 
 device=$("$vkllm" devices 2>/dev/null | sed -n 's/^device 0: //p' | head -1)
 echo "$(date -u +%Y-%m-%d) · ${device:-device 0} · $(basename "$model") · $n tokens greedy · vkllm $spec · llama.cpp ${anchor:+$gpu, prompt lookup}"

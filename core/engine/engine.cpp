@@ -503,6 +503,15 @@ uint32_t Engine::max_chunk(bool all_logits) const {
   return chunk;
 }
 
+bool Engine::verify_exact() const {
+  const ModelConfig& c = model_.config();
+  const AttentionShape global{c.n_head, c.n_head_kv, c.head_dim, opts_.attention, c.attn_scale, c.attn_softcap, 0};
+  if (!attention_per_query_exact(ctx_, global, c.n_rot, cache_.capacity())) return false;
+  if (!c.has_swa()) return true;
+  const AttentionShape window{c.n_head, c.n_head_kv, c.head_dim, opts_.attention, c.attn_scale, c.attn_softcap, c.n_swa};
+  return attention_per_query_exact(ctx_, window, c.n_rot, cache_.window_ring() ? cache_.window_ring() : cache_.capacity());
+}
+
 const std::vector<float>& Engine::decode_columns(std::span<const int32_t> tokens) {
   VKLLM_CHECK(!tokens.empty() && tokens.size() <= max_chunk(true), "decode_columns: 1 to max_chunk(true) tokens");
   check_tokens(tokens);

@@ -60,6 +60,10 @@ class Engine {
   // column computed exactly as it would be alone (MatmulKernel::Columns; attention is per query
   // already): a speculative verify pass, whose logits do not depend on how long the draft was.
   const std::vector<float>& decode_columns(std::span<const int32_t> tokens);
+  // Whether decode_columns gives every token exactly the logits a pass of it alone gives, for
+  // this model on this device (attention_per_query_exact for every layer's lists): where it does
+  // not, speculation would make the tokens depend on the draft lengths, and is off.
+  bool verify_exact() const;
   // One decode step of several sequences in one forward pass: tokens[i] joins seqs[i]'s cache
   // (seqs[0] is this engine, whose activations and recorder run the pass). The weights are read
   // once for all of them, each sequence attends over its own cache, and every matmul keeps each

@@ -192,7 +192,7 @@ bool Generator::step(const TextSink& on_text) {
   for (;;) {
     const int32_t tok = sample(on_text);
     if (tok < 0) return false;
-    if (!run_->opts.speculative.on()) return advance(engine_.decode(std::span(&tok, 1), LogitsMode::Last), on_text);
+    if (!speculating()) return advance(engine_.decode(std::span(&tok, 1), LogitsMode::Last), on_text);
     // Every token of a speculative generation runs in a verify pass (one token when no draft
     // pays), so its logits never depend on the draft lengths chosen.
     std::vector<int32_t> pass = draft(tok);
@@ -202,6 +202,10 @@ bool Generator::step(const TextSink& on_text) {
     if (!take_pass(pass, logits, ms_since(t0), on_text)) return false;
     if (run_->next < 0) return true;
   }
+}
+
+bool Generator::speculating() const {
+  return run_ && run_->opts.speculative.on() && engine_.verify_exact();
 }
 
 std::vector<int32_t> Generator::draft(int32_t tok) {

@@ -142,6 +142,9 @@ class Generator {
   // the cache and returns whether the generation goes on. A token sampled against a draft is the
   // next sample().
   std::vector<int32_t> draft(int32_t tok);
+  // Whether the running generation speculates: it asked to, and the engine's verify passes give
+  // each token the logits it would get alone (Engine::verify_exact); otherwise it steps plainly.
+  bool speculating() const;
   bool take_pass(std::span<const int32_t> pass, std::span<const float> logits, double ms, const TextSink& on_text);
   // Ends a started generation before its next step (its client went away): "interrupted".
   void interrupt();

@@ -292,6 +292,11 @@ bool decode_shape_fits(const AttentionShape& shape, uint32_t max_kv) {
   return max_kv >= k_decode_min_kv && g <= 8 && shape.head_dim % k_decode_dims == 0 && g * shape.head_dim <= k_decode_unroll;
 }
 
+bool attention_per_query_exact(const VulkanContext& ctx, const AttentionShape& shape, uint32_t n_rot, uint32_t max_kv) {
+  return attention_kernel_for(ctx, shape, n_rot, 0) == AttentionKernel::Lanes &&
+         (max_kv < k_decode_min_kv || decode_kernels_fit(ctx, shape, max_kv));
+}
+
 bool rotated_copy_table_fits(uint32_t capacity, uint32_t max_grid_height) { return uint64_t{2} * capacity <= max_grid_height; }
 
 bool decode_kernels_fit(const VulkanContext& ctx, const AttentionShape& shape, uint32_t max_kv) {

@@ -211,6 +211,11 @@ uint64_t attention_scratch_floats(const AttentionShape& shape, uint32_t max_kv, 
 // Whether record_attention runs attention_decode.comp for this shape on this device for some list
 // of up to max_kv slots (it takes lists of ≥ 256): what a rotated copy of K (RotatedK) serves.
 bool decode_kernels_fit(const VulkanContext& ctx, const AttentionShape& shape, uint32_t max_kv);
+// Whether every query of a pass of several tokens over lists of up to max_kv slots gets from
+// record_attention exactly the floats a pass of that token alone gets: where the CPU drivers'
+// lanes kernel takes the lists under 256 slots and the decode kernels the longer ones, each
+// query's work is its own. The other kernels split a list by the pass's size.
+bool attention_per_query_exact(const VulkanContext& ctx, const AttentionShape& shape, uint32_t n_rot, uint32_t max_kv);
 // The part of that which depends on the shape alone (not the device), for `vkllm info`.
 bool decode_shape_fits(const AttentionShape& shape, uint32_t max_kv);
 // Whether the rotated copy's rope table for a cache of `capacity` slots (two positions a slot) is

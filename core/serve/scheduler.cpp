@@ -256,7 +256,7 @@ void Scheduler::step_all() {
   }
   if (stepping.empty()) return;
   try {
-    if (stepping.size() == 1 && opts_.speculative.on()) {
+    if (stepping.size() == 1 && stepping[0]->gen->speculating()) {
       // Alone: a verify pass of the token and its draft (a step of one token where none pays).
       Sequence& s = *stepping[0];
       std::vector<int32_t> pass = s.gen->draft(tokens[0]);
@@ -281,7 +281,7 @@ void Scheduler::step_all() {
         // (A speculative sequence's tokens all run with the kernels of its verify passes.)
         const std::span<const int32_t> tok(&tokens[i], 1);
         const std::vector<float>& logits =
-            opts_.speculative.on() ? s.engine->decode_columns(tok) : s.engine->decode(tok, LogitsMode::Last);
+            s.gen->speculating() ? s.engine->decode_columns(tok) : s.engine->decode(tok, LogitsMode::Last);
         metrics_.decode_step(1);
         if (!s.gen->advance(logits, sink(s))) complete(s);
       }
