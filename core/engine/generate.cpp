@@ -169,8 +169,7 @@ void Generator::generate(const GenerateOptions& o, const TextSink& on_text, cons
 void Generator::start(const GenerateOptions& o) {
   if (logits_.empty()) throw Error("nothing to continue from: the prompt is empty and the cache holds no tokens");
   run_.emplace(Run{o, StreamDecoder(tok_), {}, o.n_predict, 0, -1, -1, 0, {}, std::chrono::steady_clock::now(), {}});
-  // A verify pass's marginal token, in plain steps, until passes measure it (docs/speculative.md).
-  if (o.speculative.on() && !draft_length_) draft_length_.emplace(engine_.context().info().type == "cpu" ? 0.3 : 0.05);
+  if (o.speculative.on() && !draft_length_) draft_length_.emplace();
   if (o.grammar) {
     if (!grammar_vocab_) grammar_vocab_ = std::make_shared<const GrammarVocab>(tok_);
     run_->grammar.emplace(o.grammar, grammar_vocab_);
@@ -193,8 +192,8 @@ bool Generator::step(const TextSink& on_text) {
     const int32_t tok = sample(on_text);
     if (tok < 0) return false;
     if (!speculating()) return advance(engine_.decode(std::span(&tok, 1), LogitsMode::Last), on_text);
-    // Every token of a speculative generation runs in a verify pass (one token when no draft
-    // pays), so its logits never depend on the draft lengths chosen.
+    // A verify pass of the token and its draft (none where none pays): each token's logits are
+    // the ones a plain step gives it (Engine::verify_exact).
     std::vector<int32_t> pass = draft(tok);
     pass.insert(pass.begin(), tok);
     const auto t0 = std::chrono::steady_clock::now();

@@ -35,8 +35,9 @@ std::vector<int32_t> ngram_draft(std::span<const int32_t> history, uint32_t n, u
 // never less than a shorter pass measured.
 class DraftLength {
  public:
-  // prior_rho: a device's marginal token per pass, in steps, before any measurement.
-  explicit DraftLength(double prior_rho) : prior_rho_(prior_rho) {}
+  // prior_rho: a pass's marginal token, in steps, before any measurement (0.3: lavapipe's, where
+  // speculation runs for now: docs/speculative.md).
+  explicit DraftLength(double prior_rho = 0.3) : prior_rho_(prior_rho) {}
   // The length to run for a draft of `available` tokens (already cut to draft_max): the best, but
   // at least draft_min, and 0 when fewer than draft_min are available.
   uint32_t choose(uint32_t available, uint32_t draft_min) const;

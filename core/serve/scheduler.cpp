@@ -278,10 +278,7 @@ void Scheduler::step_all() {
       // A device or shape decode_batch cannot take: a step per sequence.
       for (size_t i = 0; i < stepping.size(); ++i) {
         Sequence& s = *stepping[i];
-        // (A speculative sequence's tokens all run with the kernels of its verify passes.)
-        const std::span<const int32_t> tok(&tokens[i], 1);
-        const std::vector<float>& logits =
-            s.gen->speculating() ? s.engine->decode_columns(tok) : s.engine->decode(tok, LogitsMode::Last);
+        const std::vector<float>& logits = s.engine->decode(std::span(&tokens[i], 1), LogitsMode::Last);
         metrics_.decode_step(1);
         if (!s.gen->advance(logits, sink(s))) complete(s);
       }
