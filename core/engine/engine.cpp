@@ -298,7 +298,7 @@ void Engine::record_attention_of(CommandRecorder& rec, uint32_t l, const Engine&
   const RopeConfig rope = rope_config(swa);
   // The rope tables are the same in every engine of one model and options: the pass's is filled.
   const BufferView rope_table = swa && pass.rope_table_swa_.size() ? pass.rope_table_swa_.view() : pass.rope_table_.view();
-  const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, opts_.attention, c.attn_scale, c.attn_softcap, swa ? c.n_swa : 0};
+  const AttentionShape shape = attention_shape(swa);
   // attn = softmax(q kᵀ / √d) v over every live slot (k rotated as read), causal by position
   // A window layer sharing the global slots reads only the suffix of the slot list its queries
   // can see (the list is in logical order and a token's position is its logical index); one with
@@ -328,15 +328,14 @@ bool Engine::batch_step_fits(std::span<const Member> members) const {
       return false;
     max_kv = std::max(max_kv, m.seq->n_kv_listed_);
   }
-  const ModelConfig& c = model_.config();
-  const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, opts_.attention, c.attn_scale, c.attn_softcap, 0};
+  const AttentionShape shape = attention_shape(false);
   return batch_attention_fits(ctx_, cache_.type_k(), cache_.type_v(), shape, rope_config(false), max_kv);
 }
 
 void Engine::record_batch_step(std::span<const Member> members, uint32_t l) {
   const ModelConfig& c = model_.config();
   const uint32_t qd = c.n_head * c.head_dim, kvd = c.n_embd_kv();
-  const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, opts_.attention, c.attn_scale, c.attn_softcap, 0};
+  const AttentionShape shape = attention_shape(false);
   std::vector<SeqAttention> seqs;
   for (const Member& m : members) {
     const Engine& e = *m.seq;
@@ -368,6 +367,11 @@ uint32_t Engine::window_list_start(uint32_t n) const {
   // Rounded down so the bound views start at an offset the device accepts.
   const uint32_t align = static_cast<uint32_t>(std::max<uint64_t>(ctx_.limits().minStorageBufferOffsetAlignment / 4, 1));
   return (first_query - c.n_swa + 1) / align * align;
+}
+
+AttentionShape Engine::attention_shape(bool swa) const {
+  const ModelConfig& c = model_.config();
+  return AttentionShape{c.n_head, c.n_head_kv, c.head_dim, opts_.attention, c.attn_scale, c.attn_softcap, swa ? c.n_swa : 0};
 }
 
 RopeConfig Engine::rope_config(bool swa) const {
@@ -505,11 +509,9 @@ uint32_t Engine::max_chunk(bool all_logits) const {
 
 bool Engine::verify_exact() const {
   const ModelConfig& c = model_.config();
-  const AttentionShape global{c.n_head, c.n_head_kv, c.head_dim, opts_.attention, c.attn_scale, c.attn_softcap, 0};
-  if (!attention_per_query_exact(ctx_, global, c.n_rot, cache_.capacity())) return false;
-  if (!c.has_swa()) return true;
-  const AttentionShape window{c.n_head, c.n_head_kv, c.head_dim, opts_.attention, c.attn_scale, c.attn_softcap, c.n_swa};
-  return attention_per_query_exact(ctx_, window, c.n_rot, cache_.window_ring() ? cache_.window_ring() : cache_.capacity());
+  if (!attention_per_query_exact(ctx_, attention_shape(false), c.n_rot, cache_.capacity())) return false;
+  return !c.has_swa() ||
+         attention_per_query_exact(ctx_, attention_shape(true), c.n_rot, cache_.window_ring() ? cache_.window_ring() : cache_.capacity());
 }
 
 const std::vector<float>& Engine::decode_columns(std::span<const int32_t> tokens) {

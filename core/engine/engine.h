@@ -118,6 +118,8 @@ class Engine {
                 MatmulKernel kernel = MatmulKernel::Auto);
   // The first entry of the slot list a window layer's attention reads for a chunk of n tokens.
   uint32_t window_list_start(uint32_t n) const;
+  // The attention of the global layers, or of the sliding-window layers (their window).
+  AttentionShape attention_shape(bool swa) const;
   // The RoPE of the global layers, or of the sliding-window layers (their own base and scale).
   RopeConfig rope_config(bool swa) const;
   // Layer l's rotated copy of K (rows null: none), with `rot` the rotation positions of the slots

@@ -192,15 +192,19 @@ bool Generator::step(const TextSink& on_text) {
     const int32_t tok = sample(on_text);
     if (tok < 0) return false;
     if (!speculating()) return advance(engine_.decode(std::span(&tok, 1), LogitsMode::Last), on_text);
-    // A verify pass of the token and its draft (none where none pays): each token's logits are
-    // the ones a plain step gives it (Engine::verify_exact).
-    std::vector<int32_t> pass = draft(tok);
-    pass.insert(pass.begin(), tok);
-    const auto t0 = std::chrono::steady_clock::now();
-    const std::vector<float>& logits = engine_.decode_columns(pass);
-    if (!take_pass(pass, logits, ms_since(t0), on_text)) return false;
+    if (!speculate(tok, on_text)) return false;
     if (run_->next < 0) return true;
   }
+}
+
+bool Generator::speculate(int32_t tok, const TextSink& on_text) {
+  // A verify pass of the token and its draft (none where none pays): each token's logits are the
+  // ones a plain step gives it (Engine::verify_exact).
+  std::vector<int32_t> pass = draft(tok);
+  pass.insert(pass.begin(), tok);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<float>& logits = engine_.decode_columns(pass);
+  return take_pass(pass, logits, ms_since(t0), on_text);
 }
 
 bool Generator::speculating() const {

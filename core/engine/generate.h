@@ -136,16 +136,14 @@ class Generator {
   // the generation ended (limit, end of generation); advance() takes that token's logits.
   int32_t sample(const TextSink& on_text);
   bool advance(std::span<const float> logits, const TextSink& on_text);
-  // Speculation in two halves, for a caller that runs the pass itself: draft(tok) is the draft to
-  // run after the sampled token (empty: none pays or fits), take_pass() takes the pass's logits
-  // (Engine::decode_columns of tok then the draft) and its time, cuts the refused drafts from
-  // the cache and returns whether the generation goes on. A token sampled against a draft is the
-  // next sample().
-  std::vector<int32_t> draft(int32_t tok);
   // Whether the running generation speculates: it asked to, and the engine's verify passes give
   // each token the logits it would get alone (Engine::verify_exact); otherwise it steps plainly.
   bool speculating() const;
-  bool take_pass(std::span<const int32_t> pass, std::span<const float> logits, double ms, const TextSink& on_text);
+  // In place of advance() for a speculating generation (the server's sequence stepping alone):
+  // runs the sampled token with a draft after it in one verify pass, takes every token the
+  // sampling agrees with, and cuts the refused drafts from the cache. Returns whether the
+  // generation goes on; a token sampled against a draft is the next sample().
+  bool speculate(int32_t tok, const TextSink& on_text);
   // Ends a started generation before its next step (its client went away): "interrupted".
   void interrupt();
   // The vocabulary as grammars read it, from a caller that keeps one for many generators (the
@@ -177,6 +175,10 @@ class Generator {
   uint32_t extend_begin(std::span<const int32_t> tokens);
   // Removes the cache's newest `count` tokens, keeping its pin.
   void drop_newest(uint32_t count);
+  // speculate()'s halves: the draft to run after the sampled token (empty: none pays or fits),
+  // and the pass's logits (tok then the draft) taken with the pass's time.
+  std::vector<int32_t> draft(int32_t tok);
+  bool take_pass(std::span<const int32_t> pass, std::span<const float> logits, double ms, const TextSink& on_text);
 
   Engine& engine_;
   const Tokenizer& tok_;

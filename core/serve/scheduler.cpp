@@ -259,13 +259,8 @@ void Scheduler::step_all() {
     if (stepping.size() == 1 && stepping[0]->gen->speculating()) {
       // Alone: a verify pass of the token and its draft (a step of one token where none pays).
       Sequence& s = *stepping[0];
-      std::vector<int32_t> pass = s.gen->draft(tokens[0]);
-      pass.insert(pass.begin(), tokens[0]);
-      const auto t0 = std::chrono::steady_clock::now();
-      const std::vector<float>& logits = s.engine->decode_columns(pass);
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       metrics_.decode_step(1);
-      if (!s.gen->take_pass(pass, logits, ms, sink(s))) complete(s);
+      if (!s.gen->speculate(tokens[0], sink(s))) complete(s);
     } else if (engines[0]->can_decode_batch(engines)) {
       const std::vector<float>& logits = engines[0]->decode_batch(engines, tokens);
       metrics_.decode_step(uint32_t(stepping.size()));
