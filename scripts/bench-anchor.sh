@@ -12,19 +12,10 @@ pp=${PP:-64}
 tg=${TG:-16}
 reps=${REPS:-1}
 gpu=${ANCHOR_GPU:-vulkan}
-make_model="${VKLLM_MAKE_MODEL:-$root/build/tests/tools/make_model}"
-vocab="$shared/vocab/ggml-vocab-llama-spm.gguf"
 models=("$@")
 if ((${#models[@]} == 0)); then
-  dir="${VKLLM_BENCH_MODELS:-$root/models}"
-  mkdir -p "$dir"
   for t in q4_0 q4_k q8_0 q6_k; do
-    m="$dir/bench-1b-$t.gguf"
-    if [ ! -f "$m" ]; then
-      [ -x "$make_model" ] || { echo "$bench: $make_model is missing: build first" >&2; exit 1; }
-      echo "$bench: making $m" >&2
-      "$make_model" --preset 1b --type "$t" --vocab-from "$vocab" -o "$m" >&2
-    fi
+    m=$(bench_1b_model "$t")
     models+=("$m")
   done
 fi

@@ -13,6 +13,20 @@ bench_require() {
   for f in "$@"; do [ -f "$f" ] || { echo "$bench: $f is missing" >&2; exit 1; }; done
 }
 
+# bench_1b_model TYPE: the path of the 1b benchmark model of TYPE (make_model --preset 1b, the
+# llama SentencePiece vocabulary) in $VKLLM_BENCH_MODELS (default models/), made when missing.
+bench_1b_model() {
+  local m="${VKLLM_BENCH_MODELS:-$root/models}/bench-1b-$1.gguf"
+  if [ ! -f "$m" ]; then
+    local make_model="${VKLLM_MAKE_MODEL:-$root/build/tests/tools/make_model}"
+    [ -x "$make_model" ] || { echo "$bench: $make_model is missing: build first" >&2; exit 1; }
+    mkdir -p "$(dirname "$m")"
+    echo "$bench: making $m" >&2
+    "$make_model" --preset 1b --type "$1" --vocab-from "$shared/vocab/ggml-vocab-llama-spm.gguf" -o "$m" >&2
+  fi
+  echo "$m"
+}
+
 # bench_workdir: a scratch directory in $work, removed on exit.
 bench_workdir() {
   work="$(mktemp -d)"

@@ -16,15 +16,12 @@
 #        PARTS=throughput scripts/bench-serve.sh     (part 1 only)
 set -euo pipefail
 . "$(dirname "$0")/bench-lib.sh"
-model=${1:-$root/models/bench-1b-q4_0.gguf}
+model=${1:-$(bench_1b_model q4_0)}
 streams=${STREAMS:-4}
 tokens=${TOKENS:-32}
 rounds=${ROUNDS:-9}
 prefix=${PREFIX:-2000}
 ctx=${CTX:-2560}
-if [ ! -f "$model" ] && [ "$model" = "$root/models/bench-1b-q4_0.gguf" ]; then
-  "$root/build/tests/tools/make_model" --preset 1b --type q4_0 --vocab-from "$shared/vocab/ggml-vocab-llama-spm.gguf" -o "$model" >&2
-fi
 bench_require "$model"
 bench_workdir
 

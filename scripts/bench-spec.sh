@@ -17,16 +17,7 @@ set -euo pipefail
 n=${N:-64}
 spec=${SPEC:---spec-type ngram-simple}
 gpu=${ANCHOR_GPU:-vulkan}
-model=${1:-}
-if [ -z "$model" ]; then
-  model="${VKLLM_BENCH_MODELS:-$root/models}/bench-1b-q4_0.gguf"
-  if [ ! -f "$model" ]; then
-    make_model="${VKLLM_MAKE_MODEL:-$root/build/tests/tools/make_model}"
-    [ -x "$make_model" ] || { echo "$bench: $make_model is missing: build first" >&2; exit 1; }
-    mkdir -p "$(dirname "$model")"
-    "$make_model" --preset 1b --type q4_0 --vocab-from "$shared/vocab/ggml-vocab-llama-spm.gguf" -o "$model" >&2
-  fi
-fi
+model=${1:-$(bench_1b_model q4_0)}
 bench_require "$model"
 bench_workdir
 anchor=""
@@ -46,8 +37,7 @@ echo "$(date -u +%Y-%m-%d) · ${device:-device 0} · $(basename "$model") · $n 
 printf '| %-6s | %9s | %9s | %7s | %11s | %9s | %9s | %7s | %11s | %8s |\n' prompt "vk plain" "vk spec" speedup "vk drafts" \
   "lc plain" "lc spec" speedup "lc drafts" "vk/lc"
 printf '|--------|----------:|----------:|--------:|------------:|----------:|----------:|--------:|------------:|---------:|\n'
-# best RUN…: the run (one --json line) with the higher decode_tok_s of two, plain and speculative
-# alternated so that a drift of the machine touches both.
+# best RUN…: the run (one --json line) with the higher decode_tok_s of two.
 best() {
   local a b
   a=$("$@" 2>/dev/null)
@@ -66,7 +56,7 @@ for p in free loop; do
   vs=$(printf '%s' "$fast" | field decode_tok_s)
   vd="$(printf '%s' "$fast" | field draft_accepted)/$(printf '%s' "$fast" | field draft_tokens)"
   same=$([ "$(printf '%s' "$plain" | field tokens)" = "$(printf '%s' "$fast" | field tokens)" ] && echo "" || echo " (vkllm tokens differ!)")
-  ap=nan as=nan ad=- ratio=nan
+  ap=nan as=nan ad=-
   if [ -n "$anchor" ]; then
     out=$(node "$root/scripts/anchor-spec.mjs" "$anchor" "$model" "$work/$p.txt" "$n" --gpu "$gpu" 2>/dev/null)
     a_plain=$(printf '%s\n' "$out" | grep '"mode":"plain"')
