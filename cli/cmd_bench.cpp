@@ -30,7 +30,6 @@ struct BenchCommand {
   bool no_matmul = false;  // --ops: matvec and the read ceilings only
   std::vector<std::string> ops_types = {"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
                                           "iq4_nl", "iq4_xs"};
-  std::string attention = "auto";
   std::optional<uint32_t> device;
 };
 
@@ -82,10 +81,6 @@ void bench_model(BenchCommand& c) {
   // repetition can run the depths in turn without filling a cache again.
   const uint32_t n_depths = static_cast<uint32_t>(c.ctx_fill.size());
   c.opts.sequences = c.parallel * n_depths;
-  c.opts.attention = c.attention == "tiled" ? AttentionKernel::Tiled
-                     : c.attention == "simd"  ? AttentionKernel::Simd
-                     : c.attention == "lanes" ? AttentionKernel::Lanes
-                                              : AttentionKernel::Auto;
   Session s = open_session(c.opts);
   s.pipelines->wait_prepared();  // no kernel is still being made beside the measurements
   Engine& e = *s.engine;
@@ -197,7 +192,7 @@ void bench_model(BenchCommand& c) {
     }
   };
   nlohmann::json j = {{"model", c.opts.model}, {"device", s.ctx->info().name}, {"weight_bytes", s.model->weight_bytes()},
-                      {"kv_cache_type", cache_type_name(e.cache().type_k())}, {"attention", c.attention}, {"reps", c.reps},
+                      {"kv_cache_type", cache_type_name(e.cache().type_k())}, {"attention", attention_kernel_name(c.opts.attention)}, {"reps", c.reps},
                       {"parallel", c.parallel}};
   if (n_depths == 1) {
     j["ctx_fill"] = depths[0].fill;
@@ -368,8 +363,7 @@ void add_bench_command(CLI::App& app) {
                                       "turn in each repetition, each on its own caches, and decode at each is compared with the first")
                           ->delimiter(',')
                           ->allow_extra_args(false));
-  model_run.push_back(cmd->add_option("--attention", c->attention, "Attention kernel: auto, tiled (GPUs), simd or lanes (CPU drivers)")
-                          ->check(CLI::IsMember({"auto", "tiled", "simd", "lanes"})));
+  model_run.push_back(add_attention_option(cmd, c->opts.attention));
   model_run.push_back(cmd->add_option("-c,--ctx", c->opts.ctx, "KV cache capacity (default: enough for the test)")->check(CLI::Range(0u, k_max_ctx)));
   model_run.push_back(cmd->add_option("--cache-type", c->opts.cache_type, "KV cache type: f16, q8_0, q4_0")
                           ->check(cache_type_names()));

@@ -45,7 +45,25 @@ void add_model_options(CLI::App* cmd, RunOptions& o) {
                 "Sliding-window layers keep the whole context instead of their window (more memory; every prompt-cache prefix reusable)");
   cmd->add_flag("-q,--quiet", o.quiet, "No statistics on stderr");
   cmd->add_flag("--profile", o.profile, "Print GPU time per op at the end");
+  add_attention_option(cmd, o.attention);
   add_rope_options(cmd, o.rope);
+}
+
+namespace {
+const std::map<std::string, AttentionKernel> k_attention_kernels = {
+    {"auto", AttentionKernel::Auto}, {"tiled", AttentionKernel::Tiled}, {"simd", AttentionKernel::Simd}, {"lanes", AttentionKernel::Lanes}};
+}
+
+CLI::Option* add_attention_option(CLI::App* cmd, AttentionKernel& k) {
+  return cmd->add_option("--attention", k, "Attention kernel: auto, tiled (GPUs), simd or lanes (CPU drivers)")
+      ->transform(CLI::CheckedTransformer(k_attention_kernels))
+      ->option_text("auto|tiled|simd|lanes");
+}
+
+std::string attention_kernel_name(AttentionKernel k) {
+  for (const auto& [name, kernel] : k_attention_kernels)
+    if (kernel == k) return name;
+  return "auto";
 }
 
 CLI::IsMember cache_type_names() {
@@ -166,8 +184,8 @@ void check_speculative_options(const SpeculativeOptions& s) {
 void note_speculation(const SpeculativeOptions& s, const Engine& engine, bool quiet) {
   if (quiet || !s.on() || engine.verify_exact()) return;
   std::fprintf(stderr,
-               "vkllm: note: --spec-type is off for this model on %s: its attention kernels split a list by the pass's "
-               "size, so a verify pass would not give each token what a step gives it (docs/speculative.md)\n",
+               "vkllm: note: --spec-type is off for this model on %s: its window layers' lists would take one attention "
+               "kernel, then another, then the first again within a verify pass (docs/speculative.md)\n",
                engine.context().info().name.c_str());
 }
 

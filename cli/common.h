@@ -32,7 +32,7 @@ struct RunOptions {
   bool swa_full = false;
   bool quiet = false;
   bool profile = false;
-  AttentionKernel attention = AttentionKernel::Auto;  // set by `bench --attention`
+  AttentionKernel attention = AttentionKernel::Auto;  // --attention
   uint32_t sequences = 1;  // engines (KV cache + activations each) sharing the weights: `serve --parallel`
   MatmulUse kernels;       // the matvec kernels made while the weights load (perplexity takes one kind)
   RopeOverrides rope;      // --rope-*, --yarn-*
@@ -42,6 +42,10 @@ struct RunOptions {
 // -m, --device, --ctx, --cache-type[-k|-v], --keep, --ubatch, --swa-full, --quiet, --profile, and
 // the RoPE flags
 void add_model_options(CLI::App* cmd, RunOptions& o);
+// --attention auto|tiled|simd|lanes: which attention kernel runs (Auto: by device and list; the
+// others for comparisons, and to run the GPUs' kernel on a CPU driver).
+CLI::Option* add_attention_option(CLI::App* cmd, AttentionKernel& k);
+std::string attention_kernel_name(AttentionKernel k);
 // The check of a cache-type option: one of k_cache_types' names.
 CLI::IsMember cache_type_names();
 // The K and V cache types the flags ask for (f16 where none is given; the names are checked by the

@@ -12,7 +12,8 @@
 // position − window, so a ring buffer in any order works. Scores may be soft-capped (Gemma 2).
 //
 // With n_split > 1 (long contexts, few queries: decode) each split writes its unnormalised output
-// and (max, sum) to scratch and attention_combine.comp merges them.
+// and (max, sum) to scratch and attention_combine.comp merges them. With p.alone, each query token
+// gets what it gets in a pass of its own (common/attention_alone.glsl).
 //
 // Bindings: 0 q [n_q][q_stride] f32 (un-rotated: each query row is rotated as it is loaded), 1 k cache, 2 v cache ([n_slots][row bytes] in the
 // cache type), 3 kv_slots [n_kv] i32, 4 kv_pos [n_kv] i32, 5 q_pos [n_q] i32,
@@ -52,6 +53,7 @@ layout(binding = 6) writeonly buffer Out { float out_[]; };
 layout(binding = 7) writeonly buffer PartialMl { float partial_ml[]; };
 layout(binding = 8) readonly buffer RopeTable { vec2 rope_table[]; };
 layout(push_constant) uniform Push { AttentionParams p; };
+#include "attention_alone.glsl"
 
 shared float qs[BQ * HD];   // query rows, pre-scaled
 const uint KS = HD + 1;     // K tile row stride: the scores read K rows j = 0, 1, … at once, and
@@ -67,11 +69,11 @@ void main() {
   const uint tid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
   const uint G = p.n_head / p.n_head_kv;
   const uint hk = gl_WorkGroupID.y;
-  const uint n_rows = p.n_q * G;
+  const AttentionPart part = attention_part(gl_WorkGroupID.z, G);
+  if (!part.live) return;
+  const uint n_rows = part.n_q * G;
   const uint r0 = gl_WorkGroupID.x * BQ;
-  const uint split = gl_WorkGroupID.z;
-  const uint kv_begin = split * p.kv_per_split;
-  const uint kv_end = min(p.n_kv, kv_begin + p.kv_per_split);
+  const uint kv_begin = part.kv_begin, kv_end = part.kv_end;
   const uint row_bytes = cache_row_bytes(p.n_head_kv * HD);
 
   // Query rows rotated by RoPE at their token's position (q arrives un-rotated), then scaled.
@@ -79,19 +81,19 @@ void main() {
     const uint i = e / HD, d = e % HD, r = r0 + i;
     float v = 0.0;
     if (r < n_rows) {
-      const uint at = (r / G) * p.q_stride + (hk * G + r % G) * HD;
+      const uint at = (part.q0 + r / G) * p.q_stride + (hk * G + r % G) * HD;
       v = q[at + d];
       uint partner, pair;
       bool first, rotated;
       rope_partner(d, p.n_rot, p.neox != 0, partner, pair, first, rotated);
-      if (rotated) v = rope_element(v, q[at + partner], rope_table[uint(max(q_pos[r / G], 0)) * (HD / 2) + pair], first);
+      if (rotated) v = rope_element(v, q[at + partner], rope_table[uint(max(q_pos[part.q0 + r / G], 0)) * (HD / 2) + pair], first);
       v *= p.scale;
     }
     qs[e] = v;
   }
   if (tid < BQ) {
     const uint r = r0 + tid;
-    s_qpos[tid] = r < n_rows ? q_pos[r / G] : -2147483647;
+    s_qpos[tid] = r < n_rows ? q_pos[part.q0 + r / G] : -2147483647;
     s_m[tid] = NEG;
     s_l[tid] = 0.0;
   }
@@ -176,11 +178,11 @@ void main() {
     if (e >= BQ * HD) break;
     const uint i = e / HD, d = e % HD, r = r0 + i;
     if (r >= n_rows) continue;
-    if (p.n_split == 1) {
+    if (p.n_split == 1) {  // (the grid's: a token of a split grid writes partials even where its own list takes one)
       const float l = s_l[i];
-      out_[(r / G) * p.out_stride + (hk * G + r % G) * HD + d] = l > 0.0 ? acc[a] / l : 0.0;
+      out_[(part.q0 + r / G) * p.out_stride + (hk * G + r % G) * HD + d] = l > 0.0 ? acc[a] / l : 0.0;
     } else {
-      const uint row = split * n_rows * p.n_head_kv + hk * n_rows + r;  // [split][kv head][row]
+      const uint row = part.part_base + (part.split * p.n_head_kv + hk) * n_rows + r;  // [part][split][kv head][row]
       out_[row * HD + d] = acc[a];
       if (d == 0) {
         partial_ml[row * 2] = s_m[i];

@@ -66,6 +66,8 @@ CACHE_RUN_READER(vc, 2)
 // The slot list and its positions as texels (kv_list.glsl; kv_rot, below, likewise): as storage
 // buffers their per-lane loads were a quarter of the values pass.
 #include "kv_list.glsl"
+int list_position(uint e) { return kv_position(e); }
+#include "window_list.glsl"
 layout(binding = 5) readonly buffer QPos { int q_pos[]; };
 layout(binding = 6) writeonly buffer Out { float out_[]; };
 const uint GP = (G + 3) / 4 * 4;
@@ -95,10 +97,15 @@ void read_scores(uint row, uint e, out float sc[GP]) {
   }
 }
 #endif
-// Blocks of p.per_lane entries, one per lane of the scores pass: the first p.rot_split entries in
-// blocks of their own, then the rest (so no block straddles entry p.rot_split).
-uint blocks_before_split() { return (p.rot_split + p.per_lane - 1) / p.per_lane; }
-uint n_blocks() { return blocks_before_split() + (p.n_kv - p.rot_split + p.per_lane - 1) / p.per_lane; }
+// Blocks of p.per_lane entries, one per lane of the scores pass, from the query's first entry lo
+// (window_list_begin: 0 without a window): those before entry p.rot_split in blocks of their own,
+// then the rest (so no block straddles entry p.rot_split). A query reads entries from lo on in
+// both passes, grouped from lo, so it gets the same floats whatever the list holds before lo (a
+// verify pass's earlier tokens' window) or after its own entry (masked: exact zeros).
+uint blocks_before_split(uint lo) { return p.rot_split > lo ? (p.rot_split - lo + p.per_lane - 1) / p.per_lane : 0; }
+uint n_blocks(uint lo) {
+  return blocks_before_split(lo) + (p.n_kv - max(p.rot_split, lo) + p.per_lane - 1) / p.per_lane;
+}
 
 #if defined(OP_SCORES)
 // q and the rope table are read as 16-byte texels (storage texel buffers): lavapipe turns a load at
@@ -132,11 +139,12 @@ layout(binding = 9, r32ui) uniform readonly restrict uimageBuffer kv_rot_tex;  /
 void main() {
   const uint lane = gl_LocalInvocationID.x, W = gl_WorkGroupSize.x, hk = gl_WorkGroupID.y;
   const uint row_bytes = cache_row_bytes(p.n_head_kv * HD);
-  const uint block = gl_WorkGroupID.x * W + lane, split_blocks = blocks_before_split();
-  const uint first = block < split_blocks ? block * p.per_lane : p.rot_split + (block - split_blocks) * p.per_lane;
-  const uint end = block < split_blocks ? p.rot_split : p.n_kv;
   const uint z = gl_WorkGroupID.z, t = p.q_first + z;
   const int qpos = q_pos[t];
+  const uint lo = window_list_begin(qpos, p.n_kv);
+  const uint block = gl_WorkGroupID.x * W + lane, split_blocks = blocks_before_split(lo);
+  const uint first = block < split_blocks ? lo + block * p.per_lane : max(p.rot_split, lo) + (block - split_blocks) * p.per_lane;
+  const uint end = block < split_blocks ? p.rot_split : p.n_kv;
 #if !defined(ROT_COPY)
   // The angles of position 1: one step between consecutive positions (a pure rotation).
   vec2 step[N_ROT / 2], ang[N_ROT / 2];
@@ -230,10 +238,11 @@ void main() {
   const uint d0 = hk * HD + gl_WorkGroupID.x * DC;
   const uint z = gl_WorkGroupID.z, t = p.q_first + z;
   const uint row = (z * p.n_head_kv + hk) * score_row(p.n_kv);
+  const uint lo = window_list_begin(q_pos[t], p.n_kv);
   // Each head's maximum score, from the blocks' maxima.
   float m[G];
   [[unroll]] for (uint h = 0; h < G; ++h) m[h] = NEG;
-  [[dont_unroll]] for (uint b = lane; b < n_blocks(); b += W) {
+  [[dont_unroll]] for (uint b = lane; b < n_blocks(lo); b += W) {
     float mb[GP];
     read_scores(row, p.n_kv + b, mb);
     [[unroll]] for (uint h = 0; h < G; ++h) m[h] = max(m[h], mb[h]);
@@ -249,8 +258,8 @@ void main() {
   // dims are the outer loop of the multiply-adds, so each V value is used for the G heads right
   // after it is converted (with the heads outer the loop had 421 stack moves, now 302). The slots
   // are loaded an iteration ahead, as in the scores pass.
-  uint slot_next[2] = uint[2](kv_slot(min(lane, p.n_kv - 1)), kv_slot(min(lane + W, p.n_kv - 1)));
-  [[dont_unroll]] for (uint e = lane; e < p.n_kv; e += 2 * W) {
+  uint slot_next[2] = uint[2](kv_slot(min(lo + lane, p.n_kv - 1)), kv_slot(min(lo + lane + W, p.n_kv - 1)));
+  [[dont_unroll]] for (uint e = lo + lane; e < p.n_kv; e += 2 * W) {
     const uint slot[2] = slot_next;
     slot_next[0] = kv_slot(min(e + 2 * W, p.n_kv - 1));
     slot_next[1] = kv_slot(min(e + 3 * W, p.n_kv - 1));

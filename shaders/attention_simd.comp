@@ -18,7 +18,7 @@
 // a workgroup stops at the first slot past its last query and skips blocks behind its windows.
 // Scores may be soft-capped (Gemma 2).
 //
-// Bindings and push constants: those of attention.comp.
+// Bindings and push constants: those of attention.comp (p.alone too: common/attention_alone.glsl).
 // Specialization: 0 W (the subgroup size), 1 HD (head_dim, even), 2 R, 3 N_ROT, 4 NEOX, 5 SOFTCAP.
 #version 450
 #extension GL_GOOGLE_include_directive : require
@@ -49,6 +49,7 @@ CACHE_RUN_READER(kc, 1)
 CACHE_RUN_READER(vc, 2)
 const uint ANCHOR_EVERY = 16;  // blocks between reloads of the angles from the table
 layout(push_constant) uniform Push { AttentionParams p; };
+#include "attention_alone.glsl"
 
 // The rope table's (cos, sin) of pairs 2j and 2j + 1 at position pos.
 void table_pairs(uint pos, uint j, out vec2 a, out vec2 b) {
@@ -61,11 +62,11 @@ void main() {
   const uint W = gl_WorkGroupSize.x, lane = gl_LocalInvocationID.x;
   const uint G = p.n_head / p.n_head_kv;
   const uint hk = gl_WorkGroupID.y;
-  const uint n_rows = p.n_q * G;
+  const AttentionPart part = attention_part(gl_WorkGroupID.z, G);
+  if (!part.live) return;
+  const uint n_rows = part.n_q * G;
   const uint r0 = gl_WorkGroupID.x * R;
-  const uint split = gl_WorkGroupID.z;
-  const uint kv_begin = split * p.kv_per_split;
-  const uint kv_end = min(p.n_kv, kv_begin + p.kv_per_split);
+  const uint kv_begin = part.kv_begin, kv_end = part.kv_end;
   const uint row_bytes = cache_row_bytes(p.n_head_kv * HD);
 
   float qv[R * HD], ov[R * HD], m[R], l[R];
@@ -74,12 +75,12 @@ void main() {
   [[unroll]] for (uint i = 0; i < R; ++i) {
     const uint r = min(r0 + i, n_rows - 1);
     const bool live = r0 + i < n_rows;
-    const uint at = (r / G) * p.q_stride + (hk * G + r % G) * HD;
+    const uint at = (part.q0 + r / G) * p.q_stride + (hk * G + r % G) * HD;
     [[unroll]] for (uint d = 0; d < HD; ++d) {
       qv[i * HD + d] = live ? q[at + d] : 0.0;
       ov[i * HD + d] = 0.0;
     }
-    qpos[i] = live ? q_pos[r / G] : -2147483647;
+    qpos[i] = live ? q_pos[part.q0 + r / G] : -2147483647;
     // RoPE on the query row at its token's position (q arrives un-rotated), then the scale.
     [[unroll]] for (uint j = 0; j < N_ROT / 4; ++j) {
       vec2 cs[2];
@@ -105,7 +106,7 @@ void main() {
   // which bounds the rounding the products accumulate (≈ 1e-6). The decision is the same for
   // every lane, taken from two loads at uniform addresses, as positions ascend strictly.
   vec2 ang[N_ROT / 2], step[N_ROT / 2];
-  const uint step_row = min(W, uint(max(kv_pos[p.n_kv - 1], 0)));  // used only when positions reach W
+  const uint step_row = min(W, uint(max(kv_pos[part.list_end - 1], 0)));  // used only when positions reach W
   [[unroll]] for (uint j = 0; j < N_ROT / 4; ++j) table_pairs(step_row, j, step[2 * j], step[2 * j + 1]);
   // The table's rotated pairs are scaled by attn_factor; a step must be a pure rotation.
   [[unroll]] for (uint i = 0; i < N_ROT / 2; ++i) step[i] /= p.attn_factor;
@@ -181,11 +182,11 @@ void main() {
   [[unroll]] for (uint i = 0; i < R; ++i) {
     const uint r = r0 + i;
     if (r >= n_rows) break;
-    if (p.n_split == 1) {
-      const uint at = (r / G) * p.out_stride + (hk * G + r % G) * HD;
+    if (p.n_split == 1) {  // (the grid's: a token of a split grid writes partials even where its own list takes one)
+      const uint at = (part.q0 + r / G) * p.out_stride + (hk * G + r % G) * HD;
       [[unroll]] for (uint d = 0; d < HD; ++d) out_[at + d] = l[i] > 0.0 ? ov[i * HD + d] / l[i] : 0.0;
     } else {
-      const uint row = split * n_rows * p.n_head_kv + hk * n_rows + r;  // [split][kv head][row]
+      const uint row = part.part_base + (part.split * p.n_head_kv + hk) * n_rows + r;  // [part][split][kv head][row]
       [[unroll]] for (uint d = 0; d < HD; ++d) out_[row * HD + d] = ov[i * HD + d];
       partial_ml[row * 2] = m[i];
       partial_ml[row * 2 + 1] = l[i];

@@ -73,11 +73,11 @@ void expect_session_continues(const std::string& base, const std::string& prompt
 }
 
 // A gemma3 with a 16-token window (layers 0–4 window layers, 5 global), Q8_0, written to `path`
-// (`extra`: more make_model arguments).
-void make_gemma3_window_model(const std::string& path, const std::string& extra = "") {
+// (`extra`: more make_model arguments; `window`: another window).
+void make_gemma3_window_model(const std::string& path, const std::string& extra = "", uint32_t window = 16) {
   const std::string make = std::string(VKLLM_MAKE_MODEL) +
-                           " --arch gemma3 --layers 6 --embd 256 --ff 512 --heads 4 --kv-heads 2 --head-dim 64 --window 16"
-                           " --post-norm 8 --rope-base 1000000 --rope-scale 8 --type q8_0 --seed 5 " + extra + " -o " + path + " >/dev/null";
+                           " --arch gemma3 --layers 6 --embd 256 --ff 512 --heads 4 --kv-heads 2 --head-dim 64 --window " +
+                           std::to_string(window) + " --post-norm 8 --rope-base 1000000 --rope-scale 8 --type q8_0 --seed 5 " + extra + " -o " + path + " >/dev/null";
   ASSERT_EQ(std::system(make.c_str()), 0) << make;
 }
 
@@ -1519,7 +1519,6 @@ TEST(Cli, SpeculativeTokensAreThePlainOnes) {
     std::string model, args;
   };
   const std::string stories = model("stories260K.gguf");
-  // (stories260K's head dim of 8 takes no decode kernel: it speculates on lists under 256 slots.)
   const std::vector<Case> cases = {
       {stories, "--temp 0 --ctx 250 -n 60 --ignore-eos"},
       {stories, sampled + " --ctx 250 -n 60 --ignore-eos"},
@@ -1582,21 +1581,43 @@ TEST(Cli, SpeculativeRunsLeaveThePlainCache) {
   EXPECT_EQ(spec.out, plain.out);
 }
 
-// Where a verify pass could not give every token what a step gives it (stories260K's attention over
-// lists of 256 slots or more splits them by the pass's size), speculation is off, said once on
-// stderr, and the output is the plain one (log-probabilities too, past 256 tokens).
-TEST(Cli, SpeculationIsOffWhereVerifyPassesAreNotExact) {
+// Verify passes over long lists give every token what a step gives it, so seeded runs keep their
+// log-probabilities: stories260K past 256 slots (attention_simd on CPU drivers); the GPUs' tiled
+// kernel (`--attention tiled`), whose lists split from 128 slots, on stories260K and a head dim of
+// 64; a gemma3 whose 300-slot window takes the decode kernels (window ring, and --swa-full's shared
+// list) or the tiles. (The earlier code split a pass's lists by its size: stories260K's tokens
+// changed past 256, the tiles' past 128, and the decode kernels grouped a window's entries from
+// the pass's first token's window.)
+TEST(Cli, SpeculativeTokensOverLongListsAreThePlainOnes) {
   VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
-  const std::string base = "run --json --temp 1 --seed 2 --ignore-eos -n 320 --logprobs -p Once -m " + model("stories260K.gguf");
-  const Result plain = vkllm(base), spec = vkllm(base + " --spec-type ngram-simple --spec-ngram-size-n 1 --draft-min 3 --draft-max 3");
-  ASSERT_EQ(plain.status, 0) << plain.err;
-  ASSERT_EQ(spec.status, 0) << spec.err;
-  EXPECT_NE(spec.err.find("vkllm: note: --spec-type is off for this model on "), std::string::npos) << spec.err;
-  EXPECT_EQ(plain.err.find("--spec-type"), std::string::npos) << plain.err;
-  const json a = json::parse(plain.out), b = json::parse(spec.out);
-  EXPECT_EQ(b["tokens"], a["tokens"]);
-  EXPECT_EQ(b["logprobs"], a["logprobs"]);
-  EXPECT_EQ(b["draft_tokens"], 0);
+  VKLLM_REQUIRE_SHARED("models/synth-llama-q4_0.gguf");
+  const std::string gemma3 = testing::TempDir() + "/gemma3-spec300.gguf";
+  make_gemma3_window_model(gemma3, "", 300);
+  if (HasFatalFailure()) return;
+  const std::string stories = model("stories260K.gguf"), llama = model("synth-llama-q4_0.gguf");
+  struct Case {
+    std::string model, args;
+  };
+  const std::vector<Case> cases = {
+      {stories, "-n 320"},
+      {stories, "-n 200 --attention tiled"},
+      {llama, "-n 200 --attention tiled"},
+      {gemma3, "-n 340"},
+      {gemma3, "-n 340 --swa-full"},
+      {gemma3, "-n 340 --swa-full --attention tiled"},
+  };
+  for (const Case& c : cases) {
+    const std::string base = "run --json --temp 1 --seed 2 --ignore-eos --logprobs -p Once -m " + c.model + " " + c.args;
+    SCOPED_TRACE(base);
+    const Result plain = vkllm(base), spec = vkllm(base + " --spec-type ngram-simple --spec-ngram-size-n 1 --draft-min 3 --draft-max 3");
+    ASSERT_EQ(plain.status, 0) << plain.err;
+    ASSERT_EQ(spec.status, 0) << spec.err;
+    EXPECT_EQ(spec.err.find("--spec-type is off"), std::string::npos) << spec.err;
+    const json a = json::parse(plain.out), b = json::parse(spec.out);
+    EXPECT_EQ(b["tokens"], a["tokens"]);
+    EXPECT_EQ(b["logprobs"], a["logprobs"]);
+    EXPECT_GT(b["draft_tokens"].get<int>(), 100);
+  }
 }
 
 // Speculation flags are checked before the model loads.

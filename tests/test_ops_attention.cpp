@@ -352,4 +352,115 @@ TEST_F(AttentionOps, ListsAndQueriesAtOffsets) {
   }
 }
 
+// A per_query pass (a speculative verify pass) gives each of its tokens bit for bit what a pass of
+// that token alone gives, as the engine builds both: positions are logical indices, the pass's
+// tokens are the list's last entries, and with a window each list starts at its first token's
+// window start rounded down to list_align (window_list_start), the pass's at its first token's.
+// Every kernel (the GPUs' tiles, with and without split-KV scratch, in query groups; attention_simd;
+// and what a CPU driver picks: lanes, the decode kernels, simd or the tiles by token).
+struct AloneCase {
+  uint32_t n_head, n_head_kv, head_dim, n_q, n_kv;
+  uint32_t window = 0, list_align = 1;
+  float softcap = 0.0f;
+};
+
+void check_alone(CacheType ct, const AloneCase& c, AttentionKernel kernel, bool split) {
+  SCOPED_TRACE(std::string(cache_type_name(ct)) + " heads " + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) +
+               " hd " + std::to_string(c.head_dim) + " q " + std::to_string(c.n_q) + " kv " + std::to_string(c.n_kv) +
+               " window " + std::to_string(c.window) + " align " + std::to_string(c.list_align) + (split ? " split" : "") +
+               kernel_name(kernel));
+  const uint32_t row_len = c.n_head_kv * c.head_dim, qd = c.n_head * c.head_dim, n_slots = c.n_kv + 7;
+  std::mt19937 rng(c.n_kv * 7 + c.n_q);
+  std::vector<int32_t> slots(n_slots);
+  std::iota(slots.begin(), slots.end(), 0);
+  std::shuffle(slots.begin(), slots.end(), rng);
+  slots.resize(c.n_kv);
+  const auto k_raw = test::random_floats(size_t(c.n_kv) * row_len, 11 + c.n_kv, -2, 2);
+  const auto v_raw = test::random_floats(size_t(c.n_kv) * row_len, 12 + c.n_kv, -2, 2);
+  const auto q = test::random_floats(size_t(c.n_q) * qd, 13 + c.n_q, -2, 2);
+  // Entry e of the whole list is position e; token i of the pass is position n_kv − n_q + i.
+  const auto list_start = [&](uint32_t pos) { return c.window && pos >= c.window ? (pos - c.window + 1) / c.list_align * c.list_align : 0; };
+  const uint32_t p0 = c.n_kv - c.n_q;
+  const RopeConfig rc{c.head_dim, c.head_dim, 10000.0f, 0.5f, false, {}};
+  Buffer table(test::vk(), uint64_t{c.n_kv} * c.head_dim * 4, MemoryUse::Device, "rope table");
+  Buffer dk_raw = test::to_device(k_raw), dv_raw = test::to_device(v_raw), dslots = test::to_device(slots);
+  const uint64_t row_bytes = cache_row_bytes(ct, row_len);
+  Buffer dkc = test::to_device(std::vector<uint8_t>(row_bytes * n_slots, 0)), dvc = test::to_device(std::vector<uint8_t>(row_bytes * n_slots, 0));
+  AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, kernel, c.softcap > 0.0f ? 0.3f : 0.0f, c.softcap, c.window};
+  shape.list_align = c.list_align;
+  // Room for 4 tokens' partials or scores at once: a pass of more runs in groups.
+  Buffer scratch(test::vk(), attention_scratch_floats(shape, c.n_kv, 4, 4) * 4, MemoryUse::Device, "attention scratch");
+  {
+    CommandRecorder rec(test::vk(), &test::pipelines());
+    record_rope_table(rec, table.view(), c.n_kv, rc);
+    record_kv_store(rec, ct, dk_raw.view(), row_len, dslots.view(), c.n_kv, row_len, dkc.view());
+    record_kv_store(rec, ct, dv_raw.view(), row_len, dslots.view(), c.n_kv, row_len, dvc.view());
+    rec.submit_and_wait();
+  }
+  // One pass's attention of q's tokens [first, first + n) over the list from entry `from`.
+  const auto attend = [&](uint32_t first, uint32_t n, uint32_t from, bool per_query) {
+    const uint32_t end = p0 + first + n;
+    std::vector<int32_t> list(slots.begin() + from, slots.begin() + end), pos(end - from), q_pos(n);
+    std::iota(pos.begin(), pos.end(), int32_t(from));
+    std::iota(q_pos.begin(), q_pos.end(), int32_t(p0 + first));
+    Buffer dq = test::to_device(std::vector<float>(q.begin() + size_t(first) * qd, q.begin() + size_t(first + n) * qd));
+    Buffer dlist = test::to_device(list), dpos = test::to_device(pos), dqpos = test::to_device(q_pos);
+    Buffer dout = test::to_device(std::vector<float>(size_t(n) * qd, 0.0f));
+    AttentionShape s = shape;
+    s.per_query = per_query;
+    s.list_pos0 = from;
+    CommandRecorder rec(test::vk(), &test::pipelines());
+    record_attention(rec, ct, s, rc, table.view(), dq.view(), qd, dqpos.view(), n, dkc.view(), dvc.view(), dlist.view(),
+                     dpos.view(), end - from, dout.view(), qd, split ? scratch.view() : BufferView{});
+    rec.submit_and_wait();
+    return test::from_device<float>(dout, size_t(n) * qd);
+  };
+  const std::vector<float> pass = attend(0, c.n_q, list_start(p0), true);
+  for (uint32_t i = 0; i < c.n_q; ++i) {
+    const std::vector<float> alone = attend(i, 1, list_start(p0 + i), false);
+    size_t differ = 0;
+    for (size_t e = 0; e < alone.size(); ++e) differ += pass[size_t(i) * qd + e] != alone[e];  // bit for bit
+    EXPECT_EQ(differ, 0u) << "token " << i << " of the pass differs from its pass alone in " << differ << " of " << alone.size()
+                          << " outputs (the first: " << pass[size_t(i) * qd] << " against " << alone[0] << ")";
+  }
+}
+
+TEST_F(AttentionOps, PassTokensGetWhatTheyGetAlone) {
+  const AloneCase cases[] = {
+      {4, 2, 64, 9, 700},                 // long lists: splits, query groups of 4, 4, 1
+      {8, 4, 8, 5, 300},                  // stories260K's heads past 256 slots (a CPU driver: simd)
+      {4, 2, 64, 6, 260},                 // lists on both sides of 256 (lanes, then the decode kernels)
+      {12, 2, 128, 4, 320},               // Qwen2-1.5B's heads (G × head dim 768: a CPU driver's tiles)
+      {4, 2, 64, 7, 500, 300, 4},         // a window over 256 slots, lists starting on 4-entry boundaries
+      {8, 4, 16, 5, 400, 100, 4, 2.0f},   // a window under 256 slots, soft-capped scores
+      {6, 2, 64, 3, 450, 200, 1},         // a window ring's lists (any start)
+      {8, 4, 8, 4, 130},                  // the first token's list takes one split, the last's two
+  };
+  for (const AloneCase& c : cases) {
+    for (bool split : {false, true}) check_alone(CacheType::F16, c, AttentionKernel::Tiled, split);
+    if (c.head_dim <= 64) check_alone(CacheType::F16, c, AttentionKernel::Simd, true);
+    check_alone(CacheType::F16, c, AttentionKernel::Auto, true);
+  }
+  check_alone(CacheType::Q8_0, cases[0], AttentionKernel::Tiled, true);
+  check_alone(CacheType::Q4_0, cases[2], AttentionKernel::Auto, true);
+}
+
+// Where a lone token's list past its window holds 254 to 257 entries (window 254, lists starting
+// on 4-entry boundaries), a CPU driver would give a pass's tokens the lanes kernel, another, then
+// lanes again: there alone a per_query pass is refused (speculation is off for such a model).
+TEST_F(AttentionOps, PerQueryPassesRefusedOnlyWhereWindowListsStraddleTheLanesBound) {
+  const bool cpu = test::vk().info().type == "cpu";
+  AttentionShape s{4, 2, 64};
+  EXPECT_TRUE(attention_per_query_exact(test::vk(), s, 64));
+  s.window = 254;
+  EXPECT_TRUE(attention_per_query_exact(test::vk(), s, 64));  // (a window ring's lists: any start)
+  s.list_align = 4;
+  EXPECT_EQ(attention_per_query_exact(test::vk(), s, 64), !cpu);
+  s.kernel = AttentionKernel::Tiled;
+  EXPECT_TRUE(attention_per_query_exact(test::vk(), s, 64));
+  s.kernel = AttentionKernel::Auto;
+  s.window = 300;
+  EXPECT_TRUE(attention_per_query_exact(test::vk(), s, 64));
+}
+
 }  // namespace

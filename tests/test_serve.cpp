@@ -441,9 +441,8 @@ TEST(Serve, SpeculativeRepliesAreRunsReplies) {
   for (const std::string& model : {stories(), shared_path("models/synth-llama-q4_0.gguf")}) {
     SCOPED_TRACE(model);
     std::map<std::string, std::string> expected;
-    for (const std::string& p : kPrompts) expected[p] = run_greedy(p, 40, model, "--ctx 200");
-    // (--ctx 200: stories260K speculates on lists under 256 slots, Cli.SpeculationIsOffWhere…)
-    Server s("--parallel 4 --ctx 200 --temp 0 --spec-type ngram-simple --spec-ngram-size-n 1 --draft-min 3 --draft-max 3", model);
+    for (const std::string& p : kPrompts) expected[p] = run_greedy(p, 40, model);
+    Server s("--parallel 4 --temp 0 --spec-type ngram-simple --spec-ngram-size-n 1 --draft-min 3 --draft-max 3", model);
     ASSERT_GT(s.port(), 0) << s.log();
     const auto ask = [&](const std::string& p, bool stream) {
       httplib::Client c = s.client();

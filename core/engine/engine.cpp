@@ -69,7 +69,7 @@ Regions ffn_regions(const VulkanContext& ctx, const ModelConfig& c, uint64_t ub)
 // Floats of an engine's attention scratch: a decode step, or a query group of a prefill chunk.
 uint64_t attention_scratch(const VulkanContext& ctx, const ModelConfig& c, uint32_t capacity) {
   const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim};
-  return attention_scratch_floats(shape, capacity, attention_query_group(ctx, shape, capacity));
+  return attention_scratch_floats(shape, capacity, attention_query_group(ctx, shape, capacity), attention_alone_group(ctx));
 }
 
 }  // namespace
@@ -224,7 +224,7 @@ void Engine::record_forward(std::span<const Member> members, uint32_t n, uint32_
     } else {
       for (const Member& m : members) m.seq->record_kv_store_of(rec, l, *this, m.first, m.n);
       rec.barrier();
-      for (const Member& m : members) m.seq->record_attention_of(rec, l, *this, m.first, m.n);
+      for (const Member& m : members) m.seq->record_attention_of(rec, l, *this, m.first, m.n, kernel == MatmulKernel::Columns);
     }
     rec.barrier();
     // Output projection and residual: x += wo · attn (Gemma: x += rms_norm(wo · attn) · attn_post_norm)
@@ -291,14 +291,15 @@ void Engine::record_rotated_rebuild(CommandRecorder& rec, const Engine& pass) co
       record_kv_rotate(rec, cache_.k(l).view(), kv_slots_.view(0, uint64_t{n_kv_listed_} * 4), n_kv_listed_, c.n_embd_kv(), r);
 }
 
-void Engine::record_attention_of(CommandRecorder& rec, uint32_t l, const Engine& pass, uint32_t first, uint32_t n) const {
+void Engine::record_attention_of(CommandRecorder& rec, uint32_t l, const Engine& pass, uint32_t first, uint32_t n,
+                                 bool per_query) const {
   const ModelConfig& c = model_.config();
   const uint32_t qd = c.n_head * c.head_dim;
   const bool swa = c.is_swa(l);
   const RopeConfig rope = rope_config(swa);
   // The rope tables are the same in every engine of one model and options: the pass's is filled.
   const BufferView rope_table = swa && pass.rope_table_swa_.size() ? pass.rope_table_swa_.view() : pass.rope_table_.view();
-  const AttentionShape shape = attention_shape(swa);
+  AttentionShape shape = attention_shape(swa);
   // attn = softmax(q kᵀ / √d) v over every live slot (k rotated as read), causal by position
   // A window layer sharing the global slots reads only the suffix of the slot list its queries
   // can see (the list is in logical order and a token's position is its logical index); one with
@@ -306,6 +307,11 @@ void Engine::record_attention_of(CommandRecorder& rec, uint32_t l, const Engine&
   const bool ring = swa && cache_.window_ring();
   const uint32_t list_first = swa && !ring ? window_list_start(n) : 0;
   const uint32_t n_kv = ring ? n_kv_window_ : n_kv_listed_ - list_first;
+  // Columns (a verify pass, a batched step): each query token's attention is what it is alone, and
+  // alone its list would start where window_list_start(1), or the ring's list, starts it.
+  shape.per_query = per_query;
+  shape.list_align = ring ? 1 : list_align();
+  shape.list_pos0 = n_kv_listed_ - n_kv;
   const BufferView list_slots = ring ? kv_slots_win_.view(0, uint64_t{n_kv} * 4) : kv_slots_.view(uint64_t{list_first} * 4, uint64_t{n_kv} * 4);
   const BufferView list_pos = ring ? kv_pos_win_.view(0, uint64_t{n_kv} * 4) : kv_pos_.view(uint64_t{list_first} * 4, uint64_t{n_kv} * 4);
   const uint64_t at = uint64_t{first} * qd * F, bytes = uint64_t{n} * qd * F;
@@ -365,8 +371,11 @@ uint32_t Engine::window_list_start(uint32_t n) const {
   const uint32_t first_query = n_kv_listed_ - n;  // the chunk's first position
   if (first_query < c.n_swa) return 0;
   // Rounded down so the bound views start at an offset the device accepts.
-  const uint32_t align = static_cast<uint32_t>(std::max<uint64_t>(ctx_.limits().minStorageBufferOffsetAlignment / 4, 1));
-  return (first_query - c.n_swa + 1) / align * align;
+  return (first_query - c.n_swa + 1) / list_align() * list_align();
+}
+
+uint32_t Engine::list_align() const {
+  return static_cast<uint32_t>(std::max<uint64_t>(ctx_.limits().minStorageBufferOffsetAlignment / 4, 1));
 }
 
 AttentionShape Engine::attention_shape(bool swa) const {
@@ -509,9 +518,9 @@ uint32_t Engine::max_chunk(bool all_logits) const {
 
 bool Engine::verify_exact() const {
   const ModelConfig& c = model_.config();
-  if (!attention_per_query_exact(ctx_, attention_shape(false), c.n_rot, cache_.capacity())) return false;
-  return !c.has_swa() ||
-         attention_per_query_exact(ctx_, attention_shape(true), c.n_rot, cache_.window_ring() ? cache_.window_ring() : cache_.capacity());
+  AttentionShape swa = attention_shape(true);
+  swa.list_align = cache_.window_ring() ? 1 : list_align();
+  return !c.has_swa() || attention_per_query_exact(ctx_, swa, c.n_rot);
 }
 
 const std::vector<float>& Engine::decode_columns(std::span<const int32_t> tokens) {

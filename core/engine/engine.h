@@ -57,12 +57,13 @@ class Engine {
   // The most tokens one pass of decode() runs (all_logits: when every token's logits are wanted).
   uint32_t max_chunk(bool all_logits) const;
   // `tokens` (1 … max_chunk(true)) in one pass with every token's logits, [n][n_vocab], each
-  // column computed exactly as it would be alone (MatmulKernel::Columns; attention is per query
-  // already): a speculative verify pass, whose logits do not depend on how long the draft was.
+  // column computed exactly as it would be alone (MatmulKernel::Columns, and attention per query:
+  // AttentionShape::per_query): a speculative verify pass, whose logits do not depend on how long
+  // the draft was.
   const std::vector<float>& decode_columns(std::span<const int32_t> tokens);
   // Whether decode_columns gives every token exactly the logits a pass of it alone gives, for
-  // this model on this device (attention_per_query_exact for every layer's lists): where it does
-  // not, speculation would make the tokens depend on the draft lengths, and is off.
+  // this model on this device (attention_per_query_exact for its window layers' lists): where it
+  // does not, speculation would make the tokens depend on the draft lengths, and is off.
   bool verify_exact() const;
   // One decode step of several sequences in one forward pass: tokens[i] joins seqs[i]'s cache
   // (seqs[0] is this engine, whose activations and recorder run the pass). The weights are read
@@ -103,7 +104,7 @@ class Engine {
   // A member's KV store and attention for layer l, on the rows [first, first + n) of the pass's
   // k, v, q and attention buffers.
   void record_kv_store_of(CommandRecorder& rec, uint32_t l, const Engine& pass, uint32_t first, uint32_t n) const;
-  void record_attention_of(CommandRecorder& rec, uint32_t l, const Engine& pass, uint32_t first, uint32_t n) const;
+  void record_attention_of(CommandRecorder& rec, uint32_t l, const Engine& pass, uint32_t first, uint32_t n, bool per_query) const;
   // Whether a pass's members are a decode step (one token each, member i at row i) whose K/V stores
   // and attention the device runs for several sequences per dispatch (record_batch_attention), and
   // those records for layer l (a layer without a sliding window).
@@ -118,6 +119,8 @@ class Engine {
                 MatmulKernel kernel = MatmulKernel::Auto);
   // The first entry of the slot list a window layer's attention reads for a chunk of n tokens.
   uint32_t window_list_start(uint32_t n) const;
+  // The granularity of window_list_start: a bound view's offset alignment, in list entries.
+  uint32_t list_align() const;
   // The attention of the global layers, or of the sliding-window layers (their window).
   AttentionShape attention_shape(bool swa) const;
   // The RoPE of the global layers, or of the sliding-window layers (their own base and scale).

@@ -52,6 +52,8 @@ uint32_t simd_rows(uint32_t head_dim, uint32_t rows) {
 
 // attention_decode.comp: query tokens over at least this many slots, on CPU drivers.
 constexpr uint32_t k_decode_min_kv = 256;
+// The query tokens alone (a verify pass's) whose split-KV partials a GPU engine's scratch holds.
+constexpr uint32_t k_alone_group = 16;
 // attention_lanes.comp keeps four head-dim rows per lane in registers, its loops over them unrolled.
 constexpr uint32_t k_lanes_max_head_dim = 256;
 
@@ -82,8 +84,10 @@ uint32_t softcapped(const AttentionShape& shape) { return shape.softcap > 0.0f ?
 AttentionParams attention_params(const AttentionShape& shape, const RopeConfig& rope, uint32_t n_q, uint32_t n_kv,
                                  uint32_t q_stride, uint32_t out_stride, uint32_t n_split, uint32_t kv_per_split) {
   const float scale = shape.scale > 0.0f ? shape.scale : 1.0f / std::sqrt(float(shape.head_dim));
-  return {n_q,   n_kv,       shape.n_head, shape.n_head_kv, shape.head_dim,     q_stride,      out_stride,   n_split,
-          kv_per_split, scale, rope.n_rot,   rope.neox ? 1u : 0u, rope.attn_factor, shape.softcap, shape.window, 0};
+  AttentionParams p{n_q,   n_kv,       shape.n_head, shape.n_head_kv, shape.head_dim,     q_stride,      out_stride,   n_split,
+                    kv_per_split, scale, rope.n_rot,   rope.neox ? 1u : 0u, rope.attn_factor, shape.softcap, shape.window, 0};
+  p.list_align = std::max<uint32_t>(shape.list_align, 1);
+  return p;
 }
 
 // The query tokens an engine's scratch holds the scores of (a prefill chunk runs in groups of
@@ -292,9 +296,11 @@ bool decode_shape_fits(const AttentionShape& shape, uint32_t max_kv) {
   return max_kv >= k_decode_min_kv && g <= 8 && shape.head_dim % k_decode_dims == 0 && g * shape.head_dim <= k_decode_unroll;
 }
 
-bool attention_per_query_exact(const VulkanContext& ctx, const AttentionShape& shape, uint32_t n_rot, uint32_t max_kv) {
-  return attention_kernel_for(ctx, shape, n_rot, 0) == AttentionKernel::Lanes &&
-         (max_kv < k_decode_min_kv || decode_kernels_fit(ctx, shape, max_kv));
+bool attention_per_query_exact(const VulkanContext& ctx, const AttentionShape& shape, uint32_t n_rot) {
+  // A lone token's list past its window holds window to window + list_align − 1 entries: on both
+  // sides of the lanes kernel's bound, tokens would go lanes, other, lanes (record_attention).
+  const bool straddles = shape.window > 0 && shape.window < k_decode_min_kv && shape.window + shape.list_align - 1 >= k_decode_min_kv;
+  return !(straddles && attention_kernel_for(ctx, shape, n_rot, 0) == AttentionKernel::Lanes);
 }
 
 bool rotated_copy_table_fits(uint32_t capacity, uint32_t max_grid_height) { return uint64_t{2} * capacity <= max_grid_height; }
@@ -306,27 +312,117 @@ bool decode_kernels_fit(const VulkanContext& ctx, const AttentionShape& shape, u
   return cpu_layout && d.int64 && decode_shape_fits(shape, max_kv) && decode_scores_floats(shape, max_kv) * 4 <= ctx.max_storage_range();
 }
 
+uint32_t attention_alone_group(const VulkanContext& ctx) { return ctx.info().type == "cpu" ? 1 : k_alone_group; }
+
 uint32_t attention_query_group(const VulkanContext& ctx, const AttentionShape& shape, uint32_t max_kv) {
   if (ctx.info().type != "cpu") return 1;
   const uint64_t per_query = decode_scores_floats(shape, std::max<uint32_t>(max_kv, 1)) * 4;
   return static_cast<uint32_t>(std::clamp<uint64_t>(k_decode_group_bytes / per_query, 1, k_decode_max_group));
 }
 
-uint64_t attention_scratch_floats(const AttentionShape& shape, uint32_t max_kv, uint32_t queries) {
-  // [split][n_head_kv][rows = G][head_dim] outputs plus (max, sum) per row, for one query token;
-  // or attention_decode.comp's scores for `queries` query tokens.
-  return std::max(uint64_t{k_max_split} * shape.n_head * (shape.head_dim + 2), uint64_t{queries} * decode_scores_floats(shape, max_kv));
+uint64_t attention_scratch_floats(const AttentionShape& shape, uint32_t max_kv, uint32_t queries, uint32_t alone) {
+  // [split][n_head_kv][rows = G][head_dim] outputs plus (max, sum) per row, for `alone` query
+  // tokens; or attention_decode.comp's scores for `queries` query tokens.
+  return std::max(uint64_t{alone} * k_max_split * shape.n_head * (shape.head_dim + 2), uint64_t{queries} * decode_scores_floats(shape, max_kv));
 }
 
 namespace {
 
+// The tiled or simd kernel's pipeline and tile for `rows` query rows of one workgroup's tokens.
+struct ListPipeline {
+  const Pipeline* pipeline;
+  AttentionTiles tiles;
+};
+ListPipeline list_pipeline(CommandRecorder& rec, CacheType type, const AttentionShape& shape, const RopeConfig& rope, bool simd,
+                           uint32_t rows) {
+  const AttentionTiles t = simd ? AttentionTiles{rec.context().subgroup_size(), simd_rows(shape.head_dim, rows), 0}
+                                : attention_tiles(rec.context(), shape.head_dim, rows);
+  const Pipeline& p =
+      simd ? rec.pipelines().get(std::string("attention_simd_") + cache_type_name(type), 9, sizeof(AttentionParams),
+                                 {t.wg, shape.head_dim, t.bq, rope.n_rot, rope.neox ? 1u : 0u, softcapped(shape)})
+           : rec.pipelines().get(std::string("attention_") + cache_type_name(type), 9, sizeof(AttentionParams),
+                                 {t.wg, shape.head_dim, t.bq, t.bkv});
+  return {&p, t};
+}
+
+// The splits a token's list may take in `scratch` for `rows` query rows of one tile (1 where the
+// rows take several tiles or there is no scratch).
+uint32_t split_cap(const AttentionShape& shape, uint32_t rows, uint32_t row_tiles, const BufferView& scratch) {
+  if (row_tiles != 1 || !scratch.buffer) return 1;
+  const uint64_t per_split = uint64_t{shape.n_head_kv} * rows * (shape.head_dim + 2) * 4;
+  return static_cast<uint32_t>(std::max<uint64_t>(std::min<uint64_t>(scratch.range / per_split, k_max_split), 1));
+}
+
+// Splits of a list of n entries (at least ATTENTION_SPLIT_MIN_KV each, at most cap) and the
+// entries of each: alone_splits in common/attention_alone.glsl.
+void list_splits(uint32_t n, uint32_t cap, uint32_t& n_split, uint32_t& per_split) {
+  n_split = std::clamp<uint32_t>(n / ATTENTION_SPLIT_MIN_KV, 1, std::max<uint32_t>(cap, 1));
+  per_split = std::max<uint32_t>(div_ceil(std::max<uint32_t>(n, 1), n_split), 1);
+  n_split = std::max<uint32_t>(div_ceil(std::max<uint32_t>(n, 1), per_split), 1);
+}
+
+// The entries of the list a pass's query token i reads when it runs alone: alone_list_begin in
+// common/attention_alone.glsl, with the positions of a logical list (list_pos0 onward).
+uint32_t alone_list_length(const AttentionShape& shape, uint32_t n_q, uint32_t n_kv, uint32_t i) {
+  const uint32_t end = n_kv - n_q + i + 1;
+  const uint32_t pos = shape.list_pos0 + end - 1;
+  if (shape.window == 0 || pos + 1 <= shape.window) return end;
+  const uint32_t first = (pos + 1 - shape.window) / shape.list_align * shape.list_align;
+  return first > shape.list_pos0 ? end - (first - shape.list_pos0) : end;
+}
+
+// The tiled or simd kernel for the query tokens [first, n_q) of a pass, each over the list it
+// reads alone and split as it is alone (common/attention_alone.glsl), in groups of as many tokens
+// as the scratch holds the partials of; attention_combine.comp merges the split ones.
+void record_alone_attention(CommandRecorder& rec, CacheType type, const AttentionShape& shape, const RopeConfig& rope,
+                            const BufferView& rope_table, const BufferView& q, uint32_t q_stride, const BufferView& q_pos,
+                            uint32_t n_q, uint32_t first, const BufferView& k_cache, const BufferView& v_cache,
+                            const BufferView& kv_slots, const BufferView& kv_pos, uint32_t n_kv, const BufferView& out,
+                            uint32_t out_stride, const BufferView& scratch, bool simd) {
+  const uint32_t g = shape.n_head / shape.n_head_kv;
+  const ListPipeline lp = list_pipeline(rec, type, shape, rope, simd, g);
+  const uint32_t row_tiles = div_ceil(g, lp.tiles.bq);
+  const uint32_t cap = split_cap(shape, g, row_tiles, scratch);
+  // The grid's splits per token: those of the longest list a token reads (the last token's is).
+  uint32_t n_split = 1, per_split = 0;
+  for (uint32_t i = first; i < n_q; ++i) {
+    uint32_t ns = 0;
+    list_splits(alone_list_length(shape, n_q, n_kv, i), cap, ns, per_split);
+    n_split = std::max(n_split, ns);
+  }
+  const uint64_t o_per_token = uint64_t{n_split} * shape.n_head_kv * g * shape.head_dim * 4;
+  const uint64_t ml_per_token = uint64_t{n_split} * shape.n_head_kv * g * 2 * 4;
+  const uint32_t group = n_split == 1 ? n_q - first
+                                      : static_cast<uint32_t>(std::clamp<uint64_t>(scratch.range / (o_per_token + ml_per_token), 1, n_q - first));
+  AttentionParams params = attention_params(shape, rope, n_q, n_kv, q_stride, out_stride, n_split, 0);
+  params.alone = 1;
+  params.split_cap = cap;
+  const BufferView partial_o = n_split > 1 ? scratch.sub(0, group * o_per_token) : out;
+  const BufferView partial_ml = n_split > 1 ? scratch.sub(group * o_per_token, group * ml_per_token) : out;
+  for (uint32_t t = first; t < n_q; t += group) {
+    const uint32_t n = std::min(group, n_q - t);
+    params.q_first = t;
+    if (t > first) rec.barrier();  // the previous group's combine has read the partials
+    rec.dispatch(*lp.pipeline, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, partial_o, partial_ml, rope_table}, params,
+                 row_tiles, shape.n_head_kv, n * n_split);
+    if (n_split == 1) continue;
+    rec.barrier();
+    const Pipeline& c = rec.pipelines().get("attention_combine", 5, sizeof(AttentionParams), {64});
+    AttentionParams cp = params;
+    cp.n_q = t + n;  // the group's tokens are its last ones: each token's list end as in the pass
+    cp.n_kv = n_kv - (n_q - cp.n_q);
+    rec.dispatch(c, {partial_o, partial_ml, out, q_pos, kv_pos}, cp, div_ceil(shape.head_dim, 64), n * g, shape.n_head_kv);
+  }
+}
+
 // The kernels that walk the slot list for each query (attention_lanes, attention_simd, the tiled
-// one), as attention_kernel_for picks them.
+// one), as attention_kernel_for picks them; one token, or a per_query pass's tokens from `first`
+// on, alone.
 void record_list_attention(CommandRecorder& rec, CacheType type, const AttentionShape& shape, const RopeConfig& rope,
                            const BufferView& rope_table, const BufferView& q, uint32_t q_stride, const BufferView& q_pos, uint32_t n_q,
                            const BufferView& k_cache, const BufferView& v_cache, const BufferView& kv_slots,
                            const BufferView& kv_pos, uint32_t n_kv, const BufferView& out, uint32_t out_stride,
-                           const BufferView& scratch) {
+                           const BufferView& scratch, uint32_t first = 0) {
   const uint32_t g = shape.n_head / shape.n_head_kv;
   const uint32_t rows = n_q * g;
   const AttentionKernel kernel = attention_kernel_for(rec.context(), shape, rope.n_rot, n_kv);
@@ -345,31 +441,21 @@ void record_list_attention(CommandRecorder& rec, CacheType type, const Attention
     return;
   }
   const bool simd = kernel == AttentionKernel::Simd;
-  const AttentionTiles t = simd ? AttentionTiles{rec.context().subgroup_size(), simd_rows(shape.head_dim, rows), 0}
-                                : attention_tiles(rec.context(), shape.head_dim, rows);
-  const uint32_t row_tiles = div_ceil(rows, t.bq);
-  // Split the slot list when one tile of queries per KV head would leave the device idle
-  // (decode over a long context); each split covers at least 64 slots.
-  uint32_t n_split = 1;
-  // The scratch is sized for one query token (n_head rows); a few query tokens over a long
-  // cached prefix (a prefill after a prompt-cache or session restore, a short last chunk) may
-  // split only as far as their partials fit.
-  if (row_tiles == 1 && scratch.buffer) {
-    const uint64_t per_split = uint64_t{shape.n_head_kv} * rows * (shape.head_dim + 2) * 4;
-    const uint32_t fit = static_cast<uint32_t>(std::min<uint64_t>(scratch.range / per_split, k_max_split));
-    n_split = std::clamp<uint32_t>(n_kv / 64, 1, std::max<uint32_t>(fit, 1));
+  if (n_q == 1 || shape.per_query) {
+    record_alone_attention(rec, type, shape, rope, rope_table, q, q_stride, q_pos, n_q, first, k_cache, v_cache, kv_slots, kv_pos,
+                           n_kv, out, out_stride, scratch, simd);
+    return;
   }
-  const uint32_t kv_per_split = std::max<uint32_t>(div_ceil(std::max<uint32_t>(n_kv, 1), n_split), 1);
-  n_split = std::max<uint32_t>(div_ceil(std::max<uint32_t>(n_kv, 1), kv_per_split), 1);
-
+  const ListPipeline lp = list_pipeline(rec, type, shape, rope, simd, rows);
+  const uint32_t row_tiles = div_ceil(rows, lp.tiles.bq);
+  // Split the slot list when one tile of queries per KV head would leave the device idle (a few
+  // query tokens over a long cached prefix: a prefill after a prompt-cache or session restore, a
+  // short last chunk), as far as their partials fit the scratch.
+  uint32_t n_split = 1, kv_per_split = 0;
+  list_splits(n_kv, split_cap(shape, rows, row_tiles, scratch), n_split, kv_per_split);
   const AttentionParams params = attention_params(shape, rope, n_q, n_kv, q_stride, out_stride, n_split, kv_per_split);
-  const Pipeline& p =
-      simd ? rec.pipelines().get(std::string("attention_simd_") + cache_type_name(type), 9, sizeof(AttentionParams),
-                                 {t.wg, shape.head_dim, t.bq, rope.n_rot, rope.neox ? 1u : 0u, softcapped(shape)})
-           : rec.pipelines().get(std::string("attention_") + cache_type_name(type), 9, sizeof(AttentionParams),
-                                 {t.wg, shape.head_dim, t.bq, t.bkv});
   if (n_split == 1) {
-    rec.dispatch(p, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, out, or_dummy(scratch, out), rope_table}, params,
+    rec.dispatch(*lp.pipeline, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, out, or_dummy(scratch, out), rope_table}, params,
                  row_tiles, shape.n_head_kv, 1);
     return;
   }
@@ -377,11 +463,19 @@ void record_list_attention(CommandRecorder& rec, CacheType type, const Attention
   const BufferView partial_o = scratch.sub(0, o_floats * 4);
   const BufferView partial_ml = scratch.sub(o_floats * 4, uint64_t{n_split} * shape.n_head_kv * rows * 2 * 4);
   VKLLM_CHECK(o_floats * 4 + partial_ml.range <= scratch.range, "attention scratch too small");
-  rec.dispatch(p, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, partial_o, partial_ml, rope_table}, params, row_tiles,
+  rec.dispatch(*lp.pipeline, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, partial_o, partial_ml, rope_table}, params, row_tiles,
                shape.n_head_kv, n_split);
   rec.barrier();
-  const Pipeline& c = rec.pipelines().get("attention_combine", 3, sizeof(AttentionParams), {64});
-  rec.dispatch(c, {partial_o, partial_ml, out}, params, div_ceil(shape.head_dim, 64), rows, shape.n_head_kv);
+  const Pipeline& c = rec.pipelines().get("attention_combine", 5, sizeof(AttentionParams), {64});
+  rec.dispatch(c, {partial_o, partial_ml, out, q_pos, kv_pos}, params, div_ceil(shape.head_dim, 64), rows, shape.n_head_kv);
+}
+
+// What a pass's query token takes alone: the decode kernels, the lanes kernel or another list kernel.
+enum class AloneWay { Decode, Lanes, List };
+
+AloneWay alone_way(const VulkanContext& ctx, const AttentionShape& shape, uint32_t n_rot, uint32_t n_kv, const BufferView& scratch) {
+  if (use_decode_kernels(ctx, shape, 1, n_kv, scratch)) return AloneWay::Decode;
+  return attention_kernel_for(ctx, shape, n_rot, n_kv) == AttentionKernel::Lanes ? AloneWay::Lanes : AloneWay::List;
 }
 
 }  // namespace
@@ -392,26 +486,47 @@ void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape
                       const BufferView& kv_pos, uint32_t n_kv, const BufferView& out, uint32_t out_stride,
                       const BufferView& scratch, const RotatedK& rotated) {
   VKLLM_CHECK(shape.n_head % shape.n_head_kv == 0 && shape.head_dim % 2 == 0, "bad attention shape");
-  if (!use_decode_kernels(rec.context(), shape, n_q, n_kv, scratch)) {
+  VKLLM_CHECK(!shape.per_query || n_kv >= n_q, "attention: a per_query pass's list must hold its own tokens");
+  const VulkanContext& ctx = rec.context();
+  // Each query takes the kernel it would take alone, a decode step over the slots it sees (the
+  // chunk's own tokens are the list's last n_q entries: query i sees the first n_kv − n_q + i + 1),
+  // so that a token's attention, and the text after it, does not depend on how its prompt was cut
+  // into chunks, where the decode kernels take the longer lists (CPU drivers), and in a per_query
+  // pass everywhere. Leading queries that see fewer slots take the lanes kernel (CPU drivers: it
+  // gives a query the same floats whatever the list holds past what it sees); in a per_query pass
+  // the others take the list kernels alone.
+  const auto way = [&](uint32_t i) {
+    const uint32_t seen = shape.per_query ? alone_list_length(shape, n_q, n_kv, i) : n_kv - n_q + i + 1;
+    return alone_way(ctx, shape, rope.n_rot, seen, scratch);
+  };
+  if (!shape.per_query && !use_decode_kernels(ctx, shape, n_q, n_kv, scratch)) {
     record_list_attention(rec, type, shape, rope, rope_table, q, q_stride, q_pos, n_q, k_cache, v_cache, kv_slots, kv_pos, n_kv,
                           out, out_stride, scratch);
     return;
   }
-  // Each query takes the kernel it would take alone, a decode step over the slots it sees (the
-  // chunk's own tokens are the list's last n_q entries: query i sees the first n_kv − n_q + i + 1),
-  // so that a token's attention, and the text after it, does not depend on how its prompt was cut
-  // into chunks. The chunk's first queries, which see fewer than k_decode_min_kv slots, go to the
-  // list kernels over the entries they see; the rest to the decode kernels. Either kernel gives a
-  // query the same floats whatever the list holds past what it sees.
-  uint32_t first = 0;
+  uint32_t first = 0;  // the leading queries that do not take the decode kernels
   if (n_kv >= n_q)
-    while (first < n_q && !use_decode_kernels(rec.context(), shape, 1, n_kv - n_q + first + 1, scratch)) ++first;
-  if (first > 0) {
-    record_list_attention(rec, type, shape, rope, rope_table, q, q_stride, q_pos, first, k_cache, v_cache, kv_slots, kv_pos,
-                          n_kv - n_q + first, out, out_stride, scratch);
-    if (first == n_q) return;
-    rec.barrier();  // the decode kernels' scores overwrite the scratch the list kernels may have used
+    while (first < n_q && way(first) != AloneWay::Decode) ++first;
+  uint32_t lanes = 0;  // of those, the ones that take the lanes kernel
+  if (shape.per_query) {
+    while (lanes < first && way(lanes) == AloneWay::Lanes) ++lanes;
+    for (uint32_t i = lanes; i < n_q; ++i)
+      VKLLM_CHECK(way(i) == (i < first ? AloneWay::List : AloneWay::Decode),
+                  "attention: a pass whose tokens alone take the lanes kernel after another (attention_per_query_exact)");
+  } else {
+    lanes = first;
   }
+  if (lanes > 0) {
+    AttentionShape to = shape;
+    to.kernel = shape.per_query && attention_kernel_for(ctx, shape, rope.n_rot, 0) == AttentionKernel::Lanes ? AttentionKernel::Lanes : shape.kernel;
+    record_list_attention(rec, type, to, rope, rope_table, q, q_stride, q_pos, lanes, k_cache, v_cache, kv_slots, kv_pos,
+                          n_kv - n_q + lanes, out, out_stride, scratch);
+  }
+  if (first > lanes)
+    record_list_attention(rec, type, shape, rope, rope_table, q, q_stride, q_pos, n_q, k_cache, v_cache, kv_slots, kv_pos, n_kv,
+                          out, out_stride, scratch, lanes);
+  if (first == n_q) return;
+  if (first > 0) rec.barrier();  // the decode kernels' scores overwrite the scratch the list kernels may have used
   record_decode_attention(rec, type, shape, rope, rope_table, q, q_stride, q_pos, n_q, k_cache, v_cache, kv_slots, kv_pos, n_kv,
                           out, out_stride, scratch, rotated, first);
 }

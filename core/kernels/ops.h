@@ -201,21 +201,30 @@ struct AttentionShape {
   float scale = 0.0f;    // score scale; 0: 1/√head_dim
   float softcap = 0.0f;  // scores become softcap·tanh(s/softcap) before the softmax; 0: none
   uint32_t window = 0;   // sliding window: a query at p sees positions > p − window only; 0: none
+  // Every query token of the pass gets exactly the floats a pass of that token alone gets (a
+  // speculative verify pass; a pass of one token always does). Passes of one token and these run
+  // the list kernels' "alone" layout (common/attention_alone.glsl).
+  bool per_query = false;
+  // With a window: the entry a lone token's list starts at is its window's first position rounded
+  // down to list_align (the engine's: a bound view's offset alignment, or 1 for a window ring's
+  // list); list_pos0 is the position of the list's entry 0 (positions are logical indices there).
+  uint32_t list_align = 1;
+  uint32_t list_pos0 = 0;
 };
 
 // Scratch floats record_attention needs for a decode step over up to max_kv slots (split-KV
 // partials, or the scores of attention_decode.comp on CPU drivers), with room for the scores of
 // `queries` query tokens at once (a prefill chunk over a long cached prefix runs in groups of
-// that many on CPU drivers).
-uint64_t attention_scratch_floats(const AttentionShape& shape, uint32_t max_kv, uint32_t queries = 1);
+// that many on CPU drivers) and the partials of `alone` tokens of a per_query pass at once (it
+// runs in groups of as many).
+uint64_t attention_scratch_floats(const AttentionShape& shape, uint32_t max_kv, uint32_t queries = 1, uint32_t alone = 1);
 // Whether record_attention runs attention_decode.comp for this shape on this device for some list
 // of up to max_kv slots (it takes lists of ≥ 256): what a rotated copy of K (RotatedK) serves.
 bool decode_kernels_fit(const VulkanContext& ctx, const AttentionShape& shape, uint32_t max_kv);
-// Whether every query of a pass of several tokens over lists of up to max_kv slots gets from
-// record_attention exactly the floats a pass of that token alone gets: where the CPU drivers'
-// lanes kernel takes the lists under 256 slots and the decode kernels the longer ones, each
-// query's work is its own. The other kernels split a list by the pass's size.
-bool attention_per_query_exact(const VulkanContext& ctx, const AttentionShape& shape, uint32_t n_rot, uint32_t max_kv);
+// Whether record_attention can give every query of a per_query pass exactly the floats a pass of
+// that token alone gets, for this shape on this device: everywhere but a CPU driver's window of
+// 253–255 slots, where a pass's tokens would take the lanes kernel, then another, then lanes again.
+bool attention_per_query_exact(const VulkanContext& ctx, const AttentionShape& shape, uint32_t n_rot);
 // The part of that which depends on the shape alone (not the device), for `vkllm info`.
 bool decode_shape_fits(const AttentionShape& shape, uint32_t max_kv);
 // Whether the rotated copy's rope table for a cache of `capacity` slots (two positions a slot) is
@@ -226,6 +235,10 @@ bool rotated_copy_table_fits(uint32_t capacity, uint32_t max_grid_height);
 // The query group an engine sizes its scratch for: up to 64 query tokens within 64 MiB of
 // scores on CPU drivers, 1 elsewhere (GPUs take the tiled kernel for prefill).
 uint32_t attention_query_group(const VulkanContext& ctx, const AttentionShape& shape, uint32_t max_kv);
+// The tokens of a per_query pass an engine sizes its scratch's split-KV partials for: 16 on GPUs
+// (a verify pass's tokens), 1 on CPU drivers (whose verify passes mostly take the lanes and decode
+// kernels, which need no partials).
+uint32_t attention_alone_group(const VulkanContext& ctx);
 
 // Causal grouped-query attention of n_q query tokens over the n_kv cache slots listed in
 // kv_slots (with their positions kv_pos), soft-capped and windowed as `shape` says; K is rotated

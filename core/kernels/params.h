@@ -15,6 +15,6 @@ static_assert(sizeof(ScaleParams) == 8);
 static_assert(sizeof(RowParams) == 8);
 static_assert(sizeof(RopeParams) == 48);
 static_assert(sizeof(KvStoreParams) == 20);
-static_assert(sizeof(AttentionParams) == 92);
+static_assert(sizeof(AttentionParams) == 104);
 
 }  // namespace vkllm

@@ -160,7 +160,16 @@ struct AttentionParams {
   u32 kv_rot_base;
   u32 rot_slots;     // attention_decode with the rotated copy of K: its slots (head-major, [n_head_kv][slots][HD])
   u32 per_lane;      // attention_decode: entries per lane of the scores pass (a block; its maxima follow the scores)
+  // attention.comp, attention_simd.comp and attention_combine.comp with alone = 1: each query
+  // token from q_first on (grid z = token · n_split + split) gets what a pass of it alone gets
+  // (see shaders/common/attention_alone.glsl); n_split is then the grid's splits per token.
+  u32 alone;
+  u32 split_cap;     // alone: the most splits a token's list takes (the scratch it has alone)
+  u32 list_align;    // alone, with a window: a token alone lists from its window's first entry rounded down to this
 };
+
+// attention.comp's splits of a slot list cover at least this many entries.
+#define ATTENTION_SPLIT_MIN_KV 64
 
 #ifdef __cplusplus
 }  // namespace vkllm
