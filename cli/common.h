@@ -39,8 +39,8 @@ struct RunOptions {
   SamplerParams sampling;
 };
 
-// -m, --device, --ctx, --cache-type[-k|-v], --keep, --ubatch, --swa-full, --quiet, --profile, and
-// the RoPE flags
+// -m, --device, --ctx, --cache-type[-k|-v], --keep, --ubatch, --swa-full, --quiet, --profile,
+// --attention and the RoPE flags
 void add_model_options(CLI::App* cmd, RunOptions& o);
 // --attention auto|tiled|simd|lanes: which attention kernel runs (Auto: by device and list; the
 // others for comparisons, and to run the GPUs' kernel on a CPU driver).

@@ -17,8 +17,9 @@
 //
 // Bindings: 0 q [n_q][q_stride] f32 (un-rotated: each query row is rotated as it is loaded), 1 k cache, 2 v cache ([n_slots][row bytes] in the
 // cache type), 3 kv_slots [n_kv] i32, 4 kv_pos [n_kv] i32, 5 q_pos [n_q] i32,
-// 6 out [n_q][out_stride] f32 (n_split = 1) or partial_o [n_split][n_q·G·n_head_kv][HD] f32,
-// 7 partial_ml [n_split][rows][2] f32, 8 rope table [positions][HD/2] vec2 (cos, sin).
+// 6 partial_o [n_split][n_head_kv][n_q·G][HD] f32, 7 partial_ml [n_split][n_head_kv][n_q·G][2] f32
+// (with p.alone [token][split][n_head_kv][G]; unused where no list is split), 8 rope table
+// [positions][HD/2] vec2 (cos, sin), 9 out [n_q][out_stride] f32 (rows whose list takes one split).
 // Specialization: 0 workgroup size, 1 HD (head_dim), 2 BQ, 3 BKV.
 #version 450
 #extension GL_GOOGLE_include_directive : require
@@ -49,9 +50,10 @@ CACHE_READER(vc, 2)
 layout(binding = 3) readonly buffer KvSlots { int kv_slots[]; };
 layout(binding = 4) readonly buffer KvPos { int kv_pos[]; };
 layout(binding = 5) readonly buffer QPos { int q_pos[]; };
-layout(binding = 6) writeonly buffer Out { float out_[]; };
+layout(binding = 6) writeonly buffer PartialO { float partial_o[]; };
 layout(binding = 7) writeonly buffer PartialMl { float partial_ml[]; };
 layout(binding = 8) readonly buffer RopeTable { vec2 rope_table[]; };
+layout(binding = 9) writeonly buffer Out { float out_[]; };
 layout(push_constant) uniform Push { AttentionParams p; };
 #include "attention_alone.glsl"
 
@@ -178,12 +180,12 @@ void main() {
     if (e >= BQ * HD) break;
     const uint i = e / HD, d = e % HD, r = r0 + i;
     if (r >= n_rows) continue;
-    if (p.n_split == 1) {  // (the grid's: a token of a split grid writes partials even where its own list takes one)
+    if (part.n_split == 1) {
       const float l = s_l[i];
       out_[(part.q0 + r / G) * p.out_stride + (hk * G + r % G) * HD + d] = l > 0.0 ? acc[a] / l : 0.0;
     } else {
       const uint row = part.part_base + (part.split * p.n_head_kv + hk) * n_rows + r;  // [part][split][kv head][row]
-      out_[row * HD + d] = acc[a];
+      partial_o[row * HD + d] = acc[a];
       if (d == 0) {
         partial_ml[row * 2] = s_m[i];
         partial_ml[row * 2 + 1] = s_l[i];

@@ -26,13 +26,7 @@ void main() {
   const uint r = y % rows;
   // The part's first split (its token, with p.alone): its n_split and rows.
   const AttentionPart part = attention_part((y / rows) * p.n_split, G);
-  const uint at = (part.q0 + r / G) * p.out_stride + (hk * G + r % G) * p.head_dim + d;
-  if (part.n_split == 1) {  // a token alone whose list takes one split: as attention.comp writes it
-    const uint row = part.part_base + hk * rows + r;
-    const float l = pml[row * 2 + 1];
-    out_[at] = l > 0.0 ? po[row * p.head_dim + d] / l : 0.0;
-    return;
-  }
+  if (part.n_split == 1) return;  // a token whose list takes one split: attention.comp wrote it
   float M = -1.0e30;
   for (uint s = 0; s < part.n_split; ++s) M = max(M, pml[(part.part_base + (s * p.n_head_kv + hk) * rows + r) * 2]);
   float L = 0.0, o = 0.0;
@@ -44,5 +38,5 @@ void main() {
     L += l * w;
     o += po[row * p.head_dim + d] * w;
   }
-  out_[at] = L > 0.0 ? o / L : 0.0;
+  out_[(part.q0 + r / G) * p.out_stride + (hk * G + r % G) * p.head_dim + d] = L > 0.0 ? o / L : 0.0;
 }

@@ -42,8 +42,9 @@ layout(binding = 0) readonly buffer Q { float q[]; };
 layout(binding = 3) readonly buffer KvSlots { int kv_slots[]; };
 layout(binding = 4) readonly buffer KvPos { int kv_pos[]; };
 layout(binding = 5) readonly buffer QPos { int q_pos[]; };
-layout(binding = 6) writeonly buffer Out { float out_[]; };
+layout(binding = 6) writeonly buffer PartialO { float partial_o[]; };
 layout(binding = 7) writeonly buffer PartialMl { float partial_ml[]; };
+layout(binding = 9) writeonly buffer Out { float out_[]; };
 layout(binding = 8) readonly buffer RopeTable { u64vec2 rope_table[]; };  // [pos][HD/2] (cos, sin), two pairs per element
 CACHE_RUN_READER(kc, 1)
 CACHE_RUN_READER(vc, 2)
@@ -182,12 +183,12 @@ void main() {
   [[unroll]] for (uint i = 0; i < R; ++i) {
     const uint r = r0 + i;
     if (r >= n_rows) break;
-    if (p.n_split == 1) {  // (the grid's: a token of a split grid writes partials even where its own list takes one)
+    if (part.n_split == 1) {
       const uint at = (part.q0 + r / G) * p.out_stride + (hk * G + r % G) * HD;
       [[unroll]] for (uint d = 0; d < HD; ++d) out_[at + d] = l[i] > 0.0 ? ov[i * HD + d] / l[i] : 0.0;
     } else {
       const uint row = part.part_base + (part.split * p.n_head_kv + hk) * n_rows + r;  // [part][split][kv head][row]
-      [[unroll]] for (uint d = 0; d < HD; ++d) out_[row * HD + d] = ov[i * HD + d];
+      [[unroll]] for (uint d = 0; d < HD; ++d) partial_o[row * HD + d] = ov[i * HD + d];
       partial_ml[row * 2] = m[i];
       partial_ml[row * 2 + 1] = l[i];
     }

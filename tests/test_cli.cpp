@@ -1620,6 +1620,31 @@ TEST(Cli, SpeculativeTokensOverLongListsAreThePlainOnes) {
   }
 }
 
+// The one case speculation stays off: a window of 254 slots in the shared list (--swa-full) on a
+// CPU driver whose views start on 4-entry boundaries (lavapipe's 16 bytes), where a lone token's
+// list holds 254 to 257 entries, on both sides of the lanes kernel's 256. It says so once on
+// stderr and runs the plain tokens; with the window's own ring (lists start anywhere) it speculates.
+TEST(Cli, SpeculationIsOffWhereAWindowStraddlesTheLanesBound) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");  // make_model's default vocabulary
+  const std::string gemma3 = testing::TempDir() + "/gemma3-spec254.gguf";
+  make_gemma3_window_model(gemma3, "", 254);
+  if (HasFatalFailure()) return;
+  const std::string spec = " --spec-type ngram-simple --spec-ngram-size-n 1 --draft-min 3 --draft-max 3";
+  for (const std::string& ring : {std::string(" --swa-full"), std::string()}) {
+    const std::string base = "run --json --temp 1 --seed 2 --ignore-eos --logprobs -n 280 -p Once -m " + gemma3 + ring;
+    SCOPED_TRACE(base);
+    const Result plain = vkllm(base), r = vkllm(base + spec);
+    ASSERT_EQ(plain.status, 0) << plain.err;
+    ASSERT_EQ(r.status, 0) << r.err;
+    const json a = json::parse(plain.out), b = json::parse(r.out);
+    EXPECT_EQ(b["tokens"], a["tokens"]);
+    EXPECT_EQ(b["logprobs"], a["logprobs"]);
+    const bool off = r.err.find("vkllm: note: --spec-type is off for this model on ") != std::string::npos;
+    EXPECT_EQ(off, !ring.empty()) << r.err;
+    EXPECT_EQ(b["draft_tokens"].get<int>() == 0, off);
+  }
+}
+
 // Speculation flags are checked before the model loads.
 TEST(Cli, SpeculativeFlagErrors) {
   Result r = vkllm("run -m /nonexistent.gguf -p hi --spec-type ngram-simple --draft-min 8 --draft-max 4");

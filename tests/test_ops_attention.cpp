@@ -295,6 +295,7 @@ TEST_F(AttentionOps, PrefillAndDecodeEveryCacheType) {
       {8, 2, 128, 5, 300, 320, true},               // the same, head dim 128, NeoX
       {4, 2, 64, 12, 400, 420, false, 3, 64},       // prefill over a long prefix with a window and a position jump
       {4, 2, 64, 1, 2300, 2400, false, 5},          // decode over ≥ 2,048 slots: 128 entries per scores-pass lane
+      {4, 2, 64, 1, 500, 512, false, 5, 64},        // decode, a window over a list whose positions jump (not logical)
   };
   // Every kernel: the GPUs' shared-memory tiles, the CPU drivers' one-slot-per-lane layout (head
   // dims ≤ 64; larger heads get Auto instead, which on a CPU driver takes attention_decode.comp
@@ -446,8 +447,9 @@ TEST_F(AttentionOps, PassTokensGetWhatTheyGetAlone) {
 }
 
 // Where a lone token's list past its window holds 254 to 257 entries (window 254, lists starting
-// on 4-entry boundaries), a CPU driver would give a pass's tokens the lanes kernel, another, then
-// lanes again: there alone a per_query pass is refused (speculation is off for such a model).
+// on 4-entry boundaries), a CPU driver would give a pass's tokens the lanes kernel (or, forced,
+// attention_simd), another, then the first again: there alone a per_query pass is refused
+// (speculation is off for such a model).
 TEST_F(AttentionOps, PerQueryPassesRefusedOnlyWhereWindowListsStraddleTheLanesBound) {
   const bool cpu = test::vk().info().type == "cpu";
   AttentionShape s{4, 2, 64};
@@ -458,6 +460,8 @@ TEST_F(AttentionOps, PerQueryPassesRefusedOnlyWhereWindowListsStraddleTheLanesBo
   EXPECT_EQ(attention_per_query_exact(test::vk(), s, 64), !cpu);
   s.kernel = AttentionKernel::Tiled;
   EXPECT_TRUE(attention_per_query_exact(test::vk(), s, 64));
+  s.kernel = AttentionKernel::Simd;  // attention_simd under 256 slots, the decode kernels (where they run) from 256
+  EXPECT_EQ(attention_per_query_exact(test::vk(), s, 64), !decode_kernels_fit(test::vk(), s, 256));
   s.kernel = AttentionKernel::Auto;
   s.window = 300;
   EXPECT_TRUE(attention_per_query_exact(test::vk(), s, 64));

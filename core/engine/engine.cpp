@@ -368,10 +368,9 @@ void Engine::record_batch_step(std::span<const Member> members, uint32_t l) {
 
 uint32_t Engine::window_list_start(uint32_t n) const {
   const ModelConfig& c = model_.config();
-  const uint32_t first_query = n_kv_listed_ - n;  // the chunk's first position
-  if (first_query < c.n_swa) return 0;
-  // Rounded down so the bound views start at an offset the device accepts.
-  return (first_query - c.n_swa + 1) / list_align() * list_align();
+  // From the chunk's first position's window, rounded down so the bound views start at an offset
+  // the device accepts.
+  return window_list_first(n_kv_listed_ - n, c.n_swa, list_align());
 }
 
 uint32_t Engine::list_align() const {

@@ -52,8 +52,9 @@ uint32_t simd_rows(uint32_t head_dim, uint32_t rows) {
 
 // attention_decode.comp: query tokens over at least this many slots, on CPU drivers.
 constexpr uint32_t k_decode_min_kv = 256;
-// The query tokens alone (a verify pass's) whose split-KV partials a GPU engine's scratch holds.
-constexpr uint32_t k_alone_group = 16;
+// The query tokens alone whose split-KV partials a GPU engine's scratch holds: a verify pass of
+// the default --draft-max (16) and its sampled token.
+constexpr uint32_t k_alone_group = 17;
 // attention_lanes.comp keeps four head-dim rows per lane in registers, its loops over them unrolled.
 constexpr uint32_t k_lanes_max_head_dim = 256;
 
@@ -297,10 +298,21 @@ bool decode_shape_fits(const AttentionShape& shape, uint32_t max_kv) {
 }
 
 bool attention_per_query_exact(const VulkanContext& ctx, const AttentionShape& shape, uint32_t n_rot) {
-  // A lone token's list past its window holds window to window + list_align − 1 entries: on both
-  // sides of the lanes kernel's bound, tokens would go lanes, other, lanes (record_attention).
-  const bool straddles = shape.window > 0 && shape.window < k_decode_min_kv && shape.window + shape.list_align - 1 >= k_decode_min_kv;
-  return !(straddles && attention_kernel_for(ctx, shape, n_rot, 0) == AttentionKernel::Lanes);
+  // A lone token's list past its window holds window to window + list_align − 1 entries: where
+  // that range straddles k_decode_min_kv and the kernel a lone token takes changes there, a pass's
+  // tokens would take one, the other, then the first again (record_attention).
+  const uint32_t align = std::max<uint32_t>(shape.list_align, 1);
+  if (shape.window == 0 || shape.window >= k_decode_min_kv || shape.window + align - 1 < k_decode_min_kv) return true;
+  const auto kind = [&](uint32_t n_kv) {
+    return decode_kernels_fit(ctx, shape, n_kv) ? AttentionKernel::Auto : attention_kernel_for(ctx, shape, n_rot, n_kv);
+  };
+  return kind(k_decode_min_kv - 1) == kind(k_decode_min_kv);
+}
+
+uint32_t window_list_first(uint32_t pos, uint32_t window, uint32_t align) {
+  if (window == 0 || pos < window) return 0;
+  align = std::max<uint32_t>(align, 1);
+  return (pos - window + 1) / align * align;
 }
 
 bool rotated_copy_table_fits(uint32_t capacity, uint32_t max_grid_height) { return uint64_t{2} * capacity <= max_grid_height; }
@@ -338,9 +350,9 @@ ListPipeline list_pipeline(CommandRecorder& rec, CacheType type, const Attention
   const AttentionTiles t = simd ? AttentionTiles{rec.context().subgroup_size(), simd_rows(shape.head_dim, rows), 0}
                                 : attention_tiles(rec.context(), shape.head_dim, rows);
   const Pipeline& p =
-      simd ? rec.pipelines().get(std::string("attention_simd_") + cache_type_name(type), 9, sizeof(AttentionParams),
+      simd ? rec.pipelines().get(std::string("attention_simd_") + cache_type_name(type), 10, sizeof(AttentionParams),
                                  {t.wg, shape.head_dim, t.bq, rope.n_rot, rope.neox ? 1u : 0u, softcapped(shape)})
-           : rec.pipelines().get(std::string("attention_") + cache_type_name(type), 9, sizeof(AttentionParams),
+           : rec.pipelines().get(std::string("attention_") + cache_type_name(type), 10, sizeof(AttentionParams),
                                  {t.wg, shape.head_dim, t.bq, t.bkv});
   return {&p, t};
 }
@@ -361,13 +373,11 @@ void list_splits(uint32_t n, uint32_t cap, uint32_t& n_split, uint32_t& per_spli
   n_split = std::max<uint32_t>(div_ceil(std::max<uint32_t>(n, 1), per_split), 1);
 }
 
-// The entries of the list a pass's query token i reads when it runs alone: alone_list_begin in
-// common/attention_alone.glsl, with the positions of a logical list (list_pos0 onward).
+// The entries of the list a pass's query token i reads when it runs alone: window_list_begin in
+// common/window_list.glsl, for a logical list (entry e at position list_pos0 + e).
 uint32_t alone_list_length(const AttentionShape& shape, uint32_t n_q, uint32_t n_kv, uint32_t i) {
   const uint32_t end = n_kv - n_q + i + 1;
-  const uint32_t pos = shape.list_pos0 + end - 1;
-  if (shape.window == 0 || pos + 1 <= shape.window) return end;
-  const uint32_t first = (pos + 1 - shape.window) / shape.list_align * shape.list_align;
+  const uint32_t first = window_list_first(shape.list_pos0 + end - 1, shape.window, shape.list_align);
   return first > shape.list_pos0 ? end - (first - shape.list_pos0) : end;
 }
 
@@ -383,27 +393,31 @@ void record_alone_attention(CommandRecorder& rec, CacheType type, const Attentio
   const ListPipeline lp = list_pipeline(rec, type, shape, rope, simd, g);
   const uint32_t row_tiles = div_ceil(g, lp.tiles.bq);
   const uint32_t cap = split_cap(shape, g, row_tiles, scratch);
-  // The grid's splits per token: those of the longest list a token reads (the last token's is).
-  uint32_t n_split = 1, per_split = 0;
-  for (uint32_t i = first; i < n_q; ++i) {
-    uint32_t ns = 0;
-    list_splits(alone_list_length(shape, n_q, n_kv, i), cap, ns, per_split);
-    n_split = std::max(n_split, ns);
-  }
+  // The grid's splits per token: the most a token's list may take before list_splits evens them
+  // (the shader caps its tokens' at these, which changes none of them).
+  uint32_t n_split = 1;
+  for (uint32_t i = first; i < n_q; ++i)
+    n_split = std::max(n_split, std::clamp<uint32_t>(alone_list_length(shape, n_q, n_kv, i) / ATTENTION_SPLIT_MIN_KV, 1, cap));
   const uint64_t o_per_token = uint64_t{n_split} * shape.n_head_kv * g * shape.head_dim * 4;
   const uint64_t ml_per_token = uint64_t{n_split} * shape.n_head_kv * g * 2 * 4;
-  const uint32_t group = n_split == 1 ? n_q - first
-                                      : static_cast<uint32_t>(std::clamp<uint64_t>(scratch.range / (o_per_token + ml_per_token), 1, n_q - first));
+  const uint64_t align = std::max<uint64_t>(rec.context().limits().minStorageBufferOffsetAlignment, 4);
+  uint32_t group = n_q - first;
+  if (n_split > 1) {
+    const auto fits = [&](uint64_t n) { return (n * o_per_token + align - 1) / align * align + n * ml_per_token <= scratch.range; };
+    VKLLM_CHECK(fits(1), "attention scratch too small for a token's split-KV partials");
+    while (!fits(group)) --group;
+  }
   AttentionParams params = attention_params(shape, rope, n_q, n_kv, q_stride, out_stride, n_split, 0);
   params.alone = 1;
   params.split_cap = cap;
+  const uint64_t ml_at = (group * o_per_token + align - 1) / align * align;
   const BufferView partial_o = n_split > 1 ? scratch.sub(0, group * o_per_token) : out;
-  const BufferView partial_ml = n_split > 1 ? scratch.sub(group * o_per_token, group * ml_per_token) : out;
+  const BufferView partial_ml = n_split > 1 ? scratch.sub(ml_at, group * ml_per_token) : out;
   for (uint32_t t = first; t < n_q; t += group) {
     const uint32_t n = std::min(group, n_q - t);
     params.q_first = t;
     if (t > first) rec.barrier();  // the previous group's combine has read the partials
-    rec.dispatch(*lp.pipeline, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, partial_o, partial_ml, rope_table}, params,
+    rec.dispatch(*lp.pipeline, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, partial_o, partial_ml, rope_table, out}, params,
                  row_tiles, shape.n_head_kv, n * n_split);
     if (n_split == 1) continue;
     rec.barrier();
@@ -455,16 +469,16 @@ void record_list_attention(CommandRecorder& rec, CacheType type, const Attention
   list_splits(n_kv, split_cap(shape, rows, row_tiles, scratch), n_split, kv_per_split);
   const AttentionParams params = attention_params(shape, rope, n_q, n_kv, q_stride, out_stride, n_split, kv_per_split);
   if (n_split == 1) {
-    rec.dispatch(*lp.pipeline, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, out, or_dummy(scratch, out), rope_table}, params,
-                 row_tiles, shape.n_head_kv, 1);
+    rec.dispatch(*lp.pipeline, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, out, out, rope_table, out}, params, row_tiles,
+                 shape.n_head_kv, 1);
     return;
   }
   const uint64_t o_floats = uint64_t{n_split} * shape.n_head_kv * rows * shape.head_dim;
   const BufferView partial_o = scratch.sub(0, o_floats * 4);
   const BufferView partial_ml = scratch.sub(o_floats * 4, uint64_t{n_split} * shape.n_head_kv * rows * 2 * 4);
   VKLLM_CHECK(o_floats * 4 + partial_ml.range <= scratch.range, "attention scratch too small");
-  rec.dispatch(*lp.pipeline, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, partial_o, partial_ml, rope_table}, params, row_tiles,
-               shape.n_head_kv, n_split);
+  rec.dispatch(*lp.pipeline, {q, k_cache, v_cache, kv_slots, kv_pos, q_pos, partial_o, partial_ml, rope_table, out}, params,
+               row_tiles, shape.n_head_kv, n_split);
   rec.barrier();
   const Pipeline& c = rec.pipelines().get("attention_combine", 5, sizeof(AttentionParams), {64});
   rec.dispatch(c, {partial_o, partial_ml, out, q_pos, kv_pos}, params, div_ceil(shape.head_dim, 64), rows, shape.n_head_kv);
@@ -507,24 +521,29 @@ void record_attention(CommandRecorder& rec, CacheType type, const AttentionShape
   uint32_t first = 0;  // the leading queries that do not take the decode kernels
   if (n_kv >= n_q)
     while (first < n_q && way(first) != AloneWay::Decode) ++first;
-  uint32_t lanes = 0;  // of those, the ones that take the lanes kernel
+  // Of those, the ones a list call over the first ones' entries serves as one: all of them in a
+  // prefill chunk; in a per_query pass those that take the lanes kernel alone (the rest take the
+  // other list kernels alone).
+  uint32_t shared = first;
   if (shape.per_query) {
-    while (lanes < first && way(lanes) == AloneWay::Lanes) ++lanes;
-    for (uint32_t i = lanes; i < n_q; ++i)
+    shared = 0;
+    while (shared < first && way(shared) == AloneWay::Lanes) ++shared;
+    for (uint32_t i = shared; i < n_q; ++i)
       VKLLM_CHECK(way(i) == (i < first ? AloneWay::List : AloneWay::Decode),
-                  "attention: a pass whose tokens alone take the lanes kernel after another (attention_per_query_exact)");
-  } else {
-    lanes = first;
+                  "attention: a pass whose tokens alone take one kernel, then another, then the first again "
+                  "(attention_per_query_exact)");
   }
-  if (lanes > 0) {
-    AttentionShape to = shape;
-    to.kernel = shape.per_query && attention_kernel_for(ctx, shape, rope.n_rot, 0) == AttentionKernel::Lanes ? AttentionKernel::Lanes : shape.kernel;
-    record_list_attention(rec, type, to, rope, rope_table, q, q_stride, q_pos, lanes, k_cache, v_cache, kv_slots, kv_pos,
-                          n_kv - n_q + lanes, out, out_stride, scratch);
+  if (shared > 0) {
+    // (A per_query pass's lanes tokens take it over the longer list too: past a token's own
+    // entry, or behind its window, an entry adds exact zeros.)
+    AttentionShape lanes = shape;
+    if (shape.per_query) lanes.kernel = AttentionKernel::Lanes;
+    record_list_attention(rec, type, lanes, rope, rope_table, q, q_stride, q_pos, shared, k_cache, v_cache, kv_slots, kv_pos,
+                          n_kv - n_q + shared, out, out_stride, scratch);
   }
-  if (first > lanes)
-    record_list_attention(rec, type, shape, rope, rope_table, q, q_stride, q_pos, n_q, k_cache, v_cache, kv_slots, kv_pos, n_kv,
-                          out, out_stride, scratch, lanes);
+  if (first > shared)  // tokens [shared, first), their lists ending as in the pass
+    record_list_attention(rec, type, shape, rope, rope_table, q, q_stride, q_pos, first, k_cache, v_cache, kv_slots, kv_pos,
+                          n_kv - n_q + first, out, out_stride, scratch, shared);
   if (first == n_q) return;
   if (first > 0) rec.barrier();  // the decode kernels' scores overwrite the scratch the list kernels may have used
   record_decode_attention(rec, type, shape, rope, rope_table, q, q_stride, q_pos, n_q, k_cache, v_cache, kv_slots, kv_pos, n_kv,
@@ -596,6 +615,7 @@ void record_batch_attention(CommandRecorder& rec, const AttentionShape& shape, c
     AttentionParams a;
     uint32_t n_kv[k_batch_seqs];
   } params{attention_params(shape, rope, 1, 0, q_stride, out_stride, 1, 0), {}};
+  static_assert(sizeof(params) <= 128, "push constants past the 128 bytes every Vulkan device has");
   for (size_t i = 0; i < seqs.size(); ++i) params.n_kv[i] = seqs[i].n_kv;
   std::vector<BufferView> views{q};
   add_views(views, seqs, [](const SeqAttention& s) { return s.k_cache; });

@@ -205,9 +205,10 @@ struct AttentionShape {
   // speculative verify pass; a pass of one token always does). Passes of one token and these run
   // the list kernels' "alone" layout (common/attention_alone.glsl).
   bool per_query = false;
-  // With a window: the entry a lone token's list starts at is its window's first position rounded
-  // down to list_align (the engine's: a bound view's offset alignment, or 1 for a window ring's
-  // list); list_pos0 is the position of the list's entry 0 (positions are logical indices there).
+  // With a window: a lone token's list starts at its window's first position rounded down to
+  // list_align (window_list_first; the engine's: a bound view's offset alignment, or 1 for a
+  // window ring's list), and so do the decode kernels' queries; list_pos0 is the position of the
+  // list's entry 0 (positions are logical indices there).
   uint32_t list_align = 1;
   uint32_t list_pos0 = 0;
 };
@@ -222,9 +223,14 @@ uint64_t attention_scratch_floats(const AttentionShape& shape, uint32_t max_kv, 
 // of up to max_kv slots (it takes lists of ≥ 256): what a rotated copy of K (RotatedK) serves.
 bool decode_kernels_fit(const VulkanContext& ctx, const AttentionShape& shape, uint32_t max_kv);
 // Whether record_attention can give every query of a per_query pass exactly the floats a pass of
-// that token alone gets, for this shape on this device: everywhere but a CPU driver's window of
-// 253–255 slots, where a pass's tokens would take the lanes kernel, then another, then lanes again.
+// that token alone gets, for this shape on this device: everywhere but a window just under 256
+// slots whose lone lists (window to window + list_align − 1 entries) reach 256 where the kernel a
+// CPU driver takes changes there: a pass's tokens would take one kernel, another, then the first.
 bool attention_per_query_exact(const VulkanContext& ctx, const AttentionShape& shape, uint32_t n_rot);
+// The first position of a query at `pos`'s list under a window, rounded down to `align`: where
+// the engine starts a token's window list, and where a per_query pass's token starts its own
+// (common/window_list.glsl); 0 without a window or before it.
+uint32_t window_list_first(uint32_t pos, uint32_t window, uint32_t align);
 // The part of that which depends on the shape alone (not the device), for `vkllm info`.
 bool decode_shape_fits(const AttentionShape& shape, uint32_t max_kv);
 // Whether the rotated copy's rope table for a cache of `capacity` slots (two positions a slot) is

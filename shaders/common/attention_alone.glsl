@@ -28,8 +28,10 @@ struct AttentionPart {
   bool live;      // false: a split past this token's last (the grid is sized for the longest list)
 };
 
-// Splits of a list of n entries: at least ATTENTION_SPLIT_MIN_KV entries each, at most cap.
+// Splits of a list of n entries: at least ATTENTION_SPLIT_MIN_KV entries each, at most cap
+// (list_splits in core/kernels/attention.cpp).
 void alone_splits(uint n, uint cap, out uint n_split, out uint per_split) {
+  n = max(n, 1u);
   n_split = clamp(n / ATTENTION_SPLIT_MIN_KV, 1u, max(cap, 1u));
   per_split = max((n + n_split - 1) / n_split, 1u);
   n_split = (n + per_split - 1) / per_split;
@@ -59,8 +61,10 @@ AttentionPart attention_part(uint z, uint G) {
   a.split = z % p.n_split;
   a.list_end = p.n_kv - p.n_q + a.q0 + 1;
   const uint begin = window_list_begin(q_pos[a.q0], a.list_end);
+  // (The grid has the splits the host counts for the longest list; where a list's positions are
+  // not logical indices the host's count may be short, and the list then takes fewer, longer splits.)
   uint per_split;
-  alone_splits(a.list_end - begin, p.split_cap, a.n_split, per_split);
+  alone_splits(a.list_end - begin, min(p.split_cap, p.n_split), a.n_split, per_split);
   a.kv_begin = begin + a.split * per_split;
   a.kv_end = min(a.list_end, a.kv_begin + per_split);
   a.part_base = part * p.n_split * p.n_head_kv * G;

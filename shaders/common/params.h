@@ -165,7 +165,8 @@ struct AttentionParams {
   // (see shaders/common/attention_alone.glsl); n_split is then the grid's splits per token.
   u32 alone;
   u32 split_cap;     // alone: the most splits a token's list takes (the scratch it has alone)
-  u32 list_align;    // alone, with a window: a token alone lists from its window's first entry rounded down to this
+  u32 list_align;    // with a window: a query's list starts at its window's first entry rounded down to this
+                     // (window_list.glsl: the tiled and simd kernels alone, the decode kernels)
 };
 
 // attention.comp's splits of a slot list cover at least this many entries.
