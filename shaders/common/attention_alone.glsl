@@ -9,10 +9,9 @@
 // p.q_first on), over the list a pass of that token alone reads: its own token is the list's
 // entry n_kv − n_q + i (the pass's tokens are the list's last n_q entries, in order), nothing after
 // it, and with a window nothing before the entry the engine starts a lone token's list at
-// (window_list.glsl). That
-// range is split as the host splits a lone token's list (attention.cpp, record_list_attention):
-// same ranges, same tiles, so the token's floats do not depend on what else the pass holds. A
-// speculative verify pass needs exactly that (docs/speculative.md).
+// (window_list.glsl). That range is split as the host splits a lone token's list (attention.cpp,
+// list_splits): same ranges, same tiles, so the token's floats do not depend on what else the pass
+// holds. A speculative verify pass needs exactly that (docs/speculative.md).
 //
 // Needs p (AttentionParams), q_pos and kv_pos declared before it is included.
 
