@@ -798,7 +798,7 @@ int chat(const ChatCommand& c) {
     tmpl.emplace(ChatTemplate::resolve(&file, c.chat_template));
     if (resuming) precheck_session(c.session, file, capacity, opts);
   });
-  note_speculation(c.speculative, *s.engine, c.opts.quiet);
+  check_speculation(c.speculative, *s.engine, c.opts.quiet);
   Sampler sampler(c.opts.sampling);
   Conversation conv(*s.engine, *s.tokenizer, sampler, std::move(*tmpl), system, c.opts.keep);
   install_signals();

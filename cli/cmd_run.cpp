@@ -160,7 +160,7 @@ int run(const RunCommand& c) {
     check_prompt_fits(p.tokens.size(), capacity, c.n_predict);
   });
   const Tokenizer& tok = *s.tokenizer;
-  note_speculation(c.speculative, *s.engine, c.opts.quiet);
+  check_speculation(c.speculative, *s.engine, c.opts.quiet);
   KvCache& cache = s.engine->cache();
   const bool persist = !c.persist.session.empty() || c.persist.prompt_cache();
   const ModelFingerprint fp = checked_fp ? *checked_fp : persist ? model_fingerprint(s.file, cache.capacity(), c.opts.rope) : ModelFingerprint{};

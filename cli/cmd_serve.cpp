@@ -110,7 +110,7 @@ void serve_forever(const ServeCommand& c) {
     resolved.emplace(ChatTemplate::resolve(&file, c.chat_template));
   });
   const Tokenizer& tok = *s.tokenizer;
-  note_speculation(c.speculative, *s.engine, c.opts.quiet);
+  check_speculation(c.speculative, *s.engine, c.opts.quiet);
   std::vector<Engine*> engines{s.engine.get()};
   for (const auto& e : s.more_engines) engines.push_back(e.get());
 

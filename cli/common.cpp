@@ -55,8 +55,15 @@ const std::map<std::string, AttentionKernel> k_attention_kernels = {
 }
 
 CLI::Option* add_attention_option(CLI::App* cmd, AttentionKernel& k) {
-  return cmd->add_option("--attention", k, "Attention kernel: auto, tiled (GPUs), simd or lanes (CPU drivers)")
-      ->transform(CLI::CheckedTransformer(k_attention_kernels))
+  // The names only: a CheckedTransformer would also take the enum's numbers ("2" as simd) and
+  // print its map in the error.
+  std::vector<std::string> names;
+  for (const auto& [name, kernel] : k_attention_kernels) names.push_back(name);
+  return cmd
+      ->add_option_function<std::string>(
+          "--attention", [&k](const std::string& name) { k = k_attention_kernels.at(name); },
+          "Attention kernel: auto, tiled (GPUs), simd or lanes (CPU drivers)")
+      ->check(CLI::IsMember(names))
       ->option_text("auto|tiled|simd|lanes");
 }
 
@@ -181,8 +188,15 @@ void check_speculative_options(const SpeculativeOptions& s) {
                                  std::to_string(most) + ": no draft could run");
 }
 
-void note_speculation(const SpeculativeOptions& s, const Engine& engine, bool quiet) {
-  if (quiet || !s.on() || engine.verify_exact()) return;
+void check_speculation(const SpeculativeOptions& s, const Engine& engine, bool quiet) {
+  if (!s.on()) return;
+  // A pass holds the sampled token and its drafts: a --draft-min past that would silently draft nothing.
+  const uint32_t pass = engine.max_chunk(true);
+  if (s.draft_min > pass - 1)
+    throw CLI::ValidationError("--draft-min " + std::to_string(s.draft_min) + " is more than the " + std::to_string(pass - 1) +
+                               " drafts one verify pass holds here (" + std::to_string(pass) + " tokens" +
+                               (pass == engine.ubatch() ? ": --ubatch " + std::to_string(pass) : "") + "): no draft could run");
+  if (quiet || engine.verify_exact()) return;
   std::fprintf(stderr,
                "vkllm: note: --spec-type is off for this model on %s: its window layers' lists would take one attention "
                "kernel, then another, then the first again within a verify pass (docs/speculative.md)\n",
@@ -425,6 +439,10 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
   ContextOptions co;
   co.device_index = o.device;
   s.ctx = std::make_unique<VulkanContext>(co);
+  // A forced kernel that cannot take this model is refused before the weights load (a late
+  // internal error failed every step, and every request of the server).
+  if (const std::string misfit = attention_kernel_misfit(*s.ctx, o.attention, c.head_dim, c.n_rot); !misfit.empty())
+    throw Error("--attention " + attention_kernel_name(o.attention) + ": " + misfit + " (use --attention auto)");
 
   // An explicit --keep past what window rings allow is refused for every command, before the weights
   // load (perplexity --stream, the chat and the server shortened it without a word; docs/models.md).

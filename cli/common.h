@@ -73,9 +73,10 @@ std::shared_ptr<const Grammar> read_grammar_flags(const GrammarFlags& g);
 void add_speculative_options(CLI::App* cmd, SpeculativeOptions& s);
 // Refuses a --draft-min past --draft-max or --spec-ngram-size-m (no draft could ever run).
 void check_speculative_options(const SpeculativeOptions& s);
-// Says on stderr (unless quiet) when speculation was asked for and the engine cannot verify
-// drafts exactly (Engine::verify_exact): the generation steps plainly.
-void note_speculation(const SpeculativeOptions& s, const Engine& engine, bool quiet);
+// Where speculation was asked for: refuses a --draft-min past the drafts one of the engine's
+// passes holds (--ubatch, a window ring), and says on stderr (unless quiet) when the engine
+// cannot verify drafts exactly (Engine::verify_exact): the generation steps plainly.
+void check_speculation(const SpeculativeOptions& s, const Engine& engine, bool quiet);
 // " · drafts 96 of 120 taken (80%)", " · no drafts": a speculative generation's share in the stats.
 std::string draft_summary(const GenerationStats& st);
 

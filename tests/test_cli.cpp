@@ -183,6 +183,35 @@ TEST(Cli, BenchBothAttentionKernelsOverAFilledCache) {
   EXPECT_NE(bad.err.find("--attention"), std::string::npos) << bad.err;
 }
 
+// --attention takes the kernels' names only (not the numbers behind them), and a forced kernel that
+// cannot take the model's head dim is one line before the weights load, for every command.
+TEST(Cli, AttentionKernelRefusals) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");  // make_model's default vocabulary
+  for (const char* name : {"2", "bogus"}) {
+    const Result r = vkllm("run -n 2 -p hi --attention " + std::string(name) + " -m " + model("stories260K.gguf"));
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_EQ(r.err, "vkllm: error: --attention: " + std::string(name) + " not in {auto,lanes,simd,tiled} (see --help)\n");
+  }
+  const std::string wide = testing::TempDir() + "/head-dim-128.gguf";
+  const std::string make = std::string(VKLLM_MAKE_MODEL) + " --arch llama --layers 1 --embd 256 --ff 256 --heads 2 --kv-heads 1 -o " +
+                           wide + " >/dev/null";
+  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+  const std::string text = testing::TempDir() + "/head-dim-128.txt";
+  std::ofstream(text) << "Once upon a time there was a little dog.\n";
+  for (const std::string& command : std::vector<std::string>{"run -n 2 -p hi", "serve --port 0", "perplexity --ctx 8 -f " + text, "bench -p 4 -n 2 -r 1"}) {
+    const Result r = vkllm(command + " --attention simd -m " + wide);
+    EXPECT_EQ(r.status, 1) << command;
+    EXPECT_NE(r.err.find("vkllm: error: --attention simd: attention_simd takes head dims that are multiples of 8 up to 64; "
+                         "this model's is 128 (use --attention auto)\n"),
+              std::string::npos) << command << ": " << r.err;
+    EXPECT_EQ(r.err.find("vkllm: memory:"), std::string::npos) << command << ": refused after the memory plan: " << r.err;
+  }
+  const Result lanes = vkllm("run -n 2 -p hi --attention lanes --json -m " + wide);  // 128 ≤ 256: it runs
+  EXPECT_EQ(lanes.status, 0) << lanes.err;
+  std::filesystem::remove(wide);
+  std::filesystem::remove(text);
+}
+
 // The host's CPU steal comes from /proc/stat's "cpu" line (its 8th number), and bench reports it per
 // decode test where the file exists.
 TEST(Cli, CpuStealFromProcStat) {
@@ -1661,6 +1690,22 @@ TEST(Cli, SpeculativeFlagErrors) {
   r = vkllm("run -m /nonexistent.gguf -p hi --spec-type 1");
   EXPECT_EQ(r.status, 2) << r.err;
   EXPECT_NE(r.err.find("--spec-type: 1 not in {none,ngram-simple}"), std::string::npos) << r.err;
+}
+
+// A --draft-min past the drafts one verify pass holds (the sampled token and its drafts, at most
+// --ubatch tokens) is refused: it would silently draft nothing.
+TEST(Cli, DraftMinPastOnePassIsRefused) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const std::string spec = " --spec-type ngram-simple --draft-max 8 -m " + model("stories260K.gguf");
+  for (const char* command : {"run -p hi -n 4", "serve --port 0"}) {
+    const Result r = vkllm(std::string(command) + spec + " --ubatch 4 --draft-min 4");
+    EXPECT_EQ(r.status, 2) << command << ": " << r.err;
+    EXPECT_NE(r.err.find("vkllm: error: --draft-min 4 is more than the 3 drafts one verify pass holds here (4 tokens: --ubatch 4): "
+                         "no draft could run"),
+              std::string::npos) << command << ": " << r.err;
+  }
+  const Result fits = vkllm("run -p hi -n 4 --ubatch 4 --draft-min 3" + spec);
+  EXPECT_EQ(fits.status, 0) << fits.err;
 }
 
 }  // namespace

@@ -310,7 +310,6 @@ void Engine::record_attention_of(CommandRecorder& rec, uint32_t l, const Engine&
   // Columns (a verify pass, a batched step): each query token's attention is what it is alone, and
   // alone its list would start where window_list_start(1), or the ring's list, starts it.
   shape.per_query = per_query;
-  shape.list_align = ring ? 1 : list_align();
   shape.list_pos0 = n_kv_listed_ - n_kv;
   const BufferView list_slots = ring ? kv_slots_win_.view(0, uint64_t{n_kv} * 4) : kv_slots_.view(uint64_t{list_first} * 4, uint64_t{n_kv} * 4);
   const BufferView list_pos = ring ? kv_pos_win_.view(0, uint64_t{n_kv} * 4) : kv_pos_.view(uint64_t{list_first} * 4, uint64_t{n_kv} * 4);
@@ -379,7 +378,11 @@ uint32_t Engine::list_align() const {
 
 AttentionShape Engine::attention_shape(bool swa) const {
   const ModelConfig& c = model_.config();
-  return AttentionShape{c.n_head, c.n_head_kv, c.head_dim, opts_.attention, c.attn_scale, c.attn_softcap, swa ? c.n_swa : 0};
+  AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, opts_.attention, c.attn_scale, c.attn_softcap, swa ? c.n_swa : 0};
+  // Where a lone token's window list starts (window_list_start): a view's offset alignment into the
+  // global list, any entry of a window ring's own list.
+  shape.list_align = swa && !cache_.window_ring() ? list_align() : 1;
+  return shape;
 }
 
 RopeConfig Engine::rope_config(bool swa) const {
@@ -517,8 +520,7 @@ uint32_t Engine::max_chunk(bool all_logits) const {
 
 bool Engine::verify_exact() const {
   const ModelConfig& c = model_.config();
-  AttentionShape swa = attention_shape(true);
-  swa.list_align = cache_.window_ring() ? 1 : list_align();
+  const AttentionShape swa = attention_shape(true);
   return !c.has_swa() || attention_per_query_exact(ctx_, swa, c.n_rot);
 }
 

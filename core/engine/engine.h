@@ -121,7 +121,8 @@ class Engine {
   uint32_t window_list_start(uint32_t n) const;
   // The granularity of window_list_start: a bound view's offset alignment, in list entries.
   uint32_t list_align() const;
-  // The attention of the global layers, or of the sliding-window layers (their window).
+  // The attention of the global layers, or of the sliding-window layers (their window, and the
+  // alignment a lone token's window list starts at).
   AttentionShape attention_shape(bool swa) const;
   // The RoPE of the global layers, or of the sliding-window layers (their own base and scale).
   RopeConfig rope_config(bool swa) const;

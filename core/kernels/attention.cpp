@@ -58,23 +58,39 @@ constexpr uint32_t k_alone_group = 17;
 // attention_lanes.comp keeps four head-dim rows per lane in registers, its loops over them unrolled.
 constexpr uint32_t k_lanes_max_head_dim = 256;
 
+}  // namespace
+
+std::string attention_kernel_misfit(const VulkanContext& ctx, AttentionKernel kernel, uint32_t head_dim, uint32_t n_rot) {
+  const DeviceInfo& d = ctx.info();
+  const bool simd = kernel == AttentionKernel::Simd;
+  if (!simd && kernel != AttentionKernel::Lanes) return {};  // tiled (and auto's choices) take every shape
+  const uint32_t max_head_dim = simd ? k_simd_unroll : k_lanes_max_head_dim;
+  const char* name = simd ? "attention_simd" : "attention_lanes";
+  if (head_dim % 8 != 0 || head_dim > max_head_dim)
+    return std::string(name) + " takes head dims that are multiples of 8 up to " + std::to_string(max_head_dim) + "; this model's is " +
+           std::to_string(head_dim);
+  if (n_rot % 4 != 0) return std::string(name) + " takes rotated dims that are multiples of 4; this model rotates " + std::to_string(n_rot);
+  if (!d.int64) return d.name + " lacks 64-bit integers (shaderInt64), which " + name + " needs";
+  if (!std::has_single_bit(d.subgroup_size))
+    return std::string(name) + " needs a power-of-two subgroup size; " + d.name + "'s is " + std::to_string(d.subgroup_size);
+  if (simd && !d.subgroup_shuffle) return d.name + " lacks subgroup shuffles, which attention_simd needs";
+  return {};
+}
+
+namespace {
+
 // Which kernel serves a record that the decode kernels do not take: on CPU drivers,
 // attention_lanes.comp (a lane per query row, head dims ≤ 256) over lists shorter than
 // k_decode_min_kv and attention_simd.comp (a lane per slot, head dims ≤ 64) over longer ones (see
 // their headers); attention.comp's shared-memory tiles on GPUs and for what those do not take.
 AttentionKernel attention_kernel_for(const VulkanContext& ctx, const AttentionShape& shape, uint32_t n_rot, uint32_t n_kv) {
-  const DeviceInfo& d = ctx.info();
-  const bool base = shape.head_dim % 8 == 0 && n_rot % 4 == 0 && d.int64 && std::has_single_bit(d.subgroup_size);
-  const bool simd_fits = base && shape.head_dim <= k_simd_unroll && d.subgroup_shuffle;
-  const bool lanes_fit = base && shape.head_dim <= k_lanes_max_head_dim;
-  if (shape.kernel == AttentionKernel::Simd)
-    VKLLM_CHECK(simd_fits, "attention_simd needs a head dim ≤ 64 and a multiple of 8, subgroup shuffles and 64-bit integers");
-  if (shape.kernel == AttentionKernel::Lanes)
-    VKLLM_CHECK(lanes_fit, "attention_lanes needs a head dim ≤ 256 and a multiple of 8 and 64-bit integers");
+  const std::string misfit = attention_kernel_misfit(ctx, shape.kernel, shape.head_dim, n_rot);
+  VKLLM_CHECK(misfit.empty(), misfit);
   if (shape.kernel != AttentionKernel::Auto) return shape.kernel;
-  if (d.type != "cpu") return AttentionKernel::Tiled;
-  if (n_kv < k_decode_min_kv && lanes_fit) return AttentionKernel::Lanes;
-  return simd_fits ? AttentionKernel::Simd : AttentionKernel::Tiled;
+  if (ctx.info().type != "cpu") return AttentionKernel::Tiled;
+  if (n_kv < k_decode_min_kv && attention_kernel_misfit(ctx, AttentionKernel::Lanes, shape.head_dim, n_rot).empty())
+    return AttentionKernel::Lanes;
+  return attention_kernel_misfit(ctx, AttentionKernel::Simd, shape.head_dim, n_rot).empty() ? AttentionKernel::Simd : AttentionKernel::Tiled;
 }
 
 // The CPU kernels' SOFTCAP specialization: whether scores are soft-capped (a branch on the push

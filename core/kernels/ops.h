@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "kernels/cache_type.h"
@@ -213,6 +214,9 @@ struct AttentionShape {
   uint32_t list_pos0 = 0;
 };
 
+// Why a forced kernel (--attention simd|lanes) cannot run this head dim and rotation on this
+// device, as one sentence; empty where it can (tiled and auto always can).
+std::string attention_kernel_misfit(const VulkanContext& ctx, AttentionKernel kernel, uint32_t head_dim, uint32_t n_rot);
 // Scratch floats record_attention needs for a decode step over up to max_kv slots (split-KV
 // partials, or the scores of attention_decode.comp on CPU drivers), with room for the scores of
 // `queries` query tokens at once (a prefill chunk over a long cached prefix runs in groups of
