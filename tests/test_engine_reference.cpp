@@ -219,6 +219,76 @@ TEST_F(EngineBatch, DecodeStepOfSeveralSequencesGivesEachItsLogitsAlone) {
   }
 }
 
+// A pass of several sequences with several tokens each (the server's batched step where sequences
+// speculate: each runs its sampled token and a draft): every token's logits are bit for bit what
+// the token gets in a one-token step of its sequence alone, for the kernels a CPU driver picks and
+// for the GPUs' tiled kernel, over caches of different lengths (one past 256 slots), and a pass
+// of one token per sequence is still the batched step.
+TEST_F(EngineBatch, VerifyPassesOfSeveralSequencesGiveEachTokenItsLogitsAlone) {
+  const std::string model_rel = "models/synth-llama-q4_0.gguf";
+  VKLLM_REQUIRE_SHARED(model_rel);
+  const gguf::File file = gguf::File::open(test::shared_path(model_rel));
+  const Model model(test::vk(), file);
+  const ModelConfig& c = model.config();
+  std::mt19937 rng(12);
+  auto random_tokens = [&](size_t n) {
+    std::vector<int32_t> t(n);
+    for (int32_t& x : t) x = int32_t(rng() % c.n_vocab);
+    return t;
+  };
+  for (const AttentionKernel kernel : {AttentionKernel::Auto, AttentionKernel::Tiled}) {
+    EngineOptions o;
+    o.cache.capacity = 320;
+    o.attention = kernel;
+    constexpr size_t kSeqs = 4;
+    std::vector<std::unique_ptr<Engine>> batch, alone;
+    for (size_t i = 0; i < kSeqs; ++i) {
+      const std::vector<int32_t> prompt = random_tokens(i + 1 < kSeqs ? 5 + 40 * i : 250);
+      for (auto* list : {&batch, &alone}) {
+        list->push_back(std::make_unique<Engine>(test::vk(), test::pipelines(), model, o));
+        list->back()->decode(prompt, LogitsMode::Last);
+      }
+    }
+    std::vector<Engine*> seqs;
+    for (auto& e : batch) seqs.push_back(e.get());
+    const std::vector<std::vector<uint32_t>> steps = {{1, 4, 2, 1}, {5, 1, 1, 3}, {1, 1, 1, 1}, {2, 6, 3, 4}};
+    for (size_t step = 0; step < steps.size(); ++step) {
+      const std::vector<uint32_t>& counts = steps[step];
+      std::vector<int32_t> tokens;
+      for (uint32_t n : counts) {
+        const std::vector<int32_t> t = random_tokens(n);
+        tokens.insert(tokens.end(), t.begin(), t.end());
+      }
+      ASSERT_TRUE(seqs[0]->can_decode_batch(seqs, counts));
+      const std::vector<float> together = seqs[0]->decode_batch(seqs, tokens, counts);
+      ASSERT_EQ(together.size(), tokens.size() * c.n_vocab);
+      size_t row = 0;
+      for (size_t i = 0; i < kSeqs; ++i) {
+        Engine* const self = alone[i].get();
+        for (uint32_t j = 0; j < counts[i]; ++j, ++row) {
+          const std::vector<float> one = self->decode_batch(std::span(&self, 1), std::span(&tokens[row], 1));
+          size_t differ = 0;
+          for (uint32_t v = 0; v < c.n_vocab; ++v) differ += one[v] != together[row * c.n_vocab + v];
+          EXPECT_EQ(differ, 0u) << "sequence " << i << " token " << j << " of pass " << step << " ("
+                                << (kernel == AttentionKernel::Tiled ? "tiled" : "auto") << ")";
+        }
+      }
+    }
+    // More tokens than one pass holds (each sequence's within its own), a sequence's count past
+    // its own pass, none, or a count missing are refused.
+    const uint32_t most = seqs[0]->max_batch_tokens() + 1;
+    std::vector<uint32_t> over(kSeqs, most / kSeqs);
+    over[0] += most % kSeqs;
+    ASSERT_LE(over[0], seqs[0]->max_chunk(true));
+    EXPECT_FALSE(seqs[0]->can_decode_batch(seqs, over));
+    over.assign(kSeqs, 1);
+    over[1] = seqs[1]->max_chunk(true) + 1;
+    EXPECT_FALSE(seqs[0]->can_decode_batch(seqs, over));
+    EXPECT_FALSE(seqs[0]->can_decode_batch(seqs, std::vector<uint32_t>{1, 0, 1, 1}));
+    EXPECT_FALSE(seqs[0]->can_decode_batch(seqs, std::vector<uint32_t>{1, 1, 1}));
+  }
+}
+
 std::vector<std::string> reference_cases() {
   std::vector<std::string> ids;
   if (!test::shared_exists("reference/index.json")) return {"missing-index"};

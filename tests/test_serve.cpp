@@ -431,36 +431,45 @@ TEST(Serve, BatchedDecodeIsBatchInvariantOnQ4_0) {
   expect_concurrent_answers_match_run(shared_path("models/synth-llama-q4_0.gguf"), 6, 4);
 }
 
-// A server with speculative decoding (drafts forced at every step it runs a sequence alone)
-// answers what `vkllm run` answers, a request at a time (verify passes) and four at once (batched
-// steps of a token each), on stories260K and on a Q4_0 model's 4-column kernels; /metrics counts
-// the drafts.
+// A server with speculative decoding (drafts forced at every step) answers what `vkllm run`
+// answers, a request at a time (verify passes of one sequence) and four at once (steps of four
+// sequences, each with its draft), greedy and seeded, on stories260K and on a Q4_0 model's
+// 4-column kernels; /metrics counts the drafts, and those that ran beside other sequences.
 TEST(Serve, SpeculativeRepliesAreRunsReplies) {
   VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
   VKLLM_REQUIRE_SHARED("models/synth-llama-q4_0.gguf");
   for (const std::string& model : {stories(), shared_path("models/synth-llama-q4_0.gguf")}) {
     SCOPED_TRACE(model);
-    std::map<std::string, std::string> expected;
-    for (const std::string& p : kPrompts) expected[p] = run_greedy(p, 40, model);
+    // Prompt i: greedy where i is even, else sampled at temperature 1.5 with seed 20 + i.
+    const auto seeded = [](size_t i) { return i % 2 == 1; };
+    std::vector<std::string> expected;
+    for (size_t i = 0; i < kPrompts.size(); ++i)
+      expected.push_back(run_greedy(kPrompts[i], 40, model, seeded(i) ? "--temp 1.5 --seed " + std::to_string(20 + i) : ""));
     Server s("--parallel 4 --temp 0 --spec-type ngram-simple --spec-ngram-size-n 1 --draft-min 3 --draft-max 3", model);
     ASSERT_GT(s.port(), 0) << s.log();
-    const auto ask = [&](const std::string& p, bool stream) {
+    const auto ask = [&](size_t i, bool stream) {
       httplib::Client c = s.client();
-      const auto res = c.Post("/v1/completions", json({{"prompt", p}, {"max_tokens", 40}, {"stream", stream}}).dump(), "application/json");
+      json body = {{"prompt", kPrompts[i]}, {"max_tokens", 40}, {"stream", stream}};
+      if (seeded(i)) {
+        body["temperature"] = 1.5;
+        body["seed"] = 20 + i;
+      }
+      const auto res = c.Post("/v1/completions", body.dump(), "application/json");
       if (!res || res->status != 200) return std::string("no answer: ") + (res ? res->body : "");
       bool done = true;
       const std::string text = stream ? stream_text(res->body, false, &done) : json::parse(res->body)["choices"][0]["text"].get<std::string>();
       return done ? text : "no [DONE] after: " + text;
     };
-    for (const std::string& p : kPrompts) EXPECT_EQ(ask(p, p.size() % 2 == 0), expected[p]) << p;
+    for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(ask(i, i % 3 == 0), expected[i]) << kPrompts[i];
     std::vector<std::future<std::string>> got;
-    for (size_t i = 0; i < kPrompts.size(); ++i) got.push_back(std::async(std::launch::async, ask, kPrompts[i], i % 2 == 1));
-    for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(got[i].get(), expected[kPrompts[i]]) << kPrompts[i];
+    for (size_t i = 0; i < kPrompts.size(); ++i) got.push_back(std::async(std::launch::async, ask, i, i % 3 == 1));
+    for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(got[i].get(), expected[i]) << kPrompts[i];
     httplib::Client c = s.client();
     const auto metrics = c.Get("/metrics");
     ASSERT_TRUE(metrics);
     EXPECT_GT(metric(metrics->body, "vkllm_draft_tokens_total"), 30) << metrics->body;
     EXPECT_GT(metric(metrics->body, "vkllm_draft_accepted_total"), 0) << metrics->body;
+    EXPECT_GT(metric(metrics->body, "vkllm_batched_draft_tokens_total"), 30) << metrics->body;
     EXPECT_EQ(s.terminate(), 0) << s.log();
   }
 }

@@ -96,5 +96,68 @@ TEST(DraftLength, PicksTheLengthWithTheMostTokensPerStep) {
   EXPECT_EQ(d.choose(1, 0), 0u) << "2 tokens for 2 steps: no gain";
 }
 
+// A cost from the caller (the server's step of several sequences) replaces the measured one.
+TEST(DraftLength, ACallersCostReplacesTheMeasuredOne) {
+  DraftLength d(0.3);
+  for (int i = 0; i < 20; ++i) d.observe(4, 3, 10.0);  // every draft taken, passes as cheap as steps
+  d.observe(1, 0, 10.0);
+  EXPECT_EQ(d.choose(3, 0), 3u);
+  EXPECT_EQ(d.choose(3, 0, [](uint32_t n) { return double(n); }), 0u) << "a token more costs a step: no draft pays";
+  EXPECT_EQ(d.choose(3, 2, [](uint32_t n) { return double(n); }), 2u) << "--draft-min still holds";
+  EXPECT_EQ(d.choose(8, 0, [](uint32_t) { return 1.0; }), 8u);
+}
+
+// A server step's pass: a line through the lengths measured, each sequence's share an even part
+// of the fixed cost and its own tokens' part.
+TEST(PassCost, ALineThroughTheMeasuredLengths) {
+  PassCost c(0.3);
+  EXPECT_DOUBLE_EQ(c.share(4, 2), 0.0);  // nothing measured
+  // One length: a token more costs 0.3 of a one-token pass (10 ms = 7 fixed + 3 per token).
+  c.observe(1, 10.0);
+  EXPECT_NEAR(c.line().fixed, 7.0, 1e-9);
+  EXPECT_NEAR(c.line().per_token, 3.0, 1e-9);
+  // Two lengths of 20 + 2n (a GPU-like step: the weights' read dominates): the line through them.
+  PassCost gpu;
+  gpu.observe(4, 28.0);
+  gpu.observe(16, 52.0);
+  EXPECT_NEAR(gpu.line().fixed, 20.0, 1e-9);
+  EXPECT_NEAR(gpu.line().per_token, 2.0, 1e-9);
+  EXPECT_NEAR(gpu.share(1, 4), 7.0, 1e-9);
+  EXPECT_NEAR(gpu.share(4, 4), 13.0, 1e-9);
+  EXPECT_NEAR(gpu.relative(4)(4), 13.0 / 7.0, 1e-9);
+  EXPECT_FALSE(PassCost().relative(4)) << "nothing measured: the caller's own";
+  // A falling line (noise) is flat; one that would start below 0 goes through 0.
+  PassCost flat;
+  flat.observe(2, 30.0);
+  flat.observe(8, 20.0);
+  EXPECT_NEAR(flat.line().per_token, 0.0, 1e-9);
+  EXPECT_NEAR(flat.line().fixed, 25.0, 1e-9);
+  PassCost through0;
+  through0.observe(1, 1.0);
+  through0.observe(4, 10.0);
+  EXPECT_NEAR(through0.line().fixed, 0.0, 1e-9);
+  EXPECT_NEAR(through0.line().per_token, 41.0 / 17.0, 1e-9);
+}
+
+// The share makes a sequence's choice the step's: beside k − 1 plain sequences, a draft whose
+// tokens per share beat a plain step's raise the step's tokens per ms, and one whose do not lower
+// them (a CPU-driver-like step, where tokens cost most, and a GPU-like one).
+TEST(PassCost, AShareThatPaysRaisesTheStepsRate) {
+  for (const auto& [fixed, per_token] : {std::pair{2.0, 10.0}, std::pair{40.0, 0.5}}) {
+    PassCost c;
+    c.observe(4, fixed + per_token * 4);
+    c.observe(12, fixed + per_token * 12);
+    const uint32_t k = 4;
+    for (uint32_t d = 1; d <= 8; ++d) {
+      for (const double expected : {1.2, 2.0, 3.5, 6.0}) {  // tokens the pass of 1 + d yields on average
+        if (expected > d + 1) continue;
+        const bool pays = expected / c.share(1 + d, k) > 1.0 / c.share(1, k);
+        const double step_rate = (k - 1 + expected) / (fixed + per_token * (k + d)), plain_rate = k / (fixed + per_token * k);
+        EXPECT_EQ(pays, step_rate > plain_rate) << fixed << " + " << per_token << "·n, draft " << d << ", " << expected;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace vkllm

@@ -479,31 +479,45 @@ bool Engine::can_batch_with(const Engine& other) const {
          other.opts_.attention == opts_.attention && other.opts_.cache.rotated_k == opts_.cache.rotated_k;
 }
 
-bool Engine::can_decode_batch(std::span<Engine* const> seqs) const {
+bool Engine::can_decode_batch(std::span<Engine* const> seqs, std::span<const uint32_t> counts) const {
   const ModelConfig& c = model_.config();
   const uint64_t align = std::max<uint64_t>(ctx_.limits().minStorageBufferOffsetAlignment, 4);
-  if (seqs.empty() || seqs[0] != this || seqs.size() > opts_.n_ubatch || seqs.size() > logits_rows_) return false;
+  if (seqs.empty() || seqs[0] != this || (!counts.empty() && counts.size() != seqs.size())) return false;
+  uint64_t total = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const uint32_t n = counts.empty() ? 1 : counts[i];
+    if (n == 0 || (n > 1 && n > seqs[i]->max_chunk(true))) return false;
+    total += n;
+  }
+  if (total > max_batch_tokens()) return false;
   if (uint64_t{c.n_embd_kv()} * F % align != 0 || uint64_t{c.n_head} * c.head_dim * F % align != 0) return false;
   return std::all_of(seqs.begin(), seqs.end(), [&](const Engine* e) { return can_batch_with(*e); });
 }
 
-const std::vector<float>& Engine::decode_batch(std::span<Engine* const> seqs, std::span<const int32_t> tokens) {
-  VKLLM_CHECK(!seqs.empty() && seqs.size() == tokens.size() && seqs[0] == this, "decode_batch: one token per engine, this engine first");
+const std::vector<float>& Engine::decode_batch(std::span<Engine* const> seqs, std::span<const int32_t> tokens,
+                                               std::span<const uint32_t> counts) {
   const uint32_t k = static_cast<uint32_t>(seqs.size());
+  VKLLM_CHECK(!seqs.empty() && seqs[0] == this && (counts.empty() ? tokens.size() == k : counts.size() == k),
+              "decode_batch: this engine first, and one token per engine or counts[i] of them");
   // Each sequence's q, k, v and output rows are bound at their own offset in this engine's buffers.
-  VKLLM_CHECK(can_decode_batch(seqs), "decode_batch: engines this device cannot run in one pass (check can_decode_batch)");
+  VKLLM_CHECK(can_decode_batch(seqs, counts), "decode_batch: engines this device cannot run in one pass (check can_decode_batch)");
   check_tokens(tokens);
   logits_.clear();
   std::vector<Member> members(k);
+  uint32_t first = 0;
   for (uint32_t i = 0; i < k; ++i) {
-    seqs[i]->stage(tokens.subspan(i, 1));
-    members[i] = Member{seqs[i], i, 1};
+    const uint32_t n = counts.empty() ? 1 : counts[i];
+    VKLLM_CHECK(first + n <= tokens.size(), "decode_batch: the counts add up to the tokens");
+    seqs[i]->stage(tokens.subspan(first, n));
+    members[i] = Member{seqs[i], first, n};
+    first += n;
   }
-  // The pass's ids hold every sequence's token (the embedding reads them); each member's attention
-  // reads its own position from its own upload buffer.
-  std::memcpy(ids_.mapped(), tokens.data(), k * 4);
+  VKLLM_CHECK(first == tokens.size(), "decode_batch: the counts add up to the tokens");
+  // The pass's ids hold every sequence's tokens (the embedding reads them); each member's attention
+  // reads its own positions from its own upload buffer.
+  std::memcpy(ids_.mapped(), tokens.data(), tokens.size() * 4);
   // Columns: every sequence's rows computed exactly as they would be alone (batch invariance).
-  run_pass(members, k, k, false, MatmulKernel::Columns);
+  run_pass(members, first, first, false, MatmulKernel::Columns);
   return logits_;
 }
 

@@ -1,6 +1,7 @@
 // Engine: runs tokens through the model on the device. It owns the KV cache, the activation
 // buffers and the command recorder; each prefill chunk or decode step is one command buffer.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -65,18 +66,24 @@ class Engine {
   // this model on this device (attention_per_query_exact for its window layers' lists): where it
   // does not, speculation would make the tokens depend on the draft lengths, and is off.
   bool verify_exact() const;
-  // One decode step of several sequences in one forward pass: tokens[i] joins seqs[i]'s cache
-  // (seqs[0] is this engine, whose activations and recorder run the pass). The weights are read
-  // once for all of them, each sequence attends over its own cache, and every matmul keeps each
-  // column exactly what it would be alone (MatmulKernel::Columns), so a sequence's logits do not
-  // depend on the batch: a step of one sequence runs the same kernels (on GPUs not quite decode's,
-  // whose lone column has a matvec specialization of its own). Returns [seqs.size()][n_vocab]. The
+  // One decode step of several sequences in one forward pass: seqs[i]'s tokens (one each, or
+  // counts[i] of them: a speculative verify pass of its token and draft) join its cache, in order
+  // in `tokens` (seqs[0] is this engine, whose activations and recorder run the pass). The weights
+  // are read once for all of them, each sequence attends over its own cache, every matmul keeps
+  // each column exactly what it would be alone (MatmulKernel::Columns) and a sequence of several
+  // tokens gets attention per query (as decode_columns), so a sequence's logits do not depend on
+  // the batch: a step of one sequence runs the same kernels (on GPUs not quite decode's, whose
+  // lone column has a matvec specialization of its own). Returns [tokens.size()][n_vocab]. The
   // engines must share the model, the device and the cache capacity (can_batch_with).
-  const std::vector<float>& decode_batch(std::span<Engine* const> seqs, std::span<const int32_t> tokens);
+  const std::vector<float>& decode_batch(std::span<Engine* const> seqs, std::span<const int32_t> tokens,
+                                         std::span<const uint32_t> counts = {});
   bool can_batch_with(const Engine& other) const;
-  // Whether decode_batch can run these engines (this one first) on this device: the same model
-  // and options, rows at bindable offsets, and room for their logits.
-  bool can_decode_batch(std::span<Engine* const> seqs) const;
+  // Whether decode_batch can run these engines (this one first) with these counts (none: one
+  // token each) on this device: the same model and options, rows at bindable offsets, every
+  // sequence's tokens within its max_chunk(true), and room for all of them and their logits.
+  bool can_decode_batch(std::span<Engine* const> seqs, std::span<const uint32_t> counts = {}) const;
+  // The most tokens one decode_batch runs (its rows of activations and of logits).
+  uint32_t max_batch_tokens() const { return std::min(opts_.n_ubatch, logits_rows_); }
 
   KvCache& cache() { return cache_; }
   const KvCache& cache() const { return cache_; }

@@ -211,7 +211,7 @@ bool Generator::speculating() const {
   return run_ && run_->opts.speculative.on() && engine_.verify_exact();
 }
 
-std::vector<int32_t> Generator::draft(int32_t tok) {
+std::vector<int32_t> Generator::draft(int32_t tok, const RelativeCost& cost) {
   VKLLM_CHECK(run_.has_value() && draft_length_, "Generator::draft without a speculative start()");
   const Run& r = *run_;
   const SpeculativeOptions& so = r.opts.speculative;
@@ -225,7 +225,7 @@ std::vector<int32_t> Generator::draft(int32_t tok) {
   std::vector<int32_t> history = cache.tokens();
   history.push_back(tok);
   std::vector<int32_t> d = ngram_draft(history, so.ngram_n, uint32_t(room));
-  d.resize(draft_length_->choose(uint32_t(d.size()), so.draft_min));
+  d.resize(draft_length_->choose(uint32_t(d.size()), so.draft_min, cost));
   return d;
 }
 

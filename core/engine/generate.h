@@ -139,11 +139,16 @@ class Generator {
   // Whether the running generation speculates: it asked to, and the engine's verify passes give
   // each token the logits it would get alone (Engine::verify_exact); otherwise it steps plainly.
   bool speculating() const;
-  // In place of advance() for a speculating generation (the server's sequence stepping alone):
-  // runs the sampled token with a draft after it in one verify pass, takes every token the
-  // sampling agrees with, and cuts the refused drafts from the cache. Returns whether the
-  // generation goes on; a token sampled against a draft is the next sample().
-  bool speculate(int32_t tok, const TextSink& on_text);
+  // A speculative step's halves, for a caller that runs the pass itself (the server's step of
+  // several sequences, each with its draft; step() runs them with decode_columns): the draft to
+  // run after the sampled token (empty: none pays or fits; `cost`: what a pass of n tokens costs,
+  // where the caller knows, DraftLength::choose), then the pass's logits (a row for tok
+  // and each draft token, which the pass appended to the cache) taken with what the pass cost
+  // this generation: every token the sampling agrees with is taken and the refused drafts are cut
+  // from the cache. Returns whether the generation goes on; a token sampled against a draft is
+  // the next sample().
+  std::vector<int32_t> draft(int32_t tok, const RelativeCost& cost = {});
+  bool take_pass(std::span<const int32_t> pass, std::span<const float> logits, double ms, const TextSink& on_text);
   // Ends a started generation before its next step (its client went away): "interrupted".
   void interrupt();
   // The vocabulary as grammars read it, from a caller that keeps one for many generators (the
@@ -167,6 +172,8 @@ class Generator {
     std::optional<GrammarMatcher> grammar;  // where the text stands in opts.grammar
     std::chrono::steady_clock::time_point t_start, t_first;
   };
+  // A verify pass of the sampled token and its draft (draft(), decode_columns, take_pass).
+  bool speculate(int32_t tok, const TextSink& on_text);
   // Releases the held-back text and the timing at the end of a run.
   void finish(const TextSink& on_text);
   // The sampler's choice under the run's grammar (llama.cpp's order: see generate.cpp).
@@ -175,11 +182,6 @@ class Generator {
   uint32_t extend_begin(std::span<const int32_t> tokens);
   // Removes the cache's newest `count` tokens, keeping its pin.
   void drop_newest(uint32_t count);
-  // speculate()'s halves: the draft to run after the sampled token (empty: none pays or fits),
-  // and the pass's logits (tok then the draft) taken with the pass's time.
-  std::vector<int32_t> draft(int32_t tok);
-  bool take_pass(std::span<const int32_t> pass, std::span<const float> logits, double ms, const TextSink& on_text);
-
   Engine& engine_;
   const Tokenizer& tok_;
   Sampler& sampler_;

@@ -38,14 +38,14 @@ double DraftLength::relative_cost(uint32_t n) const {
   return cost;
 }
 
-uint32_t DraftLength::choose(uint32_t available, uint32_t draft_min) const {
+uint32_t DraftLength::choose(uint32_t available, uint32_t draft_min, const RelativeCost& cost) const {
   const double a = acceptance();
   uint32_t best = 0;
   double best_rate = 1.0, expected = 1.0, a_pow = 1.0;
   for (uint32_t k = 1; k <= available; ++k) {
     a_pow *= a;
     expected += a_pow;
-    const double rate = expected / relative_cost(k + 1);
+    const double rate = expected / (cost ? cost(k + 1) : relative_cost(k + 1));
     if (rate > best_rate * 1.02) {  // a length must beat the shorter ones by more than noise
       best = k;
       best_rate = rate;
@@ -71,6 +71,48 @@ void DraftLength::observe(uint32_t n, uint32_t accepted, double ms) {
   const uint32_t drafted = n - 1;
   hits_ = hits_ * k_decay + accepted;
   tries_ = tries_ * k_decay + std::min(accepted + 1, drafted);
+}
+
+void PassCost::observe(uint32_t n, double ms) {
+  if (n == 0 || !std::isfinite(ms) || ms <= 0) return;
+  if (ms_.size() <= n) ms_.resize(n + 1, 0.0);
+  double& c = ms_[n];
+  c = c > 0 ? (1.0 - k_cost_weight) * c + k_cost_weight * ms : ms;
+}
+
+PassCost::Line PassCost::line() const {
+  // Least squares through the measured lengths, each point once.
+  double count = 0, sn = 0, sm = 0, snn = 0, snm = 0;
+  for (size_t n = 1; n < ms_.size(); ++n) {
+    if (ms_[n] <= 0) continue;
+    count += 1;
+    sn += double(n);
+    sm += ms_[n];
+    snn += double(n) * double(n);
+    snm += double(n) * ms_[n];
+  }
+  if (count == 0) return {};
+  if (count == 1) {
+    // One length: a token more costs prior_rho of a one-token pass, fixed + per_token.
+    const double n = sn, per_token = sm / ((1.0 - prior_rho_) / prior_rho_ + n);
+    return {sm - per_token * n, per_token};
+  }
+  const double slope = (count * snm - sn * sm) / (count * snn - sn * sn);
+  if (slope <= 0) return {sm / count, 0.0};  // (noise): every length alike
+  const double fixed = (sm - slope * sn) / count;
+  if (fixed < 0) return {0.0, snm / snn};  // a line through 0
+  return {fixed, slope};
+}
+
+double PassCost::share(uint32_t n, uint32_t sequences) const {
+  const Line l = line();
+  return l.fixed / std::max<uint32_t>(sequences, 1) + l.per_token * n;
+}
+
+RelativeCost PassCost::relative(uint32_t sequences) const {
+  const double one = share(1, sequences);
+  if (!(one > 0)) return {};
+  return [this, sequences, one](uint32_t n) { return share(n, sequences) / one; };
 }
 
 }  // namespace vkllm

@@ -4,6 +4,7 @@
 // docs/speculative.md.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -33,14 +34,19 @@ std::vector<int32_t> ngram_draft(std::span<const int32_t> history, uint32_t n, u
 // beats a plain step. Costs are measured per pass length (a CPU driver's matvec runs columns in
 // fours, so 2 cost what 4 do); a length not measured yet costs 1 + (n − 1)·prior_rho steps, and
 // never less than a shorter pass measured.
+// What a pass of n tokens costs, in passes of one token.
+using RelativeCost = std::function<double(uint32_t n)>;
+
 class DraftLength {
  public:
   // prior_rho: a pass's marginal token, in steps, before any measurement (0.3: lavapipe's, where
   // speculation runs for now: docs/speculative.md).
   explicit DraftLength(double prior_rho = 0.3) : prior_rho_(prior_rho) {}
   // The length to run for a draft of `available` tokens (already cut to draft_max): the best, but
-  // at least draft_min, and 0 when fewer than draft_min are available.
-  uint32_t choose(uint32_t available, uint32_t draft_min) const;
+  // at least draft_min, and 0 when fewer than draft_min are available. `cost`, where given, is
+  // what a pass of n tokens costs in one-token passes in place of relative_cost (the server's
+  // steps of several sequences: PassCost).
+  uint32_t choose(uint32_t available, uint32_t draft_min, const RelativeCost& cost = {}) const;
   // A pass ran n tokens (1 + drafts) in `ms`, and `accepted` of its drafts were taken.
   void observe(uint32_t n, uint32_t accepted, double ms);
   double acceptance() const { return (hits_ + 1.0) / (tries_ + 2.0); }
@@ -51,6 +57,31 @@ class DraftLength {
   double hits_ = 0, tries_ = 0;  // drafted positions taken, of those tried (decaying counts)
   double prior_rho_;
   std::vector<double> cost_ms_;  // [n]: a pass of n tokens, a moving average (0: not measured)
+};
+
+// What a forward pass of n tokens costs, as a fixed part (the weights read once, the dispatches)
+// and a part per token: ms ≈ fixed + per_token · n, a line through the moving averages of the
+// lengths measured (a length measured alone: per_token taken as prior_rho of a one-token pass).
+// The server's step runs several sequences' tokens in one pass; a sequence's share of it
+// (share()) is an even part of the fixed cost and the per-token cost of its own tokens, which is
+// what its tokens cost the step: a draft length that raises its tokens per share raises the
+// step's tokens per second (docs/server.md, "Speculative decoding").
+class PassCost {
+ public:
+  explicit PassCost(double prior_rho = 0.3) : prior_rho_(prior_rho) {}
+  void observe(uint32_t n, double ms);
+  struct Line {
+    double fixed = 0, per_token = 0;
+  };
+  Line line() const;  // {0, 0} before any measurement
+  // The ms of a step's pass that `n` of its tokens, for one of `sequences` sequences, cost.
+  double share(uint32_t n, uint32_t sequences) const;
+  // share(n, sequences) in shares of one token (empty before any measurement), for DraftLength.
+  RelativeCost relative(uint32_t sequences) const;
+
+ private:
+  double prior_rho_;
+  std::vector<double> ms_;  // [n]: a pass of n tokens, a moving average (0: not measured)
 };
 
 }  // namespace vkllm

@@ -56,16 +56,13 @@ void Metrics::generation(uint32_t prompt_tokens, uint32_t cached_tokens, uint32_
   if (generated > 1) decode_rate_.observe(decode_tok_s);
 }
 
-void Metrics::drafts(uint32_t drafted, uint32_t accepted) {
-  std::lock_guard lock(mu_);
-  draft_tokens_ += drafted;
-  draft_accepted_ += accepted;
-}
-
-void Metrics::decode_step(uint32_t sequences) {
+void Metrics::decode_step(uint32_t sequences, uint32_t drafts, uint32_t accepted) {
   std::lock_guard lock(mu_);
   ++decode_steps_;
   decode_step_sequences_ += sequences;
+  draft_tokens_ += drafts;
+  draft_accepted_ += accepted;
+  if (sequences > 1) batched_draft_tokens_ += drafts;
 }
 
 void Metrics::cancelled() {
@@ -100,10 +97,12 @@ std::string Metrics::render() const {
   single("vkllm_cached_tokens_total", "counter", "Prompt tokens reused from a sequence's cache or the prompt cache.", cached_tokens_);
   single("vkllm_generated_tokens_total", "counter", "Tokens generated.", generated_tokens_);
   single("vkllm_decode_steps_total", "counter",
-         "Decode steps (forward passes that advance running sequences by one token each, or one sequence by a speculative pass).",
+         "Decode steps (forward passes that advance the running sequences, each by its sampled token and any speculative draft).",
          decode_steps_);
   single("vkllm_draft_tokens_total", "counter", "Speculative draft tokens run through the model (--spec-type).", draft_tokens_);
   single("vkllm_draft_accepted_total", "counter", "Of the draft tokens, those the sampling took.", draft_accepted_);
+  single("vkllm_batched_draft_tokens_total", "counter", "Of the draft tokens, those run in decode steps of several sequences.",
+         batched_draft_tokens_);
   single("vkllm_decode_step_sequences_total", "counter",
          "Sequences advanced, summed over decode steps (divided by the steps: the mean batch).", decode_step_sequences_);
   single("vkllm_requests_cancelled_total", "counter", "Requests dropped because their client went away.", cancelled_);

@@ -32,10 +32,9 @@ class Metrics {
   // A finished generation: its token counts, time to first token (from arrival, queue included)
   // and decode rate (tokens after the first per second; not observed below two tokens).
   void generation(uint32_t prompt_tokens, uint32_t cached_tokens, uint32_t generated, double ttft_s, double decode_tok_s);
-  // Speculative draft tokens a generation ran, and how many of them its sampling took.
-  void drafts(uint32_t drafted, uint32_t accepted);
-  // A decode step that advanced `sequences` sequences by one token each.
-  void decode_step(uint32_t sequences);
+  // A decode step that advanced `sequences` sequences, running `drafts` speculative draft tokens
+  // after their sampled ones, of which the sampling took `accepted`.
+  void decode_step(uint32_t sequences, uint32_t drafts = 0, uint32_t accepted = 0);
   // A request dropped because its client went away (while queued, prefilled or generating).
   void cancelled();
   // A prefix of `tokens` copied into a sequence from another one's cache.
@@ -48,7 +47,8 @@ class Metrics {
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   uint64_t prompt_tokens_ = 0, cached_tokens_ = 0, generated_tokens_ = 0;
   uint64_t draft_tokens_ = 0, draft_accepted_ = 0;
-  uint64_t decode_steps_ = 0, decode_step_sequences_ = 0, cancelled_ = 0, prefix_copies_ = 0, prefix_copied_tokens_ = 0;
+  uint64_t decode_steps_ = 0, decode_step_sequences_ = 0, batched_draft_tokens_ = 0, cancelled_ = 0, prefix_copies_ = 0,
+           prefix_copied_tokens_ = 0;
   Histogram ttft_, decode_rate_;
   uint64_t kv_used_ = 0, kv_total_ = 0, queue_ = 0, running_ = 0;
 };

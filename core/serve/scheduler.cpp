@@ -12,6 +12,23 @@ constexpr uint32_t k_prefix_slack = 32;
 // The fewest tokens worth copying from another sequence instead of prefilling.
 constexpr uint32_t k_min_prefix_copy = 32;
 
+// Cuts the drafts of a step's passes (each a sampled token and its draft), a token at a time
+// from the longest, until the step holds at most `most` tokens (a sequence keeps its token); a
+// draft cut below `draft_min` is not run (--draft-min: that long, or none).
+void fit_drafts(std::vector<std::vector<int32_t>>& passes, size_t most, uint32_t draft_min) {
+  size_t total = 0;
+  for (const std::vector<int32_t>& p : passes) total += p.size();
+  if (total <= most) return;
+  while (total > most) {
+    auto longest = std::max_element(passes.begin(), passes.end(), [](const auto& a, const auto& b) { return a.size() < b.size(); });
+    if (longest->size() <= 1) return;
+    longest->pop_back();
+    --total;
+  }
+  for (std::vector<int32_t>& p : passes)
+    if (p.size() - 1 < draft_min) p.resize(1);
+}
+
 }  // namespace
 
 Job::Wait Job::wait_text_for(std::string& out, std::chrono::milliseconds timeout, std::vector<TokenLogprobs>* logprobs) {
@@ -256,26 +273,69 @@ void Scheduler::step_all() {
   }
   if (stepping.empty()) return;
   try {
-    if (stepping.size() == 1 && stepping[0]->gen->speculating()) {
-      // Alone: a verify pass of the token and its draft (a step of one token where none pays).
-      Sequence& s = *stepping[0];
-      metrics_.decode_step(1);
-      if (!s.gen->speculate(tokens[0], sink(s))) complete(s);
-    } else if (engines[0]->can_decode_batch(engines)) {
-      const std::vector<float>& logits = engines[0]->decode_batch(engines, tokens);
-      metrics_.decode_step(uint32_t(stepping.size()));
-      const size_t n_vocab = logits.size() / stepping.size();
-      for (size_t i = 0; i < stepping.size(); ++i) {
-        Sequence& s = *stepping[i];
-        if (!s.gen->advance(std::span(logits).subspan(i * n_vocab, n_vocab), sink(s))) complete(s);
+    // A speculating sequence runs its token and a draft after it (none where none pays), the
+    // others their token: all in one pass where the device takes it (each token's logits what a
+    // step of its sequence alone gives it, so the drafts change no reply).
+    // Beside others, a draft's length is chosen from what its tokens would cost the step (the
+    // server's PassCost line); alone, from what the sequence's own passes measured.
+    std::vector<std::vector<int32_t>> passes(stepping.size());
+    std::vector<bool> speculating(stepping.size());
+    const RelativeCost cost = stepping.size() > 1 ? pass_cost_.relative(uint32_t(stepping.size())) : RelativeCost{};
+    for (size_t i = 0; i < stepping.size(); ++i) {
+      speculating[i] = stepping[i]->gen->speculating();
+      if (speculating[i]) passes[i] = stepping[i]->gen->draft(tokens[i], cost);
+      passes[i].insert(passes[i].begin(), tokens[i]);
+    }
+    fit_drafts(passes, engines[0]->max_batch_tokens(), opts_.speculative.draft_min);
+    std::vector<int32_t> flat;
+    std::vector<uint32_t> counts;
+    for (const std::vector<int32_t>& p : passes) {
+      flat.insert(flat.end(), p.begin(), p.end());
+      counts.push_back(uint32_t(p.size()));
+    }
+    const auto since = [](std::chrono::steady_clock::time_point t0) {
+      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    };
+    // A sequence takes its rows with what its tokens cost (a pass of its own: the pass's time; in
+    // a step of several: its share, PassCost); a request's own error (its grammar could not go
+    // on) ends that request alone. Returns the drafts the sampling took.
+    const auto take = [&](size_t i, std::span<const float> rows, double ms) -> uint32_t {
+      Sequence& s = *stepping[i];
+      const uint32_t before = s.gen->stats().draft_accepted;
+      try {
+        const bool go_on = speculating[i] ? s.gen->take_pass(passes[i], rows, ms, sink(s)) : s.gen->advance(rows, sink(s));
+        const uint32_t accepted = s.gen->stats().draft_accepted - before;
+        if (!go_on) complete(s);
+        return accepted;
+      } catch (const GrammarError& e) {  // (take_pass leaves the cache holding what was taken)
+        const uint32_t accepted = s.gen->stats().draft_accepted - before;
+        complete(s, e.what(), true);
+        return accepted;
       }
+    };
+    if (engines[0]->can_decode_batch(engines, counts)) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const std::vector<float>& logits = engines[0]->decode_batch(engines, flat, counts);
+      const double ms = since(t0);
+      const uint32_t k = uint32_t(stepping.size());
+      pass_cost_.observe(uint32_t(flat.size()), ms);
+      const size_t n_vocab = logits.size() / flat.size();
+      uint32_t accepted = 0;
+      for (size_t i = 0, row = 0; i < k; row += passes[i].size(), ++i) {
+        const uint32_t n = uint32_t(passes[i].size());
+        accepted += take(i, std::span(logits).subspan(row * n_vocab, n * n_vocab), k == 1 ? ms : pass_cost_.share(n, k));
+      }
+      metrics_.decode_step(k, uint32_t(flat.size()) - k, accepted);
     } else {
-      // A device or shape decode_batch cannot take: a step per sequence.
+      // A device or shape decode_batch cannot take: a pass per sequence.
       for (size_t i = 0; i < stepping.size(); ++i) {
-        Sequence& s = *stepping[i];
-        const std::vector<float>& logits = s.engine->decode(std::span(&tokens[i], 1), LogitsMode::Last);
-        metrics_.decode_step(1);
-        if (!s.gen->advance(logits, sink(s))) complete(s);
+        Engine& e = *stepping[i]->engine;
+        const auto t0 = std::chrono::steady_clock::now();
+        const std::vector<float>& logits = speculating[i] ? e.decode_columns(passes[i]) : e.decode(passes[i], LogitsMode::Last);
+        const double ms = since(t0);
+        pass_cost_.observe(counts[i], ms);
+        const uint32_t accepted = take(i, logits, ms);
+        metrics_.decode_step(1, counts[i] - 1, accepted);
       }
     }
   } catch (const std::exception& e) {
@@ -324,7 +384,6 @@ void Scheduler::complete(Sequence& s, const std::string& error, bool request_err
   if (error.empty() && s.gen && !(job->cancelled() && s.prefilling))
     metrics_.generation(st.prompt_tokens, st.cached_tokens, st.generated, s.ttft_s,
                         st.generated > 1 ? (st.generated - 1) * 1000.0 / std::max(st.decode_ms, 1e-3) : 0.0);
-  if (s.gen) metrics_.drafts(st.drafted, st.draft_accepted);
   s.gen.reset();
   s.sampler.reset();
   s.prefilling = false;

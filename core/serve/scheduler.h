@@ -83,8 +83,8 @@ struct SchedulerOptions {
   size_t max_queue = 64;             // waiting requests beyond the running ones; more are refused
   PromptCache* prompt_cache = nullptr;  // --prompt-cache: prefixes on disk (used by the device thread only)
   std::function<void(const std::string&)> log;  // one line of diagnostics (the front end prints it)
-  // Every request's speculative decoding (--spec-type …): a sequence speculates on steps it runs
-  // alone; beside others it steps a token at a time in their batch (docs/server.md).
+  // Every request's speculative decoding (--spec-type …): each sequence runs its token and its
+  // draft in the step it shares with the others (docs/server.md).
   SpeculativeOptions speculative;
 };
 
@@ -126,8 +126,9 @@ class Scheduler {
   // the last one sets up its generation.
   void prefill_round();
   void finish_prefill(Sequence& s);
-  // One token of every running sequence, in one decode step (Engine::decode_batch: the weights
-  // read once for all of them); finishes the jobs that end.
+  // One token of every running sequence, and the draft after it of each that speculates, in one
+  // decode step (Engine::decode_batch: the weights read once for all of them); finishes the jobs
+  // that end.
   void step_all();
   TextSink sink(Sequence& s);
   // With logprobs asked for: the entries of the generated tokens whose text has begun to be
@@ -151,6 +152,7 @@ class Scheduler {
   size_t running_ = 0;
   uint64_t round_ = 0;
   uint64_t admissions_ = 0;  // device thread only
+  PassCost pass_cost_;  // what the steps' passes cost, by their tokens (device thread only)
   std::atomic<bool> draining_{false};
   bool stop_ = false;
   std::thread thread_;
