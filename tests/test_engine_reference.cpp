@@ -22,6 +22,21 @@ namespace {
 
 int argmax(const float* x, size_t n) { return int(std::max_element(x, x + n) - x); }
 
+// Token ids drawn uniformly from a vocabulary, from a seeded generator.
+class RandomTokens {
+ public:
+  RandomTokens(uint32_t seed, uint32_t n_vocab) : rng_(seed), n_vocab_(n_vocab) {}
+  std::vector<int32_t> operator()(size_t n) {
+    std::vector<int32_t> t(n);
+    for (int32_t& x : t) x = int32_t(rng_() % n_vocab_);
+    return t;
+  }
+
+ private:
+  std::mt19937 rng_;
+  uint32_t n_vocab_;
+};
+
 class EngineReference : public test::VulkanTest, public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(EngineReference, LogitsAndGreedyMatch) {
@@ -102,12 +117,7 @@ TEST_F(EngineRotatedK, RotatedCopyOfKGivesTheLogitsOfRopeOnRead) {
   ASSERT_NE(with.cache().k_rotated(0), nullptr);
   ASSERT_EQ(without.cache().k_rotated(0), nullptr);
   for (Engine* e : {&with, &without}) e->cache().set_keep(4);
-  std::mt19937 rng(7);
-  auto random_tokens = [&](size_t n) {
-    std::vector<int32_t> t(n);
-    for (int32_t& x : t) x = int32_t(rng() % c.n_vocab);
-    return t;
-  };
+  RandomTokens random_tokens(7, c.n_vocab);
   double worst = 0;
   auto compare = [&](std::span<const int32_t> tokens, const char* what, int step) {
     const std::vector<float> a = with.decode(tokens, LogitsMode::Last);
@@ -162,12 +172,7 @@ TEST_F(EngineBatch, DecodeStepOfSeveralSequencesGivesEachItsLogitsAlone) {
   const gguf::File file = gguf::File::open(test::shared_path(model_rel));
   const Model model(test::vk(), file);
   const ModelConfig& c = model.config();
-  std::mt19937 rng(11);
-  auto random_tokens = [&](size_t n) {
-    std::vector<int32_t> t(n);
-    for (int32_t& x : t) x = int32_t(rng() % c.n_vocab);
-    return t;
-  };
+  RandomTokens random_tokens(11, c.n_vocab);
   const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim};
   RopeConfig rope;
   rope.head_dim = c.head_dim;
@@ -230,12 +235,7 @@ TEST_F(EngineBatch, VerifyPassesOfSeveralSequencesGiveEachTokenItsLogitsAlone) {
   const gguf::File file = gguf::File::open(test::shared_path(model_rel));
   const Model model(test::vk(), file);
   const ModelConfig& c = model.config();
-  std::mt19937 rng(12);
-  auto random_tokens = [&](size_t n) {
-    std::vector<int32_t> t(n);
-    for (int32_t& x : t) x = int32_t(rng() % c.n_vocab);
-    return t;
-  };
+  RandomTokens random_tokens(12, c.n_vocab);
   for (const AttentionKernel kernel : {AttentionKernel::Auto, AttentionKernel::Tiled}) {
     EngineOptions o;
     o.cache.capacity = 320;

@@ -109,34 +109,35 @@ TEST(DraftLength, ACallersCostReplacesTheMeasuredOne) {
 
 // A server step's pass: a line through the lengths measured, each sequence's share an even part
 // of the fixed cost and its own tokens' part.
+void expect_line(const PassCost& c, double fixed, double per_token) {
+  EXPECT_NEAR(c.line().fixed, fixed, 1e-9);
+  EXPECT_NEAR(c.line().per_token, per_token, 1e-9);
+}
+
 TEST(PassCost, ALineThroughTheMeasuredLengths) {
   PassCost c(0.3);
   EXPECT_DOUBLE_EQ(c.share(4, 2), 0.0);  // nothing measured
+  EXPECT_FALSE(c.relative(4)) << "nothing measured: the caller's own";
   // One length: a token more costs 0.3 of a one-token pass (10 ms = 7 fixed + 3 per token).
   c.observe(1, 10.0);
-  EXPECT_NEAR(c.line().fixed, 7.0, 1e-9);
-  EXPECT_NEAR(c.line().per_token, 3.0, 1e-9);
+  expect_line(c, 7.0, 3.0);
   // Two lengths of 20 + 2n (a GPU-like step: the weights' read dominates): the line through them.
   PassCost gpu;
   gpu.observe(4, 28.0);
   gpu.observe(16, 52.0);
-  EXPECT_NEAR(gpu.line().fixed, 20.0, 1e-9);
-  EXPECT_NEAR(gpu.line().per_token, 2.0, 1e-9);
+  expect_line(gpu, 20.0, 2.0);
   EXPECT_NEAR(gpu.share(1, 4), 7.0, 1e-9);
   EXPECT_NEAR(gpu.share(4, 4), 13.0, 1e-9);
   EXPECT_NEAR(gpu.relative(4)(4), 13.0 / 7.0, 1e-9);
-  EXPECT_FALSE(PassCost().relative(4)) << "nothing measured: the caller's own";
   // A falling line (noise) is flat; one that would start below 0 goes through 0.
   PassCost flat;
   flat.observe(2, 30.0);
   flat.observe(8, 20.0);
-  EXPECT_NEAR(flat.line().per_token, 0.0, 1e-9);
-  EXPECT_NEAR(flat.line().fixed, 25.0, 1e-9);
+  expect_line(flat, 25.0, 0.0);
   PassCost through0;
   through0.observe(1, 1.0);
   through0.observe(4, 10.0);
-  EXPECT_NEAR(through0.line().fixed, 0.0, 1e-9);
-  EXPECT_NEAR(through0.line().per_token, 41.0 / 17.0, 1e-9);
+  expect_line(through0, 0.0, 41.0 / 17.0);
 }
 
 // The share makes a sequence's choice the step's: beside k − 1 plain sequences, a draft whose
