@@ -78,10 +78,13 @@ TEST(DraftLength, MeasuredCostsOverrideThePrior) {
   // Moving averages: a new measurement moves the estimate part of the way.
   d.observe(2, 1, 10.0);
   EXPECT_NEAR(d.relative_cost(2), 1.7, 1e-9);
-  // Nonsense timings are ignored.
-  d.observe(4, 1, -1.0);
-  d.observe(4, 1, 0.0);
+  // Passes without a cost of their own (and nonsense timings) leave the costs, and count for the
+  // acceptance.
+  const double a = d.acceptance();
+  d.observe(4, 3, -1.0);
+  d.observe(4, 3, 0.0);
   EXPECT_DOUBLE_EQ(d.relative_cost(4), 1.9);
+  EXPECT_GT(d.acceptance(), a);
 }
 
 TEST(DraftLength, PicksTheLengthWithTheMostTokensPerStep) {

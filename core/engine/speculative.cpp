@@ -57,10 +57,12 @@ uint32_t DraftLength::choose(uint32_t available, uint32_t draft_min, const Relat
 }
 
 void DraftLength::observe(uint32_t n, uint32_t accepted, double ms) {
-  if (n == 0 || !std::isfinite(ms) || ms <= 0) return;
-  if (cost_ms_.size() <= n) cost_ms_.resize(n + 1, 0.0);
-  double& c = cost_ms_[n];
-  c = c > 0 ? (1.0 - k_cost_weight) * c + k_cost_weight * ms : ms;
+  if (n == 0) return;
+  if (std::isfinite(ms) && ms > 0) {
+    if (cost_ms_.size() <= n) cost_ms_.resize(n + 1, 0.0);
+    double& c = cost_ms_[n];
+    c = c > 0 ? (1.0 - k_cost_weight) * c + k_cost_weight * ms : ms;
+  }
   if (n == 1) {
     // A plain step: the acceptance evidence fades toward the prior a little, so a run of refused
     // drafts does not switch drafting off for good.

@@ -47,7 +47,9 @@ class DraftLength {
   // what a pass of n tokens costs in one-token passes in place of relative_cost (the server's
   // steps of several sequences: PassCost).
   uint32_t choose(uint32_t available, uint32_t draft_min, const RelativeCost& cost = {}) const;
-  // A pass ran n tokens (1 + drafts) in `ms`, and `accepted` of its drafts were taken.
+  // A pass ran n tokens (1 + drafts) in `ms`, and `accepted` of its drafts were taken. A pass
+  // whose cost is not the generation's own (ms ≤ 0: a server step of several sequences, whose
+  // choice takes PassCost) counts for the acceptance only.
   void observe(uint32_t n, uint32_t accepted, double ms);
   double acceptance() const { return (hits_ + 1.0) / (tries_ + 2.0); }
   // What a pass of n tokens costs, in one-token passes (estimated where not measured).

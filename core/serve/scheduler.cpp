@@ -296,9 +296,10 @@ void Scheduler::step_all() {
     const auto since = [](std::chrono::steady_clock::time_point t0) {
       return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     };
-    // A sequence takes its rows with what its tokens cost (a pass of its own: the pass's time; in
-    // a step of several: its share, PassCost); a request's own error (its grammar could not go
-    // on) ends that request alone. Returns the drafts the sampling took.
+    // A sequence takes its rows with what its pass cost (a pass of its own: its time; in a step of
+    // several, 0: the sequence's own cost table is for its passes alone, and its choice beside
+    // others takes PassCost); a request's own error (its grammar could not go on) ends that
+    // request alone. Returns the drafts the sampling took.
     const auto take = [&](size_t i, std::span<const float> rows, double ms) -> uint32_t {
       Sequence& s = *stepping[i];
       const uint32_t before = s.gen->stats().draft_accepted;
@@ -323,7 +324,7 @@ void Scheduler::step_all() {
       uint32_t accepted = 0;
       for (size_t i = 0, row = 0; i < k; row += passes[i].size(), ++i) {
         const uint32_t n = uint32_t(passes[i].size());
-        accepted += take(i, std::span(logits).subspan(row * n_vocab, n * n_vocab), k == 1 ? ms : pass_cost_.share(n, k));
+        accepted += take(i, std::span(logits).subspan(row * n_vocab, n * n_vocab), k == 1 ? ms : 0.0);
       }
       metrics_.decode_step(k, uint32_t(flat.size()) - k, accepted);
     } else {
