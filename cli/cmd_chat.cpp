@@ -783,7 +783,7 @@ int chat(const ChatCommand& c) {
   GenerateOptions reply;
   reply.n_predict = c.n_predict;
   reply.grammar = read_grammar_flags(c.grammar);
-  check_speculative_options(c.speculative);
+  check_speculative_options(c.speculative, c.opts.ubatch);
   reply.speculative = c.speculative;
   // Messages come from stdin: one that cannot be read (a directory) is refused before the load
   // (it read as an empty chat, status 0).

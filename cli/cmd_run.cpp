@@ -138,7 +138,7 @@ int run(const RunCommand& c) {
   // Flags are checked before the model loads.
   const std::shared_ptr<const Grammar> grammar = read_grammar_flags(c.grammar);
   std::vector<std::pair<int32_t, float>> logit_bias = read_logit_bias(c.logit_bias, 0);
-  check_speculative_options(c.speculative);
+  check_speculative_options(c.speculative, c.opts.ubatch);
   const uint64_t prompt_cache_bytes = c.persist.prompt_cache() ? parse_size("--prompt-cache-size", c.persist.prompt_cache_size) : 0;
   const std::string pc_dir = c.persist.prompt_cache() ? prompt_cache_dir(c.persist) : "";
   if (!pc_dir.empty()) check_prompt_cache_dir(pc_dir);

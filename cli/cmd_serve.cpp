@@ -98,7 +98,7 @@ void serve_forever(const ServeCommand& c) {
   serve::ServerOptions so = c.server;
   so.max_body = parse_size("--max-body", c.max_body);
   if (so.max_body < 1024) throw CLI::ValidationError("--max-body " + c.max_body + " is under 1KiB: no request would fit");
-  check_speculative_options(c.speculative);
+  check_speculative_options(c.speculative, c.opts.ubatch);
   const uint64_t prompt_cache_bytes = c.persist.prompt_cache() ? parse_size("--prompt-cache-size", c.persist.prompt_cache_size) : 0;
   const std::string pc_dir = c.persist.prompt_cache() ? prompt_cache_dir(c.persist) : "";
   if (!pc_dir.empty()) check_prompt_cache_dir(pc_dir);

@@ -181,21 +181,29 @@ void add_speculative_options(CLI::App* cmd, SpeculativeOptions& s) {
   cmd->add_option("--spec-ngram-size-m", s.ngram_m, "The most tokens one match drafts (default 48)")->check(count)->group(group);
 }
 
-void check_speculative_options(const SpeculativeOptions& s) {
+namespace {
+// A pass holds the sampled token and its drafts: a --draft-min past that would silently draft nothing.
+void check_draft_min_fits(const SpeculativeOptions& s, uint32_t pass, bool ubatch_bound) {
+  if (!s.on() || pass == 0 || s.draft_min < pass) return;
+  throw CLI::ValidationError("--draft-min " + std::to_string(s.draft_min) + " is more than the " + std::to_string(pass - 1) +
+                             " draft" + (pass == 2 ? "" : "s") + " one verify pass holds here (" + std::to_string(pass) + " token" +
+                             (pass == 1 ? "" : "s") + (ubatch_bound ? ": --ubatch " + std::to_string(pass) : "") + "): no draft could run");
+}
+}  // namespace
+
+void check_speculative_options(const SpeculativeOptions& s, uint32_t ubatch) {
   for (const auto& [name, most] : {std::pair{"--draft-max", s.draft_max}, std::pair{"--spec-ngram-size-m", s.ngram_m}})
     if (s.draft_min > most)
       throw CLI::ValidationError("--draft-min " + std::to_string(s.draft_min) + " is more than " + name + " " +
                                  std::to_string(most) + ": no draft could run");
+  check_draft_min_fits(s, ubatch, true);  // an explicit --ubatch, before the model loads
 }
 
 void check_speculation(const SpeculativeOptions& s, const Engine& engine, bool quiet) {
   if (!s.on()) return;
-  // A pass holds the sampled token and its drafts: a --draft-min past that would silently draft nothing.
+  // (The device's --ubatch, a window ring or the logits rows may hold a pass to fewer tokens.)
   const uint32_t pass = engine.max_chunk(true);
-  if (s.draft_min > pass - 1)
-    throw CLI::ValidationError("--draft-min " + std::to_string(s.draft_min) + " is more than the " + std::to_string(pass - 1) +
-                               " drafts one verify pass holds here (" + std::to_string(pass) + " tokens" +
-                               (pass == engine.ubatch() ? ": --ubatch " + std::to_string(pass) : "") + "): no draft could run");
+  check_draft_min_fits(s, pass, pass == engine.ubatch());
   if (quiet || engine.verify_exact()) return;
   std::fprintf(stderr,
                "vkllm: note: --spec-type is off for this model on %s: its window layers' lists would take one attention "

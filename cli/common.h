@@ -71,8 +71,9 @@ std::shared_ptr<const Grammar> read_grammar_flags(const GrammarFlags& g);
 // llama.cpp's --spec-type (none, ngram-simple), --draft-max, --draft-min, --spec-ngram-size-n and
 // --spec-ngram-size-m: speculative decoding without a draft model (docs/speculative.md).
 void add_speculative_options(CLI::App* cmd, SpeculativeOptions& s);
-// Refuses a --draft-min past --draft-max or --spec-ngram-size-m (no draft could ever run).
-void check_speculative_options(const SpeculativeOptions& s);
+// Refuses a --draft-min past --draft-max, --spec-ngram-size-m or what a pass of an explicit
+// --ubatch (0: the device's) holds (no draft could ever run).
+void check_speculative_options(const SpeculativeOptions& s, uint32_t ubatch);
 // Where speculation was asked for: refuses a --draft-min past the drafts one of the engine's
 // passes holds (--ubatch, a window ring), and says on stderr (unless quiet) when the engine
 // cannot verify drafts exactly (Engine::verify_exact): the generation steps plainly.

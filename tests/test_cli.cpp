@@ -1693,7 +1693,8 @@ TEST(Cli, SpeculativeFlagErrors) {
 }
 
 // A --draft-min past the drafts one verify pass holds (the sampled token and its drafts, at most
-// --ubatch tokens) is refused: it would silently draft nothing.
+// --ubatch tokens) is refused, an explicit --ubatch's before the model loads: it would silently
+// draft nothing.
 TEST(Cli, DraftMinPastOnePassIsRefused) {
   VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
   const std::string spec = " --spec-type ngram-simple --draft-max 8 -m " + model("stories260K.gguf");
@@ -1703,7 +1704,11 @@ TEST(Cli, DraftMinPastOnePassIsRefused) {
     EXPECT_NE(r.err.find("vkllm: error: --draft-min 4 is more than the 3 drafts one verify pass holds here (4 tokens: --ubatch 4): "
                          "no draft could run"),
               std::string::npos) << command << ": " << r.err;
+    EXPECT_EQ(r.err.find("vkllm: memory:"), std::string::npos) << command << ": refused after the model loaded: " << r.err;
   }
+  const Result one = vkllm("run -p hi -n 4 --ubatch 1 --draft-min 1" + spec);
+  EXPECT_EQ(one.status, 2) << one.err;
+  EXPECT_NE(one.err.find("more than the 0 drafts one verify pass holds here (1 token: --ubatch 1)"), std::string::npos) << one.err;
   const Result fits = vkllm("run -p hi -n 4 --ubatch 4 --draft-min 3" + spec);
   EXPECT_EQ(fits.status, 0) << fits.err;
 }
