@@ -122,7 +122,6 @@ void serve_forever(const ServeCommand& c) {
   serve::SchedulerOptions sched_opts;
   sched_opts.max_queue = c.queue;
   sched_opts.prompt_cache = pc ? &*pc : nullptr;
-  sched_opts.speculative = c.speculative;
   sched_opts.log = [](const std::string& line) { std::fprintf(stderr, "vkllm: %s\n", line.c_str()); };
   serve::Scheduler sched(engines, tok, metrics, sched_opts);
 
@@ -132,6 +131,8 @@ void serve_forever(const ServeCommand& c) {
   api.chat_template = &tmpl;
   api.defaults = o.sampling;
   api.context = s.engine->cache().capacity();
+  api.speculative = c.speculative;
+  api.max_draft = s.engine->max_chunk(true) - 1;
   so.model_name = std::filesystem::path(o.model).filename().string();
   // A connection thread for each request that may be waiting (running, queued), and room for many
   // more connections, which get their 503 (queue full), /health or /metrics at once.

@@ -474,6 +474,51 @@ TEST(Serve, SpeculativeRepliesAreRunsReplies) {
   }
 }
 
+// llama-server's per-request speculation fields: "speculative.n_max" 0 turns a request's drafts
+// off, "speculative.n_min"/"n_max" set its draft lengths (2 and 2: every draft is 2 tokens), the
+// replies stay `vkllm run`'s; lengths no pass could draft, and wrong types, are 400s naming the
+// field; without --spec-type the fields change nothing.
+TEST(Serve, PerRequestSpeculationSettings) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const std::string prompt = kPrompts[0], expected = run_greedy(prompt, 40);
+  const auto drafted = [](Server& s) {
+    httplib::Client c = s.client();
+    const auto m = c.Get("/metrics");
+    return m ? metric(m->body, "vkllm_draft_tokens_total") : -1.0;
+  };
+  Server s("--parallel 2 --temp 0 --ubatch 8 --spec-type ngram-simple --spec-ngram-size-n 1 --draft-min 3 --draft-max 3");
+  ASSERT_GT(s.port(), 0) << s.log();
+  httplib::Client c = s.client();
+  json body = {{"prompt", prompt}, {"max_tokens", 40}, {"speculative.n_max", 0}};
+  EXPECT_EQ(post(c, "/v1/completions", body)["choices"][0]["text"], expected);
+  EXPECT_EQ(drafted(s), 0.0);
+  body = {{"prompt", prompt}, {"max_tokens", 40}, {"speculative.n_max", 2}, {"speculative.n_min", 2}};
+  EXPECT_EQ(post(c, "/v1/completions", body)["choices"][0]["text"], expected);
+  const double two = drafted(s);
+  EXPECT_GT(two, 0.0);
+  EXPECT_EQ(std::fmod(two, 2.0), 0.0) << two << " draft tokens: drafts of 2 only";
+  for (const auto& [bad, param] : std::vector<std::pair<json, std::string>>{{{{"speculative.n_min", 4}, {"speculative.n_max", 3}}, "speculative.n_min"},
+                                                                             {{{"speculative.n_min", 8}}, "speculative.n_min"},  // --ubatch 8: 7 drafts
+                                                                             {{{"speculative.n_max", -1}}, "speculative.n_max"},
+                                                                             {{{"speculative.n_max", "x"}}, "speculative.n_max"}}) {
+    json b = bad;
+    b["prompt"] = prompt;
+    int status = 0;
+    const json r = post(c, "/v1/completions", b, &status);
+    EXPECT_EQ(status, 400) << b.dump();
+    EXPECT_EQ(r["error"]["param"], param) << r.dump();
+  }
+  EXPECT_EQ(post(c, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 40}})["choices"][0]["text"], expected);  // still serving
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+  Server plain("--parallel 1 --temp 0");
+  ASSERT_GT(plain.port(), 0) << plain.log();
+  httplib::Client p = plain.client();
+  body = {{"prompt", prompt}, {"max_tokens", 40}, {"speculative.n_max", 4}, {"speculative.n_min", 2}};
+  EXPECT_EQ(post(p, "/v1/completions", body)["choices"][0]["text"], expected);
+  EXPECT_EQ(drafted(plain), 0.0);
+  EXPECT_EQ(plain.terminate(), 0) << plain.log();
+}
+
 // Replies under a grammar: a GBNF 'grammar', response_format json_object and json_schema give what
 // `vkllm run --grammar`/`-j` gives on the same prompt, while another sequence generates free text
 // beside them (each sequence keeps its own grammar state); a bad grammar, a schema keyword the

@@ -294,6 +294,23 @@ void log_probabilities(const json& body, Endpoint e, GenerateOptions& g) {
   g.top_logprobs = uint32_t(integer(body, "logprobs", 0, k_max_top, 0));
 }
 
+// speculative.n_max and speculative.n_min (llama-server's per-request names, flat keys): this
+// request's --draft-max and --draft-min; n_max 0: it does not speculate. Without --spec-type
+// they change nothing (as llama-server's without a draft). A n_min no pass could draft is a 400.
+void speculation(const json& body, const ApiContext& ctx, GenerateOptions& g) {
+  SpeculativeOptions& s = g.speculative = ctx.speculative;
+  const int64_t n_max = integer(body, "speculative.n_max", 0, 1024, s.draft_max);
+  const int64_t most = std::min<int64_t>({n_max, ctx.max_draft, s.ngram_m});
+  const int64_t n_min = integer(body, "speculative.n_min", 0, 1024, std::min<int64_t>(s.draft_min, n_max));
+  if (n_min > most)
+    throw ApiError(400, "'speculative.n_min' " + std::to_string(n_min) + " is more than the " + std::to_string(most) +
+                            " drafts this request's passes could hold ('speculative.n_max', the server's --ubatch and --spec-ngram-size-m)",
+                   "speculative.n_min");
+  if (n_max == 0) s.type = SpecType::None;
+  s.draft_max = uint32_t(std::max<int64_t>(n_max, 1));
+  s.draft_min = uint32_t(n_min);
+}
+
 json bytes_of(const std::string& s) {
   json b = json::array();
   for (unsigned char c : s) b.push_back(int(c));
@@ -377,6 +394,7 @@ ApiRequest parse_request(Endpoint e, const std::string& body_text, const ApiCont
   r.generate.grammar = response_grammar(body, body_text);
   r.generate.logit_bias = logit_biases(body, ctx.tok->n_vocab());
   log_probabilities(body, e, r.generate);
+  speculation(body, ctx, r.generate);
   r.stream = boolean(body, "stream", false);
   if (const json* so = field(body, "stream_options")) {
     if (!so->is_object()) throw ApiError(400, "'stream_options' must be an object", "stream_options");

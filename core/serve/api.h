@@ -48,6 +48,8 @@ struct ApiContext {
   SamplerParams defaults;       // the server's sampling flags
   uint32_t context = 0;         // tokens a sequence holds (--ctx)
   int32_t default_max_tokens = GenerateOptions::kUntilFull;
+  SpeculativeOptions speculative;  // the server's --spec-type … flags, each request's defaults
+  uint32_t max_draft = 0;          // the most drafts one of a sequence's passes holds
 };
 
 // Parses and checks a body; throws ApiError (400) naming the field that is wrong.

@@ -14,8 +14,8 @@ constexpr uint32_t k_min_prefix_copy = 32;
 
 // Cuts the drafts of a step's passes (each a sampled token and its draft), a token at a time
 // from the longest, until the step holds at most `most` tokens (a sequence keeps its token); a
-// draft cut below `draft_min` is not run (--draft-min: that long, or none).
-void fit_drafts(std::vector<std::vector<int32_t>>& passes, size_t most, uint32_t draft_min) {
+// draft cut below its sequence's `draft_min` is not run (--draft-min: that long, or none).
+void fit_drafts(std::vector<std::vector<int32_t>>& passes, size_t most, std::span<const uint32_t> draft_min) {
   size_t total = 0;
   for (const std::vector<int32_t>& p : passes) total += p.size();
   if (total <= most) return;
@@ -25,8 +25,8 @@ void fit_drafts(std::vector<std::vector<int32_t>>& passes, size_t most, uint32_t
     longest->pop_back();
     --total;
   }
-  for (std::vector<int32_t>& p : passes)
-    if (p.size() - 1 < draft_min) p.resize(1);
+  for (size_t i = 0; i < passes.size(); ++i)
+    if (passes[i].size() - 1 < draft_min[i]) passes[i].resize(1);
 }
 
 }  // namespace
@@ -240,7 +240,6 @@ void Scheduler::finish_prefill(Sequence& s) {
   }
   // A request never runs through the ring: max_tokens stops where the context is full.
   GenerateOptions go = s.job->generate;
-  go.speculative = opts_.speculative;
   const KvCache& cache = s.engine->cache();
   if (go.n_predict >= 0) go.n_predict = std::min<int32_t>(go.n_predict, int32_t(cache.capacity() - cache.used()));
   s.gen->start(go);
@@ -286,7 +285,9 @@ void Scheduler::step_all() {
       if (speculating[i]) passes[i] = stepping[i]->gen->draft(tokens[i], cost);
       passes[i].insert(passes[i].begin(), tokens[i]);
     }
-    fit_drafts(passes, engines[0]->max_batch_tokens(), opts_.speculative.draft_min);
+    std::vector<uint32_t> draft_min;
+    for (const Sequence* s : stepping) draft_min.push_back(s->job->generate.speculative.draft_min);
+    fit_drafts(passes, engines[0]->max_batch_tokens(), draft_min);
     std::vector<int32_t> flat;
     std::vector<uint32_t> counts;
     for (const std::vector<int32_t>& p : passes) {

@@ -83,9 +83,6 @@ struct SchedulerOptions {
   size_t max_queue = 64;             // waiting requests beyond the running ones; more are refused
   PromptCache* prompt_cache = nullptr;  // --prompt-cache: prefixes on disk (used by the device thread only)
   std::function<void(const std::string&)> log;  // one line of diagnostics (the front end prints it)
-  // Every request's speculative decoding (--spec-type …): each sequence runs its token and its
-  // draft in the step it shares with the others (docs/server.md).
-  SpeculativeOptions speculative;
 };
 
 class Scheduler {
@@ -126,7 +123,8 @@ class Scheduler {
   // the last one sets up its generation.
   void prefill_round();
   void finish_prefill(Sequence& s);
-  // One token of every running sequence, and the draft after it of each that speculates, in one
+  // One token of every running sequence, and the draft after it of each that speculates (its
+  // request's GenerateOptions::speculative: the server's flags, per request), in one
   // decode step (Engine::decode_batch: the weights read once for all of them); finishes the jobs
   // that end.
   void step_all();
