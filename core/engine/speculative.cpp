@@ -24,6 +24,15 @@ std::vector<int32_t> ngram_draft(std::span<const int32_t> history, uint32_t n, u
 namespace {
 constexpr double k_decay = 0.9;        // weight of the earlier acceptance evidence at each pass
 constexpr double k_cost_weight = 0.3;  // of a new cost measurement
+
+// Moves the moving average of the passes of n tokens, table[n], toward `ms` (a first measurement
+// sets it); a nonsense timing is ignored.
+void average_cost(std::vector<double>& table, uint32_t n, double ms) {
+  if (n == 0 || !std::isfinite(ms) || ms <= 0) return;
+  if (table.size() <= n) table.resize(n + 1, 0.0);
+  double& c = table[n];
+  c = c > 0 ? (1.0 - k_cost_weight) * c + k_cost_weight * ms : ms;
+}
 }  // namespace
 
 double DraftLength::relative_cost(uint32_t n) const {
@@ -58,11 +67,7 @@ uint32_t DraftLength::choose(uint32_t available, uint32_t draft_min, const Relat
 
 void DraftLength::observe(uint32_t n, uint32_t accepted, double ms) {
   if (n == 0) return;
-  if (std::isfinite(ms) && ms > 0) {
-    if (cost_ms_.size() <= n) cost_ms_.resize(n + 1, 0.0);
-    double& c = cost_ms_[n];
-    c = c > 0 ? (1.0 - k_cost_weight) * c + k_cost_weight * ms : ms;
-  }
+  average_cost(cost_ms_, n, ms);
   if (n == 1) {
     // A plain step: the acceptance evidence fades toward the prior a little, so a run of refused
     // drafts does not switch drafting off for good.
@@ -75,12 +80,7 @@ void DraftLength::observe(uint32_t n, uint32_t accepted, double ms) {
   tries_ = tries_ * k_decay + std::min(accepted + 1, drafted);
 }
 
-void PassCost::observe(uint32_t n, double ms) {
-  if (n == 0 || !std::isfinite(ms) || ms <= 0) return;
-  if (ms_.size() <= n) ms_.resize(n + 1, 0.0);
-  double& c = ms_[n];
-  c = c > 0 ? (1.0 - k_cost_weight) * c + k_cost_weight * ms : ms;
-}
+void PassCost::observe(uint32_t n, double ms) { average_cost(ms_, n, ms); }
 
 PassCost::Line PassCost::line() const {
   // Least squares through the measured lengths, each point once.

@@ -279,14 +279,14 @@ void Scheduler::step_all() {
     // server's PassCost line); alone, from what the sequence's own passes measured.
     std::vector<std::vector<int32_t>> passes(stepping.size());
     std::vector<bool> speculating(stepping.size());
+    std::vector<uint32_t> draft_min(stepping.size());
     const RelativeCost cost = stepping.size() > 1 ? pass_cost_.relative(uint32_t(stepping.size())) : RelativeCost{};
     for (size_t i = 0; i < stepping.size(); ++i) {
       speculating[i] = stepping[i]->gen->speculating();
       if (speculating[i]) passes[i] = stepping[i]->gen->draft(tokens[i], cost);
       passes[i].insert(passes[i].begin(), tokens[i]);
+      draft_min[i] = stepping[i]->job->generate.speculative.draft_min;
     }
-    std::vector<uint32_t> draft_min;
-    for (const Sequence* s : stepping) draft_min.push_back(s->job->generate.speculative.draft_min);
     fit_drafts(passes, engines[0]->max_batch_tokens(), draft_min);
     std::vector<int32_t> flat;
     std::vector<uint32_t> counts;
