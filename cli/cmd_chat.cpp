@@ -41,6 +41,7 @@ struct ChatCommand {
   std::string system, system_file, chat_template;
   std::string session;  // --session FILE ("" = none)
   int32_t n_predict = GenerateOptions::kUntilFull;
+  std::vector<std::string> stop;        // every reply's stop strings
   GrammarFlags grammar;                 // each reply's grammar (a turn starts it afresh)
   std::vector<std::string> logit_bias;  // -l, every reply's
   SpeculativeOptions speculative;
@@ -782,6 +783,7 @@ int chat(const ChatCommand& c) {
   check_session_path(c.session);
   GenerateOptions reply;
   reply.n_predict = c.n_predict;
+  reply.stop = c.stop;
   reply.grammar = read_grammar_flags(c.grammar);
   check_speculative_options(c.speculative, c.opts.ubatch);
   reply.speculative = c.speculative;
@@ -821,6 +823,7 @@ void add_chat_command(CLI::App& app) {
   cmd->add_option("--system-file", c->system_file, "Read the system prompt from a file")->excludes(sys);
   cmd->add_option("--chat-template", c->chat_template, "Chat template: a built-in name or a Jinja file");
   add_n_predict_option(cmd, c->n_predict, "Most tokens per reply");
+  add_stop_option(cmd, c->stop, "a reply");
   add_grammar_options(cmd, c->grammar);
   add_logit_bias_option(cmd, c->logit_bias);
   add_speculative_options(cmd, c->speculative);

@@ -428,7 +428,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("-p,--prompt", c->prompt, "Prompt text (after stdin and -f)");
   cmd->add_option("-f,--file", c->prompt_file, "Read the prompt from a file");
   add_n_predict_option(cmd, c->n_predict, "Tokens to generate");
-  cmd->add_option("--stop", c->stop, "Stop when this string is generated (repeatable: one string each)")->allow_extra_args(false);
+  add_stop_option(cmd, c->stop, "the text");
   CLI::Option* chat = cmd->add_flag("--chat", c->chat, "Wrap the prompt in the model's chat template as a user message");
   cmd->add_option("--system", c->system, "System prompt (with --chat)")->needs(chat);
   cmd->add_option("--chat-template", c->chat_template, "Chat template: a built-in name or a Jinja file")->needs(chat);

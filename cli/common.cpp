@@ -242,6 +242,11 @@ std::vector<std::pair<int32_t, float>> read_logit_bias(const std::vector<std::st
   return out;
 }
 
+void add_stop_option(CLI::App* cmd, std::vector<std::string>& stop, const std::string& what) {
+  cmd->add_option("--stop", stop, "Stop " + what + " where this string is generated (repeatable: one string each)")
+      ->allow_extra_args(false);
+}
+
 void add_n_predict_option(CLI::App* cmd, int32_t& n_predict, const std::string& what) {
   const CLI::Validator count_or_endless(
       [](std::string& v) -> std::string {

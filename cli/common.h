@@ -89,6 +89,8 @@ std::vector<std::pair<int32_t, float>> read_logit_bias(const std::vector<std::st
 // -n, --n-predict for run and chat: a count ≥ 0, -1 for endless generation through the ring, or
 // unset (GenerateOptions::kUntilFull: stop when the cache is full). `what` names the unit.
 void add_n_predict_option(CLI::App* cmd, int32_t& n_predict, const std::string& what);
+// --stop STRING (repeatable): `what` ends where the first of them to occur begins.
+void add_stop_option(CLI::App* cmd, std::vector<std::string>& stop, const std::string& what);
 
 // The reason a write to stdout failed, kept where it first fails (main() reports it; errno is
 // gone by then). 0: none noted.

@@ -67,6 +67,14 @@ constexpr const char* kTurnDelta = "<|im_end|>\n<|im_start|>user\nTell me more<|
 
 const Conversation::TextFn kIgnore = [](const std::string&) { return true; };
 
+// The text of generated tokens, as a reply streams it (no space prefix dropped).
+std::string streamed(const Tokenizer& tok, std::span<const int32_t> ids) {
+  StreamDecoder dec(tok);
+  std::string text;
+  for (int32_t t : ids) text += dec.push(t);
+  return text + dec.flush();
+}
+
 // The cache holds the pinned tokens and the newest window of the sequence it stands for.
 void expect_cache_consistent(const Conversation& conv, const KvCache& kv) {
   const std::vector<int32_t>& seq = conv.cached_sequence();
@@ -181,6 +189,68 @@ TEST_F(ChatConversation, InterruptedReplyStays) {
   EXPECT_EQ(conv.messages().back()["content"], text);
   EXPECT_EQ(conv.tokens().size(), st.prompt_tokens + st.generated);
   expect_cache_consistent(conv, r.engine.cache());
+}
+
+// A reply cut at a stop string is cut in the conversation too: the stop string's tokens are not
+// kept (they were run, so their rows are cut from the cache), a token the cut falls inside is
+// dropped and the reply's text it held is tokenized with the next turn, so the cache stands for
+// the messages exactly, as a server re-rendering them would see it. Stops at a token's start and
+// inside a token, found from the reply without a stop.
+TEST_F(ChatConversation, AStopStringCutsTheReplyInTheCacheToo) {
+  ChatRig r(1024);
+  std::string free_text;
+  std::vector<std::string> pieces;  // each sampled token's text
+  {
+    Conversation conv(r.engine, r.tok, r.sampler, ChatTemplate::builtin("chatml"));
+    const GenerationStats st = conv.say("Hello", up_to(24), [&](const std::string& s) {
+      free_text += s;
+      return true;
+    });
+    StreamDecoder dec(r.tok);
+    for (int32_t t : st.tokens) pieces.push_back(dec.push(t));
+  }
+  // A stop at a token's start, and one inside a token (a piece of 2 bytes or more): the first
+  // places after token 4 where the 3 bytes there occur for the first time.
+  size_t at_token = 0, inside = 0;
+  for (size_t i = 0, at = 0; i < pieces.size(); at += pieces[i++].size()) {
+    const auto first_here = [&](size_t b) { return b + 3 <= free_text.size() && free_text.find(free_text.substr(b, 3)) == b; };
+    if (i >= 4 && at_token == 0 && first_here(at)) at_token = at;
+    if (i >= 4 && inside == 0 && pieces[i].size() >= 2 && first_here(at + 1)) inside = at + 1;
+  }
+  ASSERT_GT(at_token, 0u) << free_text;
+  ASSERT_GT(inside, 0u) << free_text;
+  for (const size_t cut_at : {at_token, inside}) {
+    const std::string stop = free_text.substr(cut_at, 3);
+    SCOPED_TRACE("stop '" + stop + "' at byte " + std::to_string(cut_at));
+    Conversation conv(r.engine, r.tok, r.sampler, ChatTemplate::builtin("chatml"));
+    GenerateOptions o = up_to(24);
+    o.stop = {stop};
+    std::string text;
+    const GenerationStats s1 = conv.say("Hello", o, [&](const std::string& s) {
+      text += s;
+      return true;
+    });
+    EXPECT_EQ(s1.stop_reason, "stop string");
+    ASSERT_EQ(text, free_text.substr(0, cut_at));
+    EXPECT_EQ(conv.messages().back()["content"], text);
+    // What the conversation's reply tokens say is the reply, or the part of it before the token
+    // the cut fell inside; the cache holds just those.
+    const std::vector<int32_t> reply(conv.tokens().begin() + s1.prompt_tokens, conv.tokens().end());
+    const std::string held = streamed(r.tok, reply);
+    EXPECT_TRUE(text.starts_with(held)) << "held '" << held << "'";
+    EXPECT_EQ(held.size() == text.size(), cut_at == at_token);
+    EXPECT_EQ(r.engine.cache().used(), conv.tokens().size());
+    EXPECT_EQ(conv.stale(), 0u);
+    expect_cache_consistent(conv, r.engine.cache());
+    // The next turn keeps all of that and runs the rest of the reply with its own text; its prompt
+    // past the first turn's is the reply and the new turn's markup, as rendered.
+    const size_t kept = conv.tokens().size();
+    const GenerationStats s2 = conv.say("Tell me more", up_to(8), kIgnore);
+    EXPECT_EQ(s2.cached_tokens, kept);
+    const std::vector<int32_t> turn2(conv.tokens().begin() + s1.prompt_tokens, conv.tokens().begin() + s2.prompt_tokens);
+    EXPECT_EQ(streamed(r.tok, turn2), text + kTurnDelta);
+    expect_cache_consistent(conv, r.engine.cache());
+  }
 }
 
 // A prefill stopped between chunks (Ctrl+C on a long paste) drops the message: the conversation is
@@ -821,7 +891,7 @@ TEST(ChatCli, LoadInAPipedChat) {
 TEST(ChatCli, ChatTurnsEqualRunChatTurns) {
   VKLLM_REQUIRE_SHARED(kModel);
   const std::vector<std::string> turns = {"Hello", "Tell me about a dog", "What did the dog eat?", "And then?"};
-  for (const std::string args : {"-n 20 -q --ctx 256", "-q --ctx 80"}) {
+  for (const std::string args : {"-n 20 -q --ctx 256", "-q --ctx 80", "-n 30 -q --ctx 256 --stop . --stop '!'"}) {
     SCOPED_TRACE(args);
     TempDir tmp;
     std::string input, replies;

@@ -69,9 +69,15 @@ size_t Conversation::delta_start(const std::string& rendered) const {
   // the whitespace the model generated around it. The cache keeps the reply as generated; what
   // follows it in the rendering is the new part.
   if (reply_at_ == 0 || rendered.compare(0, reply_at_, text_, 0, reply_at_) != 0) return kUnknown;
-  const std::string reply = trimmed(text_.substr(reply_at_));
+  const std::string_view held = std::string_view(text_).substr(reply_at_);
+  size_t lead = 0;
+  while (lead < held.size() && is_space(held[lead])) ++lead;
   size_t at = reply_at_;
   while (at < rendered.size() && is_space(rendered[at])) ++at;
+  // The rendering goes on with what the cache holds, trailing whitespace included: a reply the
+  // cache holds only part of (cut at a stop string) continues there.
+  if (rendered.compare(at, held.size() - lead, held.substr(lead)) == 0) return at + held.size() - lead;
+  const std::string reply = trimmed(std::string(held));
   if (rendered.compare(at, reply.size(), reply) != 0) return kUnknown;
   return at + reply.size();
 }
@@ -271,14 +277,32 @@ const GenerationStats& Conversation::reply(const std::vector<int32_t>& target, c
     reset_cache();
     throw;
   }
-  // Every sampled token except an end-of-generation one was run, so it is in the cache.
+  // Every sampled token except an end-of-generation one was run, so it is in the cache. The
+  // conversation is the reply as released: a stop string's tokens (and what an interrupt held
+  // back) are rows past it, cut now where the ring allows, else replaced by the next turn.
   const std::vector<int32_t>& sampled = gen_.stats().tokens;
+  const ReplyCut cut = cut_reply(sampled, reply);
   cached_.insert(cached_.end(), sampled.begin(), sampled.end());
-  n_tokens_ = cached_.size();
+  n_tokens_ += cut.tokens;
   reply_at_ = text_.empty() ? 0 : text_.size();
-  if (!text_.empty()) text_ += reply;
+  if (!text_.empty()) text_.append(reply, 0, cut.bytes);
   messages_.push_back({{"role", "assistant"}, {"content", reply}});
+  trim_cache(n_tokens_);
   return gen_.stats();
+}
+
+Conversation::ReplyCut Conversation::cut_reply(std::span<const int32_t> sampled, const std::string& text) const {
+  StreamDecoder decoder(tok_);
+  std::string decoded;
+  ReplyCut cut;
+  for (size_t i = 0; i < sampled.size(); ++i) {
+    decoded += decoder.push(sampled[i]);
+    StreamDecoder rest = decoder;  // the bytes of an unfinished character count as the token's
+    const std::string whole = decoded + rest.flush();
+    if (whole.size() > text.size() || text.compare(0, whole.size(), whole) != 0) break;
+    cut = {i + 1, whole.size()};
+  }
+  return cut;
 }
 
 uint32_t Conversation::own_tokens(const std::vector<int32_t>& target) const {

@@ -134,6 +134,14 @@ class Conversation {
   Saved parse_state(const std::string& path, const SessionInfo& info) const;
   // The account of the cache for a session written without one (vkllm run --chat).
   void rebuild_state(Saved& s, const SessionInfo& info) const;
+  // Of a reply's tokens as the cache holds them, the leading ones whose text lies wholly within
+  // `text`, the reply as released (cut where a stop string begins, or short of what an interrupt
+  // held back), and the bytes of `text` they decode to. The conversation keeps those tokens; the
+  // rest of `text` is tokenized with the next turn, so that the cache stands for the messages.
+  struct ReplyCut {
+    size_t tokens = 0, bytes = 0;
+  };
+  ReplyCut cut_reply(std::span<const int32_t> sampled, const std::string& text) const;
 
   Engine& engine_;
   const Tokenizer& tok_;

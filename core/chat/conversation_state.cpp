@@ -203,7 +203,11 @@ void Conversation::rebuild_state(Saved& s, const SessionInfo& info) const {
   }
   const std::vector<int32_t> prompt = tokenize_rendered(tok_, rendered, before);
   if (prompt.size() > s.cached.size() || !std::equal(prompt.begin(), prompt.end(), s.cached.begin())) return;
-  s.text = rendered + s.messages.back()["content"].get<std::string>();
+  // A reply cut at a stop string: the conversation keeps its tokens up to the cut (as a chat does).
+  const std::string reply = s.messages.back()["content"].get<std::string>();
+  const ReplyCut cut = cut_reply(std::span(s.cached).subspan(prompt.size()), reply);
+  s.n_tokens = prompt.size() + cut.tokens;
+  s.text = rendered + reply.substr(0, cut.bytes);
   s.reply_at = rendered.size();
   s.turns.back().tokens_at_reply = prompt.size();
   s.turns.back().text_at_reply = rendered.size();
