@@ -102,6 +102,13 @@ void serve_forever(const ServeCommand& c) {
   const uint64_t prompt_cache_bytes = c.persist.prompt_cache() ? parse_size("--prompt-cache-size", c.persist.prompt_cache_size) : 0;
   const std::string pc_dir = c.persist.prompt_cache() ? prompt_cache_dir(c.persist) : "";
   if (!pc_dir.empty()) check_prompt_cache_dir(pc_dir);
+  // --slot-save-path: made now (a folder that cannot be is refused before the weights load).
+  if (!so.slot_save_path.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(so.slot_save_path, ec);
+    if (!std::filesystem::is_directory(so.slot_save_path))
+      throw Error("--slot-save-path " + so.slot_save_path + ": " + (ec ? ec.message() : std::string("not a directory")));
+  }
   RunOptions o = c.opts;
   o.sequences = c.parallel;
   // The template is resolved before the weights load: a wrong --chat-template is refused at once.
@@ -114,14 +121,16 @@ void serve_forever(const ServeCommand& c) {
   std::vector<Engine*> engines{s.engine.get()};
   for (const auto& e : s.more_engines) engines.push_back(e.get());
 
+  // The files the server writes (prompt-cache entries, slot files) carry the model's fingerprint.
+  std::optional<ModelFingerprint> fp;
+  if (c.persist.prompt_cache() || !so.slot_save_path.empty()) fp = model_fingerprint(s.file, s.engine->cache().capacity(), c.opts.rope);
   std::optional<PromptCache> pc;
-  if (c.persist.prompt_cache())
-    pc.emplace(pc_dir, prompt_cache_bytes, model_fingerprint(s.file, s.engine->cache().capacity(), c.opts.rope), s.engine->cache().type_k(),
-               s.engine->cache().type_v());
+  if (c.persist.prompt_cache()) pc.emplace(pc_dir, prompt_cache_bytes, *fp, s.engine->cache().type_k(), s.engine->cache().type_v());
   serve::Metrics metrics;
   serve::SchedulerOptions sched_opts;
   sched_opts.max_queue = c.queue;
   sched_opts.prompt_cache = pc ? &*pc : nullptr;
+  sched_opts.fingerprint = fp ? &*fp : nullptr;
   sched_opts.log = [](const std::string& line) { std::fprintf(stderr, "vkllm: %s\n", line.c_str()); };
   serve::Scheduler sched(engines, tok, metrics, sched_opts);
 
@@ -134,6 +143,8 @@ void serve_forever(const ServeCommand& c) {
   api.speculative = c.speculative;
   api.max_draft = s.engine->max_chunk(true) - 1;
   so.model_name = std::filesystem::path(o.model).filename().string();
+  so.model_path = o.model;
+  so.build_info = k_version;
   // A connection thread for each request that may be waiting (running, queued), and room for many
   // more connections, which get their 503 (queue full), /health or /metrics at once.
   so.threads = c.parallel + c.queue + k_spare_connections;
@@ -196,6 +207,8 @@ void add_serve_command(CLI::App& app) {
       ->check([](const std::string& key) { return key.empty() ? std::string("an empty key would turn authentication off") : std::string(); });
   cmd->add_option("--max-body", c->max_body, "Largest request body (e.g. 4MiB); larger ones are answered 413");
   cmd->add_option("--chat-template", c->chat_template, "Chat template: a built-in name or a Jinja file");
+  cmd->add_option("--slot-save-path", c->server.slot_save_path,
+                  "Folder of the files POST /slots/{id}?action=save|restore writes and reads (made if missing; without it they are refused)");
   add_speculative_options(cmd, c->speculative);
   add_prompt_cache_options(cmd, c->persist);
   cmd->callback([c] { serve_forever(*c); });

@@ -86,6 +86,9 @@ void add_logit_bias_option(CLI::App* cmd, std::vector<std::string>& biases);
 // The biases those flags give; the ids are checked against n_vocab where it is known (> 0).
 std::vector<std::pair<int32_t, float>> read_logit_bias(const std::vector<std::string>& biases, int32_t n_vocab);
 
+// What --version prints (and the server's /props build_info).
+inline constexpr const char* k_version = "vkllm 0.1.0";
+
 // -n, --n-predict for run and chat: a count ≥ 0, -1 for endless generation through the ring, or
 // unset (GenerateOptions::kUntilFull: stop when the cache is full). `what` names the unit.
 void add_n_predict_option(CLI::App* cmd, int32_t& n_predict, const std::string& what);

@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
   std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"vkllm: run GGUF language models on Vulkan compute shaders"};
   app.require_subcommand(1);
-  const std::string version = "vkllm 0.1.0";
+  const std::string version = vkllm::cli::k_version;
   app.set_version_flag("--version", version);
   vkllm::cli::add_info_command(app);
   vkllm::cli::add_run_command(app);

@@ -26,6 +26,7 @@
 #include <sstream>
 #include <string_view>
 #include <thread>
+#include <tuple>
 
 #include "test_support.h"
 
@@ -1237,6 +1238,221 @@ TEST(Serve, ReportsReusedPrefix) {
   ASSERT_TRUE(form);
   EXPECT_EQ(form->status, 200) << form->body;
   EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
+// llama-server's /tokenize, /detokenize, /props and /slots: the tokens `vkllm tokenize` gives, the
+// text back, the server's settings, every sequence's state; bad bodies are 400s naming the field,
+// and the API key holds on them as on every route.
+TEST(Serve, TokenizerPropsAndSlotsEndpoints) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  Server s("--parallel 2 --ctx 256 --temp 0.5 --top-k 7 --api-key sesame");
+  ASSERT_GT(s.port(), 0) << s.log();
+  httplib::Client c = s.client();
+  ASSERT_EQ(c.Post("/tokenize", R"({"content":"Hello"})", "application/json")->status, 401);
+  ASSERT_EQ(c.Get("/props")->status, 401);
+  c.set_bearer_token_auth("sesame");
+  const std::string text = "Once upon a time, <|im_end|> 2 dogs ran.";
+  const auto cli_ids = [&](const std::string& flags) {
+    std::vector<int> ids;
+    std::istringstream in(shell(std::string(VKLLM_BINARY) + " tokenize -m " + stories() + " " + flags + " -p '" + text + "' 2>/dev/null"));
+    for (int id; in >> id;) ids.push_back(id);
+    return ids;
+  };
+  int status = 0;
+  const json plain = post(c, "/tokenize", {{"content", text}}, &status);
+  ASSERT_EQ(status, 200) << plain.dump();
+  EXPECT_EQ(plain["tokens"].get<std::vector<int>>(), cli_ids("--no-bos --special"));
+  const json with_bos = post(c, "/tokenize", {{"content", text}, {"add_special", true}, {"parse_special", false}}, &status);
+  EXPECT_EQ(with_bos["tokens"].get<std::vector<int>>(), cli_ids(""));
+  // With pieces: each token's text, which put together is the text (SPM's space prefix first).
+  const json pieces = post(c, "/tokenize", {{"content", text}, {"with_pieces", true}}, &status);
+  ASSERT_EQ(status, 200) << pieces.dump();
+  std::string joined;
+  std::vector<int> piece_ids;
+  for (const json& p : pieces["tokens"]) {
+    piece_ids.push_back(p["id"]);
+    joined += p["piece"].get<std::string>();
+  }
+  EXPECT_EQ(piece_ids, plain["tokens"].get<std::vector<int>>());
+  EXPECT_EQ(joined, " " + text);
+  const json back = post(c, "/detokenize", {{"tokens", plain["tokens"]}}, &status);
+  ASSERT_EQ(status, 200) << back.dump();
+  EXPECT_EQ(back["content"], " " + text);
+  EXPECT_EQ(post(c, "/detokenize", {{"tokens", json::array({1})}})["content"], "<s>");  // control tokens shown, as llama-server's
+  // Bad bodies.
+  for (const auto& [path, body, param] : std::vector<std::tuple<std::string, json, std::string>>{
+           {"/tokenize", json::object(), "content"},
+           {"/tokenize", {{"content", 5}}, "content"},
+           {"/tokenize", {{"content", "a"}, {"with_pieces", "yes"}}, "with_pieces"},
+           {"/detokenize", {{"tokens", "1 2"}}, "tokens"},
+           {"/detokenize", {{"tokens", {1, 512}}}, "tokens"},
+           {"/detokenize", {{"tokens", {-1}}}, "tokens"},
+           {"/detokenize", {{"tokens", {1.5}}}, "tokens"}}) {
+    const json err = post(c, path, body, &status);
+    EXPECT_EQ(status, 400) << path << " " << body.dump();
+    EXPECT_EQ(err["error"]["param"], param) << err.dump();
+  }
+  EXPECT_EQ(c.Post("/tokenize", "{", "application/json")->status, 400);
+  EXPECT_EQ(c.Get("/tokenize")->status, 405);
+  // Slot files are off without --slot-save-path.
+  EXPECT_EQ(c.Post("/slots/0?action=save", R"({"filename":"a.bin"})", "application/json")->status, 501);
+  // /props: the flags and the model.
+  const auto props_res = c.Get("/props");
+  ASSERT_TRUE(props_res);
+  ASSERT_EQ(props_res->status, 200);
+  const json props = json::parse(props_res->body);
+  EXPECT_EQ(props["total_slots"], 2);
+  EXPECT_EQ(props["default_generation_settings"]["n_ctx"], 256);
+  EXPECT_FLOAT_EQ(props["default_generation_settings"]["params"]["temperature"].get<float>(), 0.5f);
+  EXPECT_EQ(props["default_generation_settings"]["params"]["top_k"], 7);
+  EXPECT_EQ(props["model_path"], stories());
+  EXPECT_NE(props["chat_template"].get<std::string>().find("<|im_start|>"), std::string::npos);  // stories260K has none: ChatML
+  EXPECT_EQ(props["bos_token"], "<s>");
+  // /slots: idle, then a finished request's tokens still cached in one of them.
+  const auto slots_of = [&] {
+    const auto r = c.Get("/slots");
+    EXPECT_TRUE(r && r->status == 200);
+    return r ? json::parse(r->body) : json();
+  };
+  json slots = slots_of();
+  ASSERT_EQ(slots.size(), 2u) << slots.dump();
+  for (const json& sl : slots) {
+    EXPECT_EQ(sl["n_ctx"], 256);
+    EXPECT_EQ(sl["is_processing"], false);
+    EXPECT_EQ(sl["n_cached_tokens"], 0);
+  }
+  const json done = post(c, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 5}}, &status);
+  ASSERT_EQ(status, 200) << done.dump();
+  const int held = done["usage"]["prompt_tokens"].get<int>() + done["usage"]["completion_tokens"].get<int>();
+  slots = slots_of();
+  // Every token sampled was run (the step that samples one runs it), but an end of generation.
+  const int expect = held - (done["choices"][0]["finish_reason"] == "stop" ? 1 : 0);
+  EXPECT_EQ(slots[0]["n_cached_tokens"].get<int>() + slots[1]["n_cached_tokens"].get<int>(), expect) << slots.dump();
+  EXPECT_TRUE(slots[0]["n_cached_tokens"] == 0 || slots[1]["n_cached_tokens"] == 0) << slots.dump();
+  // While a request runs (its end of text banned, so it runs its 200 tokens), a slot says so.
+  auto running = std::async(std::launch::async, [&] {
+    httplib::Client c2 = s.client();
+    c2.set_bearer_token_auth("sesame");
+    return post(c2, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 200}, {"logit_bias", {{"2", -100}}}});
+  });
+  bool seen = false;
+  for (int i = 0; i < 500 && !seen; ++i) {
+    for (const json& sl : slots_of()) seen = seen || sl["is_processing"].get<bool>();
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(seen);
+  EXPECT_EQ(running.get()["usage"]["completion_tokens"], 200);
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
+// llama-server's slot files: a sequence's cache saved to --slot-save-path, erased, restored into
+// another sequence and into a new server process; each time a request with the saved prompt reuses
+// all of it and replies as before. Bad names, missing, corrupt and other models' files, a busy
+// sequence and an unknown sequence or action are refused and change nothing.
+TEST(Serve, SlotFilesSaveRestoreAndErase) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  VKLLM_REQUIRE_SHARED("models/synth-llama-q8_0.gguf");
+  const std::string dir = testing::TempDir() + "/vkllm_slots_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  const std::string prompt = "Once upon a time there was a dog named Max who liked to run in the park";
+  int status = 0;
+  std::string first_text;
+  int n_prompt = 0, n_saved = 0;
+  const auto slots_of = [](httplib::Client& c) {
+    const auto r = c.Get("/slots");
+    return r && r->status == 200 ? json::parse(r->body) : json();
+  };
+  const auto cached_in = [&](httplib::Client& c, int id) { return slots_of(c)[id]["n_cached_tokens"].get<int>(); };
+  const auto action = [&](httplib::Client& c, int id, const std::string& what, const json& body, int* st) {
+    const auto r = c.Post("/slots/" + std::to_string(id) + "?action=" + what, body.dump(), "application/json");
+    if (!r) return json();
+    *st = r->status;
+    return json::parse(r->body, nullptr, false);
+  };
+  {
+    Server s("--parallel 2 --ctx 256 --temp 0 --slot-save-path " + dir);
+    ASSERT_GT(s.port(), 0) << s.log();
+    httplib::Client c = s.client();
+    const json first = post(c, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 8}}, &status);
+    ASSERT_EQ(status, 200) << first.dump();
+    first_text = first["choices"][0]["text"];
+    n_prompt = first["usage"]["prompt_tokens"];
+    const int held = n_prompt + 8;
+    const int id = cached_in(c, 0) == held ? 0 : 1;
+    ASSERT_EQ(cached_in(c, id), held) << slots_of(c).dump();
+    const json saved = action(c, id, "save", {{"filename", "max.bin"}}, &status);
+    ASSERT_EQ(status, 200) << saved.dump();
+    n_saved = saved["n_saved"];
+    EXPECT_EQ(n_saved, held);
+    EXPECT_EQ(saved["n_written"].get<uint64_t>(), std::filesystem::file_size(dir + "/max.bin"));
+    // Erased, the sequence holds nothing; restored into the other one, it holds the tokens again.
+    EXPECT_EQ(action(c, id, "erase", json::object(), &status)["n_erased"], held);
+    EXPECT_EQ(cached_in(c, id), 0);
+    const json restored = action(c, 1 - id, "restore", {{"filename", "max.bin"}}, &status);
+    ASSERT_EQ(status, 200) << restored.dump();
+    EXPECT_EQ(restored["n_restored"], held);
+    EXPECT_EQ(cached_in(c, 1 - id), held);
+    const json again = post(c, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 8}}, &status);
+    ASSERT_EQ(status, 200) << again.dump();
+    EXPECT_EQ(again["usage"]["prompt_tokens_details"]["cached_tokens"], n_prompt - 1) << again.dump();
+    EXPECT_EQ(again["choices"][0]["text"], first_text);
+    // Refusals, none of which changes a sequence or a file.
+    const uint64_t size = std::filesystem::file_size(dir + "/max.bin");
+    std::ofstream(dir + "/bad.bin", std::ios::binary) << "not a session";
+    // A session of another model (made by `vkllm run --session`).
+    ASSERT_EQ(std::system((std::string(VKLLM_BINARY) + " run -m " + shared_path("models/synth-llama-q8_0.gguf") + " -p Hello -n 2 -q --session " + dir +
+                           "/other.bin >/dev/null 2>&1").c_str()), 0);
+    const int before = cached_in(c, 1 - id);
+    for (const auto& [what, body, want] : std::vector<std::tuple<std::string, json, int>>{
+             {"restore", {{"filename", "../max.bin"}}, 400},
+             {"restore", {{"filename", "sub/max.bin"}}, 400},
+             {"restore", {{"filename", ""}}, 400},
+             {"restore", {{"filename", 7}}, 400},
+             {"save", json::object(), 400},
+             {"restore", {{"filename", "missing.bin"}}, 404},
+             {"restore", {{"filename", "bad.bin"}}, 400},
+             {"restore", {{"filename", "other.bin"}}, 400},
+             {"compact", {{"filename", "max.bin"}}, 400}}) {
+      const json err = action(c, 1 - id, what, body, &status);
+      EXPECT_EQ(status, want) << what << " " << body.dump() << ": " << err.dump();
+      EXPECT_TRUE(err.contains("error")) << err.dump();
+    }
+    EXPECT_EQ(cached_in(c, 1 - id), before);
+    EXPECT_EQ(std::filesystem::file_size(dir + "/max.bin"), size);
+    EXPECT_EQ(action(c, 2, "save", {{"filename", "x.bin"}}, &status)["error"]["param"], "id_slot");
+    EXPECT_EQ(status, 400);
+    // A sequence running a request is busy (its end of text banned, so it runs 200 tokens).
+    auto running = std::async(std::launch::async, [&] {
+      httplib::Client c2 = s.client();
+      return post(c2, "/v1/completions", {{"prompt", "The cat"}, {"max_tokens", 200}, {"logit_bias", {{"2", -100}}}});
+    });
+    int busy = -1;
+    for (int i = 0; i < 500 && busy < 0; ++i) {
+      const json sl = slots_of(c);
+      for (const json& one : sl)
+        if (one["is_processing"].get<bool>()) busy = one["id"];
+      if (busy < 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_GE(busy, 0);
+    const json refused = action(c, busy, "save", {{"filename", "busy.bin"}}, &status);
+    EXPECT_EQ(status, 503) << refused.dump();
+    EXPECT_FALSE(std::filesystem::exists(dir + "/busy.bin"));
+    EXPECT_EQ(running.get()["usage"]["completion_tokens"], 200);
+    EXPECT_EQ(s.terminate(), 0) << s.log();
+  }
+  // Another server process, one sequence: the file restores, and the prompt is reused.
+  Server s("--parallel 1 --ctx 128 --temp 0 --slot-save-path " + dir);
+  ASSERT_GT(s.port(), 0) << s.log();
+  httplib::Client c = s.client();
+  const json restored = action(c, 0, "restore", {{"filename", "max.bin"}}, &status);
+  ASSERT_EQ(status, 200) << restored.dump();
+  EXPECT_EQ(restored["n_restored"], n_saved);
+  const json again = post(c, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 8}}, &status);
+  ASSERT_EQ(status, 200) << again.dump();
+  EXPECT_EQ(again["usage"]["prompt_tokens_details"]["cached_tokens"], n_prompt - 1) << again.dump();
+  EXPECT_EQ(again["choices"][0]["text"], first_text);
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+  std::filesystem::remove_all(dir);
 }
 
 // On a model with sliding-window layers a sequence that generated past its window holds the

@@ -161,6 +161,7 @@ ChatTemplate ChatTemplate::from_source(std::string source) {
   } catch (const Error& e) {
     throw Error(std::string("chat template: ") + e.what());
   }
+  t.source_ = std::make_shared<const std::string>(source);
   // A system text no template prints by itself, after which a user message follows.
   const std::string probe = "vkllm-system-probe-7f3a";
   const nlohmann::ordered_json msgs = {{{"role", "system"}, {"content", probe}}, {{"role", "user"}, {"content", "Hi"}}};

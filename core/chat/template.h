@@ -64,12 +64,15 @@ class ChatTemplate {
   // Whether a system message reaches the rendered text (probed once, when the template is made:
   // a system message and a user message rendered, the system text looked for).
   bool has_system_role() const { return system_role_; }
+  // The Jinja text it was made from (what llama-server's /props shows as chat_template).
+  const std::string& source() const { return *source_; }
 
  private:
   template <class Json>
   std::string render_json(const Json& messages, const ChatRenderOptions& o) const;
   std::string render_value(const jinja::Value& messages, const ChatRenderOptions& o) const;
   std::shared_ptr<const jinja::Program> program_;
+  std::shared_ptr<const std::string> source_;
   bool system_role_ = true;
 };
 

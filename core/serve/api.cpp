@@ -345,12 +345,42 @@ json logprobs_body(Endpoint e, std::span<const TokenLogprobs> entries) {
   return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs}, {"text_offset", offsets}};
 }
 
-json error_body(const std::string& message, const std::string& type, const std::string& param, const std::string& code) {
-  const auto or_null = [](const std::string& v) { return v.empty() ? json(nullptr) : json(v); };
-  return {{"error", {{"message", message}, {"type", type}, {"param", or_null(param)}, {"code", or_null(code)}}}};
+json tokenize_body(const std::string& body_text, const Tokenizer& tok) {
+  const json body = parse_json_object(body_text);
+  const json* content = field(body, "content");
+  if (!content || !content->is_string()) throw ApiError(400, "'content' must be a string", "content");
+  const bool add_special = boolean(body, "add_special", false);
+  const bool parse_special = boolean(body, "parse_special", true);
+  const bool with_pieces = boolean(body, "with_pieces", false);
+  json tokens = json::array();
+  for (const int32_t id : tok.tokenize(content->get<std::string>(), add_special, parse_special)) {
+    if (!with_pieces) {
+      tokens.push_back(id);
+      continue;
+    }
+    const std::string piece = tok.token_to_piece(id, true);
+    tokens.push_back({{"id", id}, {"piece", utf8::sanitize(piece) == piece ? json(piece) : bytes_of(piece)}});
+  }
+  return {{"tokens", tokens}};
 }
 
-ApiRequest parse_request(Endpoint e, const std::string& body_text, const ApiContext& ctx) {
+json detokenize_body(const std::string& body_text, const Tokenizer& tok) {
+  const json body = parse_json_object(body_text);
+  const json* ids = field(body, "tokens");
+  if (!ids || !ids->is_array()) throw ApiError(400, "'tokens' must be a list of token ids", "tokens");
+  std::string text;
+  for (const json& t : *ids) {
+    if (!t.is_number_integer()) throw ApiError(400, "'tokens' must be a list of token ids, got " + t.dump(), "tokens");
+    const bool in_vocab = t.is_number_unsigned() ? t.get<uint64_t>() < uint64_t(tok.n_vocab()) : t.get<int64_t>() >= 0 && t.get<int64_t>() < tok.n_vocab();
+    if (!in_vocab)
+      throw ApiError(400, "'tokens': token " + t.dump() + " is outside the vocabulary (0 … " + std::to_string(tok.n_vocab() - 1) + ")", "tokens");
+    text += tok.token_to_piece(t.get<int32_t>(), true);
+  }
+  // Ids that end inside a character: its bytes as U+FFFD, so the answer is JSON.
+  return {{"content", utf8::sanitize(text)}};
+}
+
+json parse_json_object(const std::string& body_text) {
   json body;
   try {
     body = json::parse(body_text);
@@ -358,6 +388,16 @@ ApiRequest parse_request(Endpoint e, const std::string& body_text, const ApiCont
     throw ApiError(400, "the request body is not valid JSON: " + json_error_text(e));
   }
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  return body;
+}
+
+json error_body(const std::string& message, const std::string& type, const std::string& param, const std::string& code) {
+  const auto or_null = [](const std::string& v) { return v.empty() ? json(nullptr) : json(v); };
+  return {{"error", {{"message", message}, {"type", type}, {"param", or_null(param)}, {"code", or_null(code)}}}};
+}
+
+ApiRequest parse_request(Endpoint e, const std::string& body_text, const ApiContext& ctx) {
+  const json body = parse_json_object(body_text);
   ApiRequest r;
   r.endpoint = e;
   if (const json* n = field(body, "n"); n && !(n->is_number() && n->get<double>() == 1))

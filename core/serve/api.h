@@ -29,6 +29,9 @@ struct ApiError : std::runtime_error {
 // the field or null, `code` a name for the case (context_length_exceeded, server_busy) or null.
 nlohmann::json error_body(const std::string& message, const std::string& type, const std::string& param, const std::string& code = "");
 
+// A request body that must be one JSON object; throws ApiError (400) saying what is wrong.
+nlohmann::json parse_json_object(const std::string& body);
+
 enum class Endpoint { Chat, Completion };
 
 // What a request asks for, checked.
@@ -54,6 +57,13 @@ struct ApiContext {
 
 // Parses and checks a body; throws ApiError (400) naming the field that is wrong.
 ApiRequest parse_request(Endpoint e, const std::string& body, const ApiContext& ctx);
+
+// llama-server's POST /tokenize: {"content": string, "add_special": false, "parse_special": true,
+// "with_pieces": false} → {"tokens": [id, …]}, or with pieces [{"id", "piece"}, …] (a piece that is
+// not whole UTF-8 as its list of bytes). Throws ApiError (400) naming the field that is wrong.
+nlohmann::json tokenize_body(const std::string& body, const Tokenizer& tok);
+// POST /detokenize: {"tokens": [id, …]} → {"content": the tokens' text, control tokens shown}.
+nlohmann::json detokenize_body(const std::string& body, const Tokenizer& tok);
 
 // How a generation ended, in the API's words: "stop" (end of generation or a stop string) or
 // "length" (max_tokens or the context).

@@ -2,6 +2,7 @@
 #include "serve/scheduler.h"
 
 #include <algorithm>
+#include <filesystem>
 
 namespace vkllm::serve {
 namespace {
@@ -102,8 +103,11 @@ void Scheduler::loop() {
     std::vector<std::pair<Sequence*, std::shared_ptr<Job>>> admitted;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || running_ > 0 || !queue_.empty(); });
-      if (stop_ && running_ == 0 && queue_.empty()) return;
+      cv_.wait(lock, [&] { return stop_ || running_ > 0 || !queue_.empty() || !actions_.empty(); });
+      if (stop_ && running_ == 0 && queue_.empty()) {
+        for (auto& [a, done] : actions_) done.set_value({503, "the server is shutting down"});
+        return;
+      }
       while (!queue_.empty() && running_ < seqs_.size()) {
         std::shared_ptr<Job> job = std::move(queue_.front());
         queue_.pop_front();
@@ -138,6 +142,7 @@ void Scheduler::loop() {
         admitted.emplace_back(best, std::move(job));
       }
     }
+    run_actions();
     update_gauges();
     for (auto& [s, job] : admitted) admit(*s, job);
     prefill_round();
@@ -400,13 +405,86 @@ void Scheduler::complete(Sequence& s, const std::string& error, bool request_err
 
 void Scheduler::update_gauges() {
   uint64_t used = 0, total = 0;
+  std::vector<SlotState> slots;
   for (const Sequence& s : seqs_) {
-    used += s.engine->cache().used();
-    total += s.engine->cache().capacity();
+    const KvCache& kv = s.engine->cache();
+    used += kv.used();
+    total += kv.capacity();
+    slots.push_back({slots.size(), kv.capacity(), s.job != nullptr, s.job && s.prefilling, kv.used()});
   }
   std::lock_guard lock(mu_);
   drop_cancelled_locked();
   metrics_.set_gauges(used, total, queue_.size(), running_);
+  slots_ = std::move(slots);
+}
+
+std::future<SlotResult> Scheduler::slot_action(const SlotAction& a) {
+  std::promise<SlotResult> done;
+  std::future<SlotResult> result = done.get_future();
+  {
+    std::lock_guard lock(mu_);
+    if (stop_) {
+      done.set_value({503, "the server is shutting down"});
+      return result;
+    }
+    actions_.emplace_back(a, std::move(done));
+  }
+  cv_.notify_all();
+  return result;
+}
+
+void Scheduler::run_actions() {
+  for (;;) {
+    std::pair<SlotAction, std::promise<SlotResult>> next;
+    {
+      std::lock_guard lock(mu_);
+      if (actions_.empty()) return;
+      next = std::move(actions_.front());
+      actions_.pop_front();
+    }
+    next.second.set_value(run_action(next.first));
+  }
+}
+
+SlotResult Scheduler::run_action(const SlotAction& a) {
+  Sequence& s = seqs_[a.slot];
+  // A sequence admitted in this round holds its job already: it is busy too.
+  if (s.job) return {503, "sequence " + std::to_string(a.slot) + " is running a request; try again when it is idle"};
+  KvCache& cache = s.engine->cache();
+  SlotResult r;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    switch (a.kind) {
+      case SlotAction::Kind::Save:
+        r.tokens = cache.used();
+        r.bytes = save_session(a.path, *s.engine, *opts_.fingerprint, nullptr, "");
+        break;
+      case SlotAction::Kind::Restore: {
+        std::error_code ec;
+        if (!std::filesystem::exists(a.path, ec)) return {404, "no such slot file"};
+        const SessionInfo info = load_session(a.path, *s.engine, *opts_.fingerprint, nullptr);
+        r.tokens = uint32_t(info.tokens.size());
+        r.bytes = info.file_bytes;
+        break;
+      }
+      case SlotAction::Kind::Erase:
+        r.tokens = cache.used();
+        cache.clear();
+        break;
+    }
+  } catch (const std::exception& e) {
+    // A refused file changed nothing (load_session checks all of it first); a failed save left the
+    // previous file as it was (written atomically).
+    return {400, e.what()};
+  }
+  r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  s.last_used = ++round_;  // a restored cache is as fresh as a finished request's
+  return r;
+}
+
+std::vector<SlotState> Scheduler::slots() {
+  std::lock_guard lock(mu_);
+  return slots_;
 }
 
 void Scheduler::drop_cancelled_locked() {

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -33,6 +34,7 @@
 #include "serve/logprobs.h"
 #include "serve/metrics.h"
 #include "store/prompt_cache.h"
+#include "store/session_file.h"
 #include "text/tokenizer.h"
 
 namespace vkllm::serve {
@@ -79,9 +81,36 @@ class Job {
   bool request_error_ = false;
 };
 
+// What GET /slots shows of a sequence, as of the end of the device thread's last round.
+struct SlotState {
+  size_t id = 0;
+  uint32_t n_ctx = 0;       // tokens its cache holds at most (--ctx)
+  bool processing = false;  // running a request
+  bool prefilling = false;  // … and still running its prompt
+  uint32_t n_cached = 0;    // tokens its cache holds (the last request's, once it is done: what a next one may reuse)
+};
+
+// llama-server's POST /slots/{id}?action=save|restore|erase: one sequence's cache to a session
+// file (core/store/session_file.h) and back, run by the device thread between its rounds while the
+// sequence is idle. A restored cache is what the next request sharing its prefix reuses.
+struct SlotAction {
+  enum class Kind { Save, Restore, Erase };
+  Kind kind = Kind::Save;
+  size_t slot = 0;
+  std::string path;  // the session file (save, restore)
+};
+struct SlotResult {
+  int status = 200;     // an HTTP status: 503 while the sequence runs a request, 404 no such file, 400 a file that is refused
+  std::string error;    // "" when done
+  uint32_t tokens = 0;  // saved, restored or erased
+  uint64_t bytes = 0;   // the file's size
+  double ms = 0;
+};
+
 struct SchedulerOptions {
   size_t max_queue = 64;             // waiting requests beyond the running ones; more are refused
   PromptCache* prompt_cache = nullptr;  // --prompt-cache: prefixes on disk (used by the device thread only)
+  const ModelFingerprint* fingerprint = nullptr;  // the model's, for slot files (SlotAction)
   std::function<void(const std::string&)> log;  // one line of diagnostics (the front end prints it)
 };
 
@@ -98,6 +127,10 @@ class Scheduler {
   bool draining() const { return draining_; }
   size_t sequences() const { return seqs_.size(); }
   uint32_t context() const;
+  // Every sequence's state (SlotState).
+  std::vector<SlotState> slots();
+  // Runs `a` on the device thread before its next round; the future holds how it went.
+  std::future<SlotResult> slot_action(const SlotAction& a);
 
  private:
   struct Sequence {
@@ -113,6 +146,9 @@ class Scheduler {
     size_t reported = 0;       // its generated tokens whose log-probabilities were released
   };
   void loop();
+  // The slot actions waiting, in order (device thread).
+  void run_actions();
+  SlotResult run_action(const SlotAction& a);
   // Starts a job on an idle sequence: prefix reuse (from its cache or the prompt cache); the rest
   // of the prompt runs in prefill_round().
   void admit(Sequence& s, const std::shared_ptr<Job>& job);
@@ -147,6 +183,8 @@ class Scheduler {
   std::condition_variable cv_;      // work arrived, or stop
   std::condition_variable idle_cv_; // a job finished (drain waits on it)
   std::deque<std::shared_ptr<Job>> queue_;
+  std::vector<SlotState> slots_;  // the sequences as of the last round (mu_ held)
+  std::deque<std::pair<SlotAction, std::promise<SlotResult>>> actions_;  // waiting slot actions (mu_ held)
   size_t running_ = 0;
   uint64_t round_ = 0;
   uint64_t admissions_ = 0;  // device thread only

@@ -10,12 +10,15 @@
 #include <condition_variable>
 #include <ctime>
 #include <deque>
+#include <filesystem>
 #include <mutex>
 #include <random>
+#include <regex>
 #include <system_error>
 #include <thread>
 
 #include "base/error.h"
+#include "base/utf8.h"
 
 namespace vkllm::serve {
 namespace {
@@ -67,14 +70,36 @@ void send_error_and_close(httplib::Response& res, int status, const std::string&
 }
 
 // The methods a route answers (its Allow header), by path; "" for a path the server has not.
+// /slots/{id}: a sequence's save, restore or erase (llama-server's).
+bool is_slot_path(const std::string& path) {
+  static const std::regex slot_path(R"(/slots/\d+)");
+  return std::regex_match(path, slot_path);
+}
+
+// A slot file's name as llama-server takes it: one plain name in --slot-save-path, not a path.
+// Returns why it is refused, or "".
+std::string bad_slot_filename(const std::string& name) {
+  if (name.empty()) return "is empty";
+  if (name.size() > 255) return "is longer than 255 bytes";
+  if (name.front() == '.') return "starts with '.' (hidden files and the atomic writes' temporary files are not slot files)";
+  for (const unsigned char c : name)
+    if (c == '/' || c == '\\' || c < 0x20 || c == 0x7F) return "holds a path separator or a control character: give a file name, not a path";
+  if (utf8::sanitize(name) != name) return "is not UTF-8";
+  return "";
+}
+
 const char* allowed_methods(const std::string& path) {
-  if (path == "/v1/chat/completions" || path == "/v1/completions") return "POST, OPTIONS";
-  if (path == "/health" || path == "/metrics" || path == "/v1/models") return "GET, HEAD, OPTIONS";
+  if (is_slot_path(path)) return "POST, OPTIONS";
+  if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/tokenize" || path == "/detokenize") return "POST, OPTIONS";
+  if (path == "/health" || path == "/metrics" || path == "/v1/models" || path == "/props" || path == "/slots") return "GET, HEAD, OPTIONS";
   return "";
 }
 
 // The label /metrics counts a request under: its route, or "other" (bounded cardinality).
-std::string route_label(const std::string& path) { return *allowed_methods(path) != '\0' ? path : "other"; }
+std::string route_label(const std::string& path) {
+  if (is_slot_path(path)) return "/slots/{id}";
+  return *allowed_methods(path) != '\0' ? path : "other";
+}
 
 std::atomic<uint64_t> next_id{1};
 // Response ids: a random tag of this process, then a count, so ids do not repeat across restarts.
@@ -331,6 +356,40 @@ void HttpServer::routes() {
     res.set_content(dump({{"object", "list"}, {"data", json::array({model})}}), "application/json");
   });
 
+  // llama-server's: the server's settings, for clients that size prompts and show defaults.
+  s.Get("/props", [this](const httplib::Request&, httplib::Response& res) {
+    const SamplerParams& d = api_.defaults;
+    const json params = {{"temperature", d.temp},
+                         {"top_k", d.top_k},
+                         {"top_p", d.top_p},
+                         {"min_p", d.min_p},
+                         {"repeat_penalty", d.repeat_penalty},
+                         {"repeat_last_n", d.repeat_last_n},
+                         {"presence_penalty", d.presence_penalty},
+                         {"frequency_penalty", d.frequency_penalty},
+                         {"seed", d.seed == Sampler::kRandomSeed ? json(-1) : json(d.seed)},
+                         {"n_predict", api_.default_max_tokens >= 0 ? api_.default_max_tokens : -1}};
+    const Tokenizer& tok = *api_.tok;
+    const auto token_text = [&](int32_t id) { return id >= 0 ? utf8::sanitize(tok.token_to_piece(id, true)) : std::string(); };
+    const json props = {{"default_generation_settings", {{"n_ctx", api_.context}, {"params", params}}},
+                        {"total_slots", sched_.sequences()},
+                        {"model_path", opts_.model_path},
+                        {"chat_template", api_.chat_template->source()},
+                        {"bos_token", token_text(tok.bos())},
+                        {"eos_token", token_text(tok.eos())},
+                        {"modalities", {{"vision", false}, {"audio", false}}},
+                        {"build_info", opts_.build_info}};
+    res.set_content(dump(props), "application/json");
+  });
+  // Every sequence's state (llama-server's /slots, its fields that apply here).
+  s.Get("/slots", [this](const httplib::Request&, httplib::Response& res) {
+    json slots = json::array();
+    for (const SlotState& st : sched_.slots())
+      slots.push_back({{"id", st.id}, {"n_ctx", st.n_ctx}, {"is_processing", st.processing}, {"is_prefilling", st.prefilling},
+                       {"n_cached_tokens", st.n_cached}});
+    res.set_content(dump(slots), "application/json");
+  });
+
   const auto generate = [this](Endpoint e, const std::string& request_body, httplib::Response& res) {
     const ApiRequest r = parse_request(e, request_body, api_);
     auto job = std::make_shared<Job>(r.prompt, r.sampling, r.generate);
@@ -440,8 +499,9 @@ void HttpServer::routes() {
   // refuses a form-urlencoded body (curl -d's default type) over 8 KiB with a 413, whatever
   // --max-body says. The reader stops at --max-body (413): httplib checks a Content-Length against
   // it, the count here a chunked body, which httplib reads whole otherwise.
-  const auto post = [this, generate, max_body = opts_.max_body](Endpoint e) {
-    return [this, generate, e, max_body](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read) {
+  using BodyHandler = std::function<void(const httplib::Request& req, const std::string& body, httplib::Response& res)>;
+  const auto post = [this, max_body = opts_.max_body](BodyHandler handle) {
+    return [this, handle, max_body](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read) {
       // A chunked body past --max-body is read on and dropped, up to k_drain_bytes more, so that the
       // 413 is answered on a connection whose framing holds (its rest was read as requests: 414s and
       // 400s, and a client still sending got EPIPE); past that the connection is closed.
@@ -452,7 +512,10 @@ void HttpServer::routes() {
       std::string body;
       bool too_large = false;
       size_t dropped = 0;  // bytes past --max-body
-      const bool whole = read([&](const char* data, size_t n) {
+      // A POST without a body (curl -X POST, an erase) has nothing to read (httplib's reader fails).
+      const bool has_body = req.has_header("Content-Length") ? req.get_header_value("Content-Length") != "0"
+                                                              : req.has_header("Transfer-Encoding");
+      const bool whole = !has_body || read([&](const char* data, size_t n) {
         const size_t room = too_large ? 0 : max_body - body.size();
         if (n <= room) {
           body.append(data, n);
@@ -469,11 +532,54 @@ void HttpServer::routes() {
       if (too_large || (!whole && res.status == 413)) throw ApiError(413, k_body_too_large);
       if (!whole) throw ApiError(400, "the request body could not be read");
       if (!authorized(req)) return refuse_unauthorized(res);
-      generate(e, body, res);
+      handle(req, body, res);
     };
   };
-  s.Post("/v1/chat/completions", post(Endpoint::Chat));
-  s.Post("/v1/completions", post(Endpoint::Completion));
+  s.Post("/v1/chat/completions", post([generate](const httplib::Request&, const std::string& body, httplib::Response& res) { generate(Endpoint::Chat, body, res); }));
+  s.Post("/v1/completions", post([generate](const httplib::Request&, const std::string& body, httplib::Response& res) { generate(Endpoint::Completion, body, res); }));
+  // llama-server's tokenizer endpoints: the model's vocabulary, no sequence needed.
+  s.Post("/tokenize", post([this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+    res.set_content(dump(tokenize_body(body, *api_.tok)), "application/json");
+  }));
+  s.Post("/detokenize", post([this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+    res.set_content(dump(detokenize_body(body, *api_.tok)), "application/json");
+  }));
+  // llama-server's slot files: POST /slots/{id}?action=save|restore {"filename": NAME}, or
+  // ?action=erase; NAME is a file in --slot-save-path.
+  s.Post(R"(/slots/(\d+))", post([this](const httplib::Request& req, const std::string& body, httplib::Response& res) {
+    if (opts_.slot_save_path.empty())
+      throw ApiError(501, "slot files are off: start the server with --slot-save-path DIR", "", "not_supported_error");
+    const std::string action = req.get_param_value("action");
+    SlotAction a;
+    if (action == "save") a.kind = SlotAction::Kind::Save;
+    else if (action == "restore") a.kind = SlotAction::Kind::Restore;
+    else if (action == "erase") a.kind = SlotAction::Kind::Erase;
+    else throw ApiError(400, "'action' must be save, restore or erase, got '" + action + "'", "action");
+    const std::string id_text = req.matches[1].str();
+    if (id_text.size() > 6 || std::stoul(id_text) >= sched_.sequences())
+      throw ApiError(400, "no sequence " + id_text + ": the server has " + std::to_string(sched_.sequences()) + " (--parallel), 0 … " +
+                              std::to_string(sched_.sequences() - 1), "id_slot");
+    a.slot = std::stoul(id_text);
+    std::string filename;
+    if (a.kind != SlotAction::Kind::Erase) {
+      const json j = parse_json_object(body);
+      const auto f = j.find("filename");
+      if (f == j.end() || !f->is_string()) throw ApiError(400, "'filename' must be a string: the slot file's name in --slot-save-path", "filename");
+      filename = f->get<std::string>();
+      if (const std::string why = bad_slot_filename(filename); !why.empty()) throw ApiError(400, "'filename' " + why, "filename");
+      a.path = (std::filesystem::path(opts_.slot_save_path) / filename).string();
+    }
+    const SlotResult r = sched_.slot_action(a).get();
+    if (!r.error.empty()) throw ApiError(r.status, r.error, "", r.status == 503 ? "unavailable_error" : r.status == 404 ? "not_found_error" : "invalid_request_error");
+    json out = {{"id_slot", a.slot}};
+    if (a.kind == SlotAction::Kind::Save)
+      out.update({{"filename", filename}, {"n_saved", r.tokens}, {"n_written", r.bytes}, {"timings", {{"save_ms", r.ms}}}});
+    else if (a.kind == SlotAction::Kind::Restore)
+      out.update({{"filename", filename}, {"n_restored", r.tokens}, {"n_read", r.bytes}, {"timings", {{"restore_ms", r.ms}}}});
+    else
+      out["n_erased"] = r.tokens;
+    res.set_content(dump(out), "application/json");
+  }));
 
   // A known path asked with a method it does not answer: 405 with the ones it does (after the
   // key, as every route); OPTIONS without an Origin (no preflight) just lists them.
@@ -486,14 +592,14 @@ void HttpServer::routes() {
     }
     send_error(res, 405, req.method + " is not allowed on " + req.path + " (" + allowed_methods(req.path) + ")", "invalid_request_error");
   };
-  for (const char* path : {"/v1/chat/completions", "/v1/completions"}) {
+  for (const char* path : {"/v1/chat/completions", "/v1/completions", "/tokenize", "/detokenize", R"(/slots/\d+)"}) {
     s.Get(path, not_allowed);
     s.Put(path, not_allowed);
     s.Patch(path, not_allowed);
     s.Delete(path, not_allowed);
     s.Options(path, not_allowed);
   }
-  for (const char* path : {"/health", "/metrics", "/v1/models"}) {
+  for (const char* path : {"/health", "/metrics", "/v1/models", "/props", "/slots"}) {
     s.Post(path, not_allowed);
     s.Put(path, not_allowed);
     s.Patch(path, not_allowed);

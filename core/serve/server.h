@@ -25,6 +25,9 @@ struct ServerOptions {
   std::string api_key;              // "": no authentication
   size_t max_body = 1 << 20;        // bytes of a request body
   std::string model_name;           // what /v1/models lists and responses echo
+  std::string model_path;           // the -m path (/props)
+  std::string build_info;           // the program and its version (/props)
+  std::string slot_save_path;       // --slot-save-path: the folder of /slots/{id} save and restore ("": refused)
   size_t threads = 8;               // most HTTP connection threads at once (each serves one connection)
   // Browser origins (scheme://host[:port]) whose pages may call the API, besides this machine's
   // own (localhost, 127.0.0.1, [::1], any port); "*" lets every origin in (docs/server.md, "CORS").
