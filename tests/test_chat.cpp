@@ -130,9 +130,11 @@ TEST_F(ChatConversation, EveryBuiltinTemplateReusesTheWholeCache) {
   }
 }
 
-TEST_F(ChatConversation, RegenUndoClearKeepTheCacheConsistent) {
-  ChatRig r(1024);
-  Conversation conv(r.engine, r.tok, r.sampler, ChatTemplate::builtin("chatml"), "You tell stories.");
+// /regen, /undo and /clear, greedy (ChatRig's sampler) and greedy with every penalty on over the
+// last 64 tokens and over all of them: the penalty history is rewound with the cache (before, the
+// undone and regenerated replies stayed in it, and the same greedy turn gave another reply).
+void regen_undo_clear(ChatRig& r, Sampler& sampler) {
+  Conversation conv(r.engine, r.tok, sampler, ChatTemplate::builtin("chatml"), "You tell stories.");
   std::string first;
   conv.say("Hello", up_to(10), [&](const std::string& s) { return first += s, true; });
   const std::vector<int32_t> after1(conv.tokens().begin(), conv.tokens().end());
@@ -154,8 +156,10 @@ TEST_F(ChatConversation, RegenUndoClearKeepTheCacheConsistent) {
   EXPECT_EQ(conv.n_exchanges(), 1u);
   EXPECT_EQ(std::vector<int32_t>(conv.tokens().begin(), conv.tokens().end()), after1);
   EXPECT_EQ(r.engine.cache().tokens(), after1);
-  const GenerationStats s3 = conv.say("Tell me more", up_to(10), kIgnore);
+  std::string redo;
+  const GenerationStats s3 = conv.say("Tell me more", up_to(10), [&](const std::string& s) { return redo += s, true; });
   EXPECT_EQ(s3.cached_tokens, after1.size());
+  EXPECT_EQ(redo, second);
   expect_cache_consistent(conv, r.engine.cache());
 
   // /clear: only the pinned system prompt stays cached, and the next turn starts from it.
@@ -173,6 +177,29 @@ TEST_F(ChatConversation, RegenUndoClearKeepTheCacheConsistent) {
   EXPECT_EQ(r.engine.cache().used(), conv.pinned());
   EXPECT_THROW(conv.undo(), Error);
   EXPECT_THROW(conv.regen(up_to(4), kIgnore), Error);
+  // After undoing it, the first exchange again gives the first reply.
+  std::string first_again;
+  conv.say("Hello", up_to(10), [&](const std::string& s) { return first_again += s, true; });
+  EXPECT_EQ(first_again, first);
+}
+
+TEST_F(ChatConversation, RegenUndoClearKeepTheCacheConsistent) {
+  ChatRig r(1024);
+  regen_undo_clear(r, r.sampler);
+}
+
+TEST_F(ChatConversation, RegenUndoClearRewindThePenalties) {
+  ChatRig r(1024);
+  for (const int32_t last_n : {64, -1}) {
+    SCOPED_TRACE("repeat_last_n " + std::to_string(last_n));
+    SamplerParams p = ChatRig::greedy();
+    p.repeat_penalty = 1.5f;
+    p.frequency_penalty = 0.5f;
+    p.presence_penalty = 0.5f;
+    p.repeat_last_n = last_n;
+    Sampler sampler(p);
+    regen_undo_clear(r, sampler);
+  }
 }
 
 TEST_F(ChatConversation, InterruptedReplyStays) {
@@ -257,8 +284,16 @@ TEST_F(ChatConversation, AStopStringCutsTheReplyInTheCacheToo) {
 // as before it, the cache keeps the prefix it held, and the next turn gives what it gives without
 // the interruption. A /regen stopped so keeps the reply it had.
 TEST_F(ChatConversation, InterruptedPrefillDropsTheMessage) {
+  // Greedy, and with the penalties on: the dropped message's tokens leave their history too.
+  SamplerParams penalties = ChatRig::greedy();
+  penalties.repeat_penalty = 1.5f;
+  penalties.frequency_penalty = 0.5f;
+  for (const SamplerParams& p : {ChatRig::greedy(), penalties}) {
+  SCOPED_TRACE(p.repeat_penalty);
   ChatRig r(1024);
   ChatRig ref(1024);
+  r.sampler = Sampler(p);
+  ref.sampler = Sampler(p);
   Conversation conv(r.engine, r.tok, r.sampler, ChatTemplate::builtin("chatml"), "You tell stories.");
   Conversation clean(ref.engine, ref.tok, ref.sampler, ChatTemplate::builtin("chatml"), "You tell stories.");
   std::string first, clean_first;
@@ -300,6 +335,7 @@ TEST_F(ChatConversation, InterruptedPrefillDropsTheMessage) {
   conv.regen(up_to(10), [&](const std::string& s) { return again += s, true; });
   EXPECT_EQ(again, second);
   expect_cache_consistent(conv, r.engine.cache());
+  }
 }
 
 // A system prompt longer than the cache can pin: the pin is cut (pin_wanted() says how long it

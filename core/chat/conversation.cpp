@@ -255,9 +255,12 @@ void Conversation::trim_cache(size_t n) {
 }
 
 const GenerationStats& Conversation::reply(const std::vector<int32_t>& target, const GenerateOptions& o,
-                                           const TextFn& on_text, const ProgressFn& progress, const ReplyHooks& hooks) {
+                                           const TextFn& on_text, const ProgressFn& progress, const ReplyHooks& hooks,
+                                           const std::vector<int32_t>* history) {
   sync(target, progress);
   Turn& t = turns_.back();
+  if (history) sampler_.set_history(*history);
+  t.history_at_reply = sampler_.history();
   t.tokens_at_reply = n_tokens_;
   t.text_at_reply = text_.size();
   std::string reply;
@@ -325,6 +328,7 @@ const GenerationStats& Conversation::say(const std::string& user, const Generate
   all.push_back({{"role", "user"}, {"content", user}});
   const std::string rendered = tmpl_.render(all, render_options(tok_, true));
   Turn t;
+  t.history_at_user = sampler_.history();
   const bool first = turns_.empty();
   if (!first) {
     t.tokens_at_user = n_tokens_;
@@ -344,8 +348,11 @@ const GenerationStats& Conversation::say(const std::string& user, const Generate
     }
     return st;
   } catch (...) {
+    // The message is dropped, and the penalty history goes back to before it (the cache holds
+    // none of its tokens: a stopped prefill keeps only what the conversation held).
     messages_.erase(messages_.size() - 1);
     turns_.pop_back();
+    sampler_.set_history(*t.history_at_user);
     throw;
   }
 }
@@ -366,10 +373,12 @@ const GenerationStats& Conversation::regen(const GenerateOptions& o, const TextF
   }
   reply_at_ = 0;
   try {
-    return reply(target, o, on_text, progress, hooks);
+    return reply(target, o, on_text, progress, hooks, t.history_at_reply ? &*t.history_at_reply : nullptr);
   } catch (...) {
     messages_.push_back(old_reply);  // not regenerated: the reply stays (the cache was cut before it)
     forget_past(cached_.size());
+    // The next turn runs the reply's tokens again, after the history they first came after.
+    if (t.history_at_reply) sampler_.set_history(*t.history_at_reply);
     throw;
   }
 }
@@ -381,6 +390,7 @@ void Conversation::undo() {
   const Turn t = turns_.back();
   turns_.pop_back();
   reply_at_ = 0;
+  if (t.history_at_user) rewind_history(*t.history_at_user, turns_.empty());
   if (t.tokens_at_user == kUnknown) {
     text_.clear();  // the next turn tokenizes the whole rendering and reuses what matches
     return;
@@ -390,7 +400,14 @@ void Conversation::undo() {
   trim_cache(n_tokens_);
 }
 
+void Conversation::rewind_history(const std::vector<int32_t>& h, bool from_start) {
+  sampler_.set_history(h);
+  if (from_start)
+    for (size_t i = 0; i < std::min<size_t>(pinned_, cached_.size()); ++i) sampler_.accept(cached_[i]);
+}
+
 void Conversation::clear() {
+  if (!turns_.empty() && turns_.front().history_at_user) rewind_history(*turns_.front().history_at_user, true);
   messages_ = nlohmann::json::array();
   turns_.clear();
   reply_at_ = 0;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -96,6 +97,10 @@ class Conversation {
   struct Turn {
     size_t tokens_at_user = kUnknown, text_at_user = 0;    // before the user message
     size_t tokens_at_reply = kUnknown, text_at_reply = 0;  // after the generation prompt
+    // The sampler's penalty history before the user message and when the reply began, which /undo
+    // and /regen rewind to (this process's turns only: a loaded session's have none, and then
+    // the history goes on as it is).
+    std::optional<std::vector<int32_t>> history_at_user, history_at_reply;
   };
 
   // Tokens of the conversation plus `user` and the generation prompt, rendered as `rendered`.
@@ -116,8 +121,14 @@ class Conversation {
   // Forgets the turn marks past token n (and the rendering text_ stands for): the cache no longer
   // holds what they point at.
   void forget_past(size_t n);
+  // `history`, when given, is the penalty history the reply starts from (a /regen's: the first
+  // reply's), set once the prompt is in the cache.
   const GenerationStats& reply(const std::vector<int32_t>& target, const GenerateOptions& o, const TextFn& on_text,
-                               const ProgressFn& progress, const ReplyHooks& hooks = {});
+                               const ProgressFn& progress, const ReplyHooks& hooks = {},
+                               const std::vector<int32_t>* history = nullptr);
+  // The penalty history back to `h`, then the pinned tokens where the conversation starts again
+  // after them (its first turn ran them, and the next one will not).
+  void rewind_history(const std::vector<int32_t>& h, bool from_start);
 
   // A session's conversation read back and checked, not yet in use (conversation_state.cpp).
   struct Saved {

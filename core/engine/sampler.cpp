@@ -287,6 +287,11 @@ void Sampler::reset() {
   counts_.clear();
 }
 
+void Sampler::set_history(std::span<const int32_t> tokens) {
+  reset();
+  for (const int32_t t : tokens) accept(t);
+}
+
 std::vector<uint8_t> Sampler::save_state() const {
   BlobWriter w;
   w.put_bytes(kStateMagic, sizeof(kStateMagic));

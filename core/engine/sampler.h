@@ -53,6 +53,10 @@ class Sampler {
 
   void accept(int32_t token);  // record a token (prompt or generated) for the penalties; < 0 ignored
   void reset();                // forget the history (RNG untouched)
+  // The penalty history, oldest first, and a way back to one (a chat's /regen and /undo rewind
+  // it to where the turn began); set_history keeps the last repeat_last_n of `tokens`.
+  std::vector<int32_t> history() const { return {history_.begin(), history_.end()}; }
+  void set_history(std::span<const int32_t> tokens);
 
   // Serialised state for session files: params, the penalty history and the full RNG state, so
   // a restored sampler continues with exactly the same choices (same standard library).
