@@ -12,6 +12,7 @@
 #include <optional>
 #include <thread>
 
+#include "atomic_file.h"
 #include "base/ascii.h"
 #include "chat/template.h"
 #include "commands.h"
@@ -108,6 +109,11 @@ void serve_forever(const ServeCommand& c) {
     std::filesystem::create_directories(so.slot_save_path, ec);
     if (!std::filesystem::is_directory(so.slot_save_path))
       throw Error("--slot-save-path " + so.slot_save_path + ": " + (ec ? ec.message() : std::string("not a directory")));
+    try {
+      gguf::check_writable((std::filesystem::path(so.slot_save_path) / "slot").string());
+    } catch (const std::exception& e) {
+      throw Error(std::string("--slot-save-path: ") + e.what());
+    }
   }
   RunOptions o = c.opts;
   o.sequences = c.parallel;
@@ -208,7 +214,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-body", c->max_body, "Largest request body (e.g. 4MiB); larger ones are answered 413");
   cmd->add_option("--chat-template", c->chat_template, "Chat template: a built-in name or a Jinja file");
   cmd->add_option("--slot-save-path", c->server.slot_save_path,
-                  "Folder of the files POST /slots/{id}?action=save|restore writes and reads (made if missing; without it they are refused)");
+                  "Folder of the files POST /slots/{id}?action=save|restore writes and reads (made if missing; without it they are refused)")
+      ->check([](const std::string& dir) { return dir.empty() ? std::string("an empty folder name would turn slot files off") : std::string(); });
   add_speculative_options(cmd, c->speculative);
   add_prompt_cache_options(cmd, c->persist);
   cmd->callback([c] { serve_forever(*c); });

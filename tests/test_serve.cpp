@@ -1308,6 +1308,7 @@ TEST(Serve, TokenizerPropsAndSlotsEndpoints) {
   EXPECT_EQ(props["model_path"], stories());
   EXPECT_NE(props["chat_template"].get<std::string>().find("<|im_start|>"), std::string::npos);  // stories260K has none: ChatML
   EXPECT_EQ(props["bos_token"], "<s>");
+  EXPECT_EQ(props["default_generation_settings"]["params"]["seed"], 4294967295u);  // random, as llama-server shows it
   // /slots: idle, then a finished request's tokens still cached in one of them.
   const auto slots_of = [&] {
     const auto r = c.Get("/slots");
@@ -1406,6 +1407,12 @@ TEST(Serve, SlotFilesSaveRestoreAndErase) {
     for (const auto& [what, body, want] : std::vector<std::tuple<std::string, json, int>>{
              {"restore", {{"filename", "../max.bin"}}, 400},
              {"restore", {{"filename", "sub/max.bin"}}, 400},
+             {"save", {{"filename", "a:b.bin"}}, 400},
+             {"save", {{"filename", " max.bin"}}, 400},
+             {"save", {{"filename", "max."}}, 400},
+             {"save", {{"filename", "tab\there"}}, 400},
+             {"save", {{"filename", "c1\u0085.bin"}}, 400},
+             {"save", {{"filename", std::string(240, 'n')}}, 400},
              {"restore", {{"filename", ""}}, 400},
              {"restore", {{"filename", 7}}, 400},
              {"save", json::object(), 400},
@@ -1419,6 +1426,13 @@ TEST(Serve, SlotFilesSaveRestoreAndErase) {
     }
     EXPECT_EQ(cached_in(c, 1 - id), before);
     EXPECT_EQ(std::filesystem::file_size(dir + "/max.bin"), size);
+    EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 3);  // max, bad, other
+    // The longest name the atomic write's temporary leaves room for saves.
+    const std::string longest(239, 'n');
+    EXPECT_EQ(action(c, 1 - id, "save", {{"filename", longest}}, &status)["n_saved"], before);
+    EXPECT_EQ(status, 200);
+    EXPECT_NE(action(c, 1 - id, "restore", {{"filename", "missing.bin"}}, &status)["error"]["message"].get<std::string>().find("missing.bin"),
+              std::string::npos);
     EXPECT_EQ(action(c, 2, "save", {{"filename", "x.bin"}}, &status)["error"]["param"], "id_slot");
     EXPECT_EQ(status, 400);
     // A sequence running a request is busy (its end of text banned, so it runs 200 tokens).
@@ -1440,6 +1454,14 @@ TEST(Serve, SlotFilesSaveRestoreAndErase) {
     EXPECT_EQ(running.get()["usage"]["completion_tokens"], 200);
     EXPECT_EQ(s.terminate(), 0) << s.log();
   }
+  // An empty --slot-save-path, and one that is a file, are refused before the model loads.
+  int st = 0;
+  const std::string empty_flag = shell(std::string(VKLLM_BINARY) + " serve -m " + stories() + " --port 0 --slot-save-path '' 2>&1", &st);
+  EXPECT_EQ(st, 2) << empty_flag;
+  EXPECT_NE(empty_flag.find("slot files off"), std::string::npos) << empty_flag;
+  const std::string file_flag = shell(std::string(VKLLM_BINARY) + " serve -m " + stories() + " --port 0 --slot-save-path " + dir + "/max.bin 2>&1", &st);
+  EXPECT_EQ(st, 1) << file_flag;
+  EXPECT_EQ(std::count(file_flag.begin(), file_flag.end(), '\n'), 1) << file_flag;
   // Another server process, one sequence: the file restores, and the prompt is reused.
   Server s("--parallel 1 --ctx 128 --temp 0 --slot-save-path " + dir);
   ASSERT_GT(s.port(), 0) << s.log();

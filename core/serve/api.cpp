@@ -345,23 +345,28 @@ json logprobs_body(Endpoint e, std::span<const TokenLogprobs> entries) {
   return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs}, {"text_offset", offsets}};
 }
 
-json tokenize_body(const std::string& body_text, const Tokenizer& tok) {
+std::string tokenize_body(const std::string& body_text, const Tokenizer& tok) {
   const json body = parse_json_object(body_text);
   const json* content = field(body, "content");
   if (!content || !content->is_string()) throw ApiError(400, "'content' must be a string", "content");
   const bool add_special = boolean(body, "add_special", false);
   const bool parse_special = boolean(body, "parse_special", true);
   const bool with_pieces = boolean(body, "with_pieces", false);
-  json tokens = json::array();
+  // Written as text: a body near --max-body is a million tokens, which as JSON values (an object
+  // per piece) took half a GiB.
+  std::string out = "{\"tokens\":[";
+  bool first = true;
   for (const int32_t id : tok.tokenize(content->get<std::string>(), add_special, parse_special)) {
+    if (!first) out += ',';
+    first = false;
     if (!with_pieces) {
-      tokens.push_back(id);
+      out += std::to_string(id);
       continue;
     }
     const std::string piece = tok.token_to_piece(id, true);
-    tokens.push_back({{"id", id}, {"piece", utf8::sanitize(piece) == piece ? json(piece) : bytes_of(piece)}});
+    out += "{\"id\":" + std::to_string(id) + ",\"piece\":" + (utf8::sanitize(piece) == piece ? json(piece) : bytes_of(piece)).dump() + "}";
   }
-  return {{"tokens", tokens}};
+  return out + "]}";
 }
 
 json detokenize_body(const std::string& body_text, const Tokenizer& tok) {

@@ -61,7 +61,7 @@ ApiRequest parse_request(Endpoint e, const std::string& body, const ApiContext& 
 // llama-server's POST /tokenize: {"content": string, "add_special": false, "parse_special": true,
 // "with_pieces": false} → {"tokens": [id, …]}, or with pieces [{"id", "piece"}, …] (a piece that is
 // not whole UTF-8 as its list of bytes). Throws ApiError (400) naming the field that is wrong.
-nlohmann::json tokenize_body(const std::string& body, const Tokenizer& tok);
+std::string tokenize_body(const std::string& body, const Tokenizer& tok);  // the JSON text
 // POST /detokenize: {"tokens": [id, …]} → {"content": the tokens' text, control tokens shown}.
 nlohmann::json detokenize_body(const std::string& body, const Tokenizer& tok);
 

@@ -453,15 +453,22 @@ SlotResult Scheduler::run_action(const SlotAction& a) {
   KvCache& cache = s.engine->cache();
   SlotResult r;
   const auto t0 = std::chrono::steady_clock::now();
+  // A file that is refused is the request's error (400); a save or a read that fails is the
+  // server's (500). Either way nothing changed: load_session checks the whole file first, and a
+  // failed save leaves the previous file as it was (written atomically).
   try {
     switch (a.kind) {
       case SlotAction::Kind::Save:
         r.tokens = cache.used();
-        r.bytes = save_session(a.path, *s.engine, *opts_.fingerprint, nullptr, "");
+        try {
+          r.bytes = save_session(a.path, *s.engine, *opts_.fingerprint, nullptr, "");
+        } catch (const std::exception& e) {
+          return {500, e.what()};
+        }
         break;
       case SlotAction::Kind::Restore: {
         std::error_code ec;
-        if (!std::filesystem::exists(a.path, ec)) return {404, "no such slot file"};
+        if (!std::filesystem::exists(a.path, ec)) return {404, a.path + ": no such slot file"};
         const SessionInfo info = load_session(a.path, *s.engine, *opts_.fingerprint, nullptr);
         r.tokens = uint32_t(info.tokens.size());
         r.bytes = info.file_bytes;
@@ -472,9 +479,9 @@ SlotResult Scheduler::run_action(const SlotAction& a) {
         cache.clear();
         break;
     }
+  } catch (const CannotOpenSession& e) {
+    return {500, e.what()};
   } catch (const std::exception& e) {
-    // A refused file changed nothing (load_session checks all of it first); a failed save left the
-    // previous file as it was (written atomically).
     return {400, e.what()};
   }
   r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -100,7 +100,8 @@ struct SlotAction {
   std::string path;  // the session file (save, restore)
 };
 struct SlotResult {
-  int status = 200;     // an HTTP status: 503 while the sequence runs a request, 404 no such file, 400 a file that is refused
+  int status = 200;     // an HTTP status: 503 while the sequence runs a request, 404 no such file, 400 a file that is
+                        // refused, 500 a save or a read that failed
   std::string error;    // "" when done
   uint32_t tokens = 0;  // saved, restored or erased
   uint64_t bytes = 0;   // the file's size

@@ -76,15 +76,23 @@ bool is_slot_path(const std::string& path) {
   return std::regex_match(path, slot_path);
 }
 
-// A slot file's name as llama-server takes it: one plain name in --slot-save-path, not a path.
-// Returns why it is refused, or "".
+// A slot file's name: one portable file name in --slot-save-path, not a path (the characters
+// llama-server's check refuses too, and a leading '.', which the atomic writes' temporary files
+// start with). Returns why it is refused, or "".
 std::string bad_slot_filename(const std::string& name) {
   if (name.empty()) return "is empty";
-  if (name.size() > 255) return "is longer than 255 bytes";
-  if (name.front() == '.') return "starts with '.' (hidden files and the atomic writes' temporary files are not slot files)";
-  for (const unsigned char c : name)
-    if (c == '/' || c == '\\' || c < 0x20 || c == 0x7F) return "holds a path separator or a control character: give a file name, not a path";
+  // NAME_MAX (255) less what the atomic write's temporary ".NAME.PID.XXXXXX" adds.
+  if (name.size() > 239) return "is longer than 239 bytes";
   if (utf8::sanitize(name) != name) return "is not UTF-8";
+  if (name.front() == '.') return "starts with '.' (hidden files and the atomic writes' temporary files are not slot files)";
+  if (name.front() == ' ' || name.back() == ' ' || name.back() == '.') return "starts or ends with a space, or ends with '.'";
+  for (size_t i = 0; i < name.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(name[i]);
+    const bool c1 = c == 0xC2 && i + 1 < name.size() && static_cast<unsigned char>(name[i + 1]) <= 0x9F;  // U+0080 … U+009F
+    if (c < 0x20 || c == 0x7F || c1) return "holds a control character";
+    if (std::string_view("/\\:*?\"<>|").find(char(c)) != std::string_view::npos)
+      return "holds '" + std::string(1, char(c)) + "': give a plain file name, not a path";
+  }
   return "";
 }
 
@@ -367,7 +375,7 @@ void HttpServer::routes() {
                          {"repeat_last_n", d.repeat_last_n},
                          {"presence_penalty", d.presence_penalty},
                          {"frequency_penalty", d.frequency_penalty},
-                         {"seed", d.seed == Sampler::kRandomSeed ? json(-1) : json(d.seed)},
+                         {"seed", d.seed},  // 4294967295: a random seed per request, as llama-server shows it
                          {"n_predict", api_.default_max_tokens >= 0 ? api_.default_max_tokens : -1}};
     const Tokenizer& tok = *api_.tok;
     const auto token_text = [&](int32_t id) { return id >= 0 ? utf8::sanitize(tok.token_to_piece(id, true)) : std::string(); };
@@ -539,7 +547,7 @@ void HttpServer::routes() {
   s.Post("/v1/completions", post([generate](const httplib::Request&, const std::string& body, httplib::Response& res) { generate(Endpoint::Completion, body, res); }));
   // llama-server's tokenizer endpoints: the model's vocabulary, no sequence needed.
   s.Post("/tokenize", post([this](const httplib::Request&, const std::string& body, httplib::Response& res) {
-    res.set_content(dump(tokenize_body(body, *api_.tok)), "application/json");
+    res.set_content(tokenize_body(body, *api_.tok), "application/json");
   }));
   s.Post("/detokenize", post([this](const httplib::Request&, const std::string& body, httplib::Response& res) {
     res.set_content(dump(detokenize_body(body, *api_.tok)), "application/json");
@@ -570,7 +578,8 @@ void HttpServer::routes() {
       a.path = (std::filesystem::path(opts_.slot_save_path) / filename).string();
     }
     const SlotResult r = sched_.slot_action(a).get();
-    if (!r.error.empty()) throw ApiError(r.status, r.error, "", r.status == 503 ? "unavailable_error" : r.status == 404 ? "not_found_error" : "invalid_request_error");
+    if (!r.error.empty())
+      throw ApiError(r.status, r.error, "", r.status == 503 ? "unavailable_error" : r.status == 404 ? "not_found_error" : r.status == 500 ? "server_error" : "invalid_request_error");
     json out = {{"id_slot", a.slot}};
     if (a.kind == SlotAction::Kind::Save)
       out.update({{"filename", filename}, {"n_saved", r.tokens}, {"n_written", r.bytes}, {"timings", {{"save_ms", r.ms}}}});
