@@ -847,9 +847,12 @@ const std::string kTwoTurns = "Hello\nTell me more\n/stats\n";
 TEST(ChatCli, SessionAcrossCallsEqualsOneChat) {
   VKLLM_REQUIRE_SHARED(kModel);
   TempDir tmp;
-  for (const std::string sampling : {"--temp 0", "--temp 0.8 --seed 7"}) {
+  // The third: a reply cut inside a character (its grammar writes é, ü and €; the stop string is
+  // €'s last byte), so the messages hold invalid UTF-8, which the file keeps exactly.
+  const std::string cut_char = "--temp 0 --grammar 'root ::= [a-z] [a-z] \"\u00e9\u00fc\u20ac\" [a-z .]+' --stop \"$(printf '\\254')\"";
+  for (const std::string& sampling : {std::string("--temp 0"), std::string("--temp 0.8 --seed 7"), cut_char}) {
     SCOPED_TRACE(sampling);
-    const std::string args = "-n 8 -q --ctx 256", s = tmp.path("s.vkv");
+    const std::string args = std::string(sampling == cut_char ? "-n 30" : "-n 8") + " -q --ctx 256", s = tmp.path("s.vkv");
     std::filesystem::remove(s);
     const Piped whole = piped(tmp, chat_cmd(args, sampling), kTwoTurns);
     const Piped first = piped(tmp, chat_cmd(args + " --session " + s, sampling), "Hello\n");
@@ -861,6 +864,9 @@ TEST(ChatCli, SessionAcrossCallsEqualsOneChat) {
     EXPECT_EQ(without_speed(first.out + second.out + second.err), without_speed(whole.out + whole.err));
     EXPECT_NE(second.err.find("2 exchanges"), std::string::npos) << second.err;
     EXPECT_EQ(second.err.find(" 0 cached"), std::string::npos) << second.err;
+    if (sampling == cut_char) {
+      EXPECT_NE(whole.out.find("\xe2\x82\n"), std::string::npos) << whole.out;  // € cut after 2 bytes
+    }
   }
   // An invalid session file ends the chat before it starts, in one line, and stays as it was.
   const std::string bad = tmp.path("bad.vkv");

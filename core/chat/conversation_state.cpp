@@ -2,9 +2,11 @@
 // section, written and read back, checked against the tokens the file caches before anything
 // changes. Format in docs/session-format.md.
 #include <algorithm>
+#include <optional>
 
 #include "chat/conversation.h"
 #include "base/error.h"
+#include "base/utf8.h"
 #include "chat/prompt.h"
 
 namespace vkllm {
@@ -14,6 +16,31 @@ constexpr int64_t kChatStateVersion = 1;
 
 // Turn marks in JSON: −1 for unknown.
 int64_t mark_out(size_t v) { return v == SIZE_MAX ? -1 : static_cast<int64_t>(v); }
+
+// Strings that are not valid UTF-8 (a reply cut inside a character, a byte token) go into JSON
+// with U+FFFD, and exactly as hex in the "raw" object beside them.
+bool is_utf8(const std::string& s) { return utf8::sanitize(s) == s; }
+std::string to_hex(const std::string& s) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (const unsigned char c : s) out += {digits[c >> 4], digits[c & 15]};
+  return out;
+}
+// The bytes of `hex`, or nullopt when it is not an even run of hex digits.
+std::optional<std::string> from_hex(const std::string& hex) {
+  if (hex.size() % 2 != 0) return std::nullopt;
+  std::string out;
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    int v = 0;
+    for (const char c : {hex[i], hex[i + 1]}) {
+      const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (d < 0) return std::nullopt;
+      v = v * 16 + d;
+    }
+    out += char(v);
+  }
+  return out;
+}
 
 [[noreturn]] void conv_error(const std::string& path, const std::string& msg) {
   throw Error(path + ": section 'CONV': " + msg);
@@ -51,29 +78,19 @@ class ChatReader {
 }  // namespace
 
 std::string Conversation::state_json() const {
-  const auto encode = [&](bool with_text) {
-    nlohmann::json turns = nlohmann::json::array();
-    for (const Turn& t : turns_)
-      turns.push_back({mark_out(t.tokens_at_user), with_text ? t.text_at_user : 0, mark_out(t.tokens_at_reply),
-                       with_text ? t.text_at_reply : 0});
-    const nlohmann::json chat = {{"version", kChatStateVersion},
-                                 {"tokens", cached_},
-                                 {"n_tokens", n_tokens_},
-                                 {"pinned", pinned_},
-                                 {"text", with_text ? text_ : ""},
-                                 {"reply_at", with_text ? reply_at_ : 0},
-                                 {"pinned_text", with_text ? pinned_text_ : ""},
-                                 {"turns", turns}};
-    return nlohmann::json{{"messages", messages()}, {"chat", chat}};
-  };
-  try {
-    return encode(true).dump();
-  } catch (const nlohmann::json::type_error&) {
-    // A reply that is not valid UTF-8 (a byte token cut a character): its text is stored with
-    // U+FFFD, so the rendered text and the offsets into it are no longer exact; store them as
-    // unknown and the next turn tokenizes the whole rendering instead.
-    return encode(false).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  }
+  nlohmann::json turns = nlohmann::json::array();
+  for (const Turn& t : turns_) turns.push_back({mark_out(t.tokens_at_user), t.text_at_user, mark_out(t.tokens_at_reply), t.text_at_reply});
+  const nlohmann::json all = messages();
+  nlohmann::json raw = nlohmann::json::object(), raw_messages = nlohmann::json::object();
+  for (size_t i = 0; i < all.size(); ++i)
+    if (const std::string& c = all[i]["content"].get_ref<const std::string&>(); !is_utf8(c)) raw_messages[std::to_string(i)] = to_hex(c);
+  if (!raw_messages.empty()) raw["messages"] = raw_messages;
+  if (!is_utf8(text_)) raw["text"] = to_hex(text_);
+  if (!is_utf8(pinned_text_)) raw["pinned_text"] = to_hex(pinned_text_);
+  nlohmann::json chat = {{"version", kChatStateVersion}, {"tokens", cached_},  {"n_tokens", n_tokens_},        {"pinned", pinned_},
+                         {"text", text_},                {"reply_at", reply_at_}, {"pinned_text", pinned_text_}, {"turns", turns}};
+  if (!raw.empty()) chat["raw"] = raw;
+  return nlohmann::json{{"messages", all}, {"chat", chat}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 uint64_t Conversation::save(const std::string& path, const ModelFingerprint& model) const {
@@ -116,6 +133,29 @@ Conversation::Saved Conversation::parse_state(const std::string& path, const Ses
   }
   const ChatReader r(path, *chat);
   s.chat_state = true;
+  // Strings stored with U+FFFD: their bytes.
+  const auto raw_of = [&](const nlohmann::json& v, const std::string& key) {
+    const std::optional<std::string> bytes = v.is_string() ? from_hex(v.get<std::string>()) : std::nullopt;
+    if (!bytes) r.fail("'chat.raw." + key + "' is not a string of hex digits");
+    return *bytes;
+  };
+  const auto exact = chat->find("raw");
+  if (exact != chat->end() && exact->is_object()) {
+    if (const auto rm = exact->find("messages"); rm != exact->end() && rm->is_object())
+      for (const auto& [key, v] : rm->items()) {
+        const bool sys = !s.system.empty() || (msgs->size() > 0 && (*msgs)[0]["role"] == "system");
+        size_t i = 0;
+        if (key.empty() || key.size() > 9 || key.find_first_not_of("0123456789") != std::string::npos || (i = std::stoul(key)) >= msgs->size())
+          r.fail("'chat.raw.messages' names no message: '" + key + "'");
+        const std::string bytes = raw_of(v, "messages." + key);
+        if (sys && i == 0) s.system = bytes;
+        else s.messages[i - (sys ? 1 : 0)]["content"] = bytes;
+      }
+  }
+  const auto raw_text = [&](const char* key) {
+    if (exact == chat->end() || !exact->is_object() || !exact->contains(key)) return r.text(key);
+    return raw_of((*exact)[key], key);
+  };
   const uint32_t n_vocab = engine_.config().n_vocab;
   const nlohmann::json& toks = r.at("tokens");
   if (!toks.is_array()) r.fail("'chat.tokens' is not an array");
@@ -138,8 +178,8 @@ Conversation::Saved Conversation::parse_state(const std::string& path, const Ses
     r.fail("the chat pins " + std::to_string(pinned) + " tokens; with this model's sliding-window rings --ctx " + std::to_string(capacity) +
            " pins at most " + std::to_string(engine_.cache().max_keep()) + "; use a larger --ctx");
   s.pinned = static_cast<uint32_t>(pinned);
-  s.text = r.text("text");
-  s.pinned_text = r.text("pinned_text");
+  s.text = raw_text("text");
+  s.pinned_text = raw_text("pinned_text");
   s.reply_at = r.count("reply_at");
   if (s.reply_at > s.text.size()) r.fail("'chat.reply_at' " + std::to_string(s.reply_at) + " is beyond the text");
 
