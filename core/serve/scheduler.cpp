@@ -469,7 +469,10 @@ SlotResult Scheduler::run_action(const SlotAction& a) {
       case SlotAction::Kind::Restore: {
         std::error_code ec;
         if (!std::filesystem::exists(a.path, ec)) return {404, a.path + ": no such slot file"};
+        // The pin stays this sequence's (a chat's file pins its system prompt).
+        const uint32_t keep = cache.keep();
         const SessionInfo info = load_session(a.path, *s.engine, *opts_.fingerprint, nullptr);
+        cache.set_keep(std::min(keep, cache.max_keep()));
         r.tokens = uint32_t(info.tokens.size());
         r.bytes = info.file_bytes;
         break;

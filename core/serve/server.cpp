@@ -69,7 +69,6 @@ void send_error_and_close(httplib::Response& res, int status, const std::string&
   });
 }
 
-// The methods a route answers (its Allow header), by path; "" for a path the server has not.
 // /slots/{id}: a sequence's save, restore or erase (llama-server's).
 bool is_slot_path(const std::string& path) {
   static const std::regex slot_path(R"(/slots/\d+)");
@@ -96,6 +95,7 @@ std::string bad_slot_filename(const std::string& name) {
   return "";
 }
 
+// The methods a route answers (its Allow header), by path; "" for a path the server has not.
 const char* allowed_methods(const std::string& path) {
   if (is_slot_path(path)) return "POST, OPTIONS";
   if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/tokenize" || path == "/detokenize") return "POST, OPTIONS";
