@@ -1275,6 +1275,15 @@ TEST(Serve, TokenizerPropsAndSlotsEndpoints) {
   }
   EXPECT_EQ(piece_ids, plain["tokens"].get<std::vector<int>>());
   EXPECT_EQ(joined, " " + text);
+  // A list of strings and ids (llama-server's mixed content): each string's tokens, the ids as given.
+  const json mixed = post(c, "/tokenize", {{"content", {"Once upon", 5, 9, " a time"}}, {"add_special", true}}, &status);
+  ASSERT_EQ(status, 200) << mixed.dump();
+  std::vector<int> want = {1};
+  for (const json& part : {post(c, "/tokenize", {{"content", "Once upon"}}), post(c, "/tokenize", {{"content", " a time"}})}) {
+    if (want.size() > 1) want.push_back(5), want.push_back(9);
+    for (const json& id : part["tokens"]) want.push_back(id);
+  }
+  EXPECT_EQ(mixed["tokens"].get<std::vector<int>>(), want);
   const json back = post(c, "/detokenize", {{"tokens", plain["tokens"]}}, &status);
   ASSERT_EQ(status, 200) << back.dump();
   EXPECT_EQ(back["content"], " " + text);
@@ -1284,6 +1293,9 @@ TEST(Serve, TokenizerPropsAndSlotsEndpoints) {
            {"/tokenize", json::object(), "content"},
            {"/tokenize", {{"content", 5}}, "content"},
            {"/tokenize", {{"content", "a"}, {"with_pieces", "yes"}}, "with_pieces"},
+           {"/tokenize", {{"content", {"a", 512}}}, "content"},
+           {"/tokenize", {{"content", {"a", 1.5}}}, "content"},
+           {"/tokenize", {{"content", {"a", {{"x", 1}}}}}, "content"},
            {"/detokenize", {{"tokens", "1 2"}}, "tokens"},
            {"/detokenize", {{"tokens", {1, 512}}}, "tokens"},
            {"/detokenize", {{"tokens", {-1}}}, "tokens"},

@@ -348,15 +348,39 @@ json logprobs_body(Endpoint e, std::span<const TokenLogprobs> entries) {
 std::string tokenize_body(const std::string& body_text, const Tokenizer& tok) {
   const json body = parse_json_object(body_text);
   const json* content = field(body, "content");
-  if (!content || !content->is_string()) throw ApiError(400, "'content' must be a string", "content");
   const bool add_special = boolean(body, "add_special", false);
   const bool parse_special = boolean(body, "parse_special", true);
   const bool with_pieces = boolean(body, "with_pieces", false);
+  // A string, or (as llama-server's tokenize_mixed) a list of strings and token ids, the ids
+  // taken as they are and add_special applying to a first string only.
+  std::vector<int32_t> ids;
+  const auto bad = [&] { return ApiError(400, "'content' must be a string, or a list of strings and token ids", "content"); };
+  if (!content) throw bad();
+  if (content->is_string()) {
+    ids = tok.tokenize(content->get<std::string>(), add_special, parse_special);
+  } else if (content->is_array()) {
+    for (size_t i = 0; i < content->size(); ++i) {
+      const json& part = (*content)[i];
+      if (part.is_string()) {
+        const std::vector<int32_t> more = tok.tokenize(part.get<std::string>(), add_special && i == 0, parse_special);
+        ids.insert(ids.end(), more.begin(), more.end());
+      } else if (part.is_number_integer() && part.get<int64_t>() >= 0 && part.get<int64_t>() < tok.n_vocab() &&
+                 !(part.is_number_unsigned() && part.get<uint64_t>() >= uint64_t(tok.n_vocab()))) {
+        ids.push_back(part.get<int32_t>());
+      } else if (part.is_number_integer()) {
+        throw ApiError(400, "'content': token " + part.dump() + " is outside the vocabulary (0 … " + std::to_string(tok.n_vocab() - 1) + ")", "content");
+      } else {
+        throw bad();
+      }
+    }
+  } else {
+    throw bad();
+  }
   // Written as text: a body near --max-body is a million tokens, which as JSON values (an object
   // per piece) took half a GiB.
   std::string out = "{\"tokens\":[";
   bool first = true;
-  for (const int32_t id : tok.tokenize(content->get<std::string>(), add_special, parse_special)) {
+  for (const int32_t id : ids) {
     if (!first) out += ',';
     first = false;
     if (!with_pieces) {
