@@ -13,7 +13,6 @@
 #include <filesystem>
 #include <mutex>
 #include <random>
-#include <regex>
 #include <system_error>
 #include <thread>
 
@@ -71,8 +70,9 @@ void send_error_and_close(httplib::Response& res, int status, const std::string&
 
 // /slots/{id}: a sequence's save, restore or erase (llama-server's).
 bool is_slot_path(const std::string& path) {
-  static const std::regex slot_path(R"(/slots/\d+)");
-  return std::regex_match(path, slot_path);
+  constexpr std::string_view prefix = "/slots/";
+  return path.size() > prefix.size() && path.starts_with(prefix) &&
+         path.find_first_not_of("0123456789", prefix.size()) == std::string::npos;
 }
 
 // A slot file's name: one portable file name in --slot-save-path, not a path (the characters
