@@ -86,6 +86,8 @@ std::string sanitize(std::string_view text) {
   return out;
 }
 
+bool valid(std::string_view text) { return sanitize(text) == text; }
+
 size_t complete_prefix(std::string_view bytes) {
   const size_t n = bytes.size();
   // A sequence is at most 4 bytes, so only the last 3 can belong to an unfinished one.

@@ -27,6 +27,8 @@ uint32_t next(std::string_view text, size_t& pos);
 // Overlong forms decode to their code point (re-encoded canonically); surrogates and values
 // past U+10FFFF, which PCRE2 refuses, become U+FFFD.
 std::string sanitize(std::string_view text);
+// Whether `text` is UTF-8 that sanitize() leaves as it is (what JSON can carry unchanged).
+bool valid(std::string_view text);
 
 // Length of the longest prefix of `bytes` that does not end inside an unfinished sequence:
 // trailing bytes are held back only while they could still become a complete code point

@@ -296,14 +296,16 @@ const GenerationStats& Conversation::reply(const std::vector<int32_t>& target, c
 
 Conversation::ReplyCut Conversation::cut_reply(std::span<const int32_t> sampled, const std::string& text) const {
   StreamDecoder decoder(tok_);
-  std::string decoded;
+  size_t done = 0;  // bytes of `text` the tokens so far decoded to, checked as they came
   ReplyCut cut;
   for (size_t i = 0; i < sampled.size(); ++i) {
-    decoded += decoder.push(sampled[i]);
+    const std::string piece = decoder.push(sampled[i]);
+    if (text.compare(done, piece.size(), piece) != 0) break;
+    done += piece.size();
     StreamDecoder rest = decoder;  // the bytes of an unfinished character count as the token's
-    const std::string whole = decoded + rest.flush();
-    if (whole.size() > text.size() || text.compare(0, whole.size(), whole) != 0) break;
-    cut = {i + 1, whole.size()};
+    const std::string held = rest.flush();
+    if (text.compare(done, held.size(), held) != 0) break;
+    cut = {i + 1, done + held.size()};
   }
   return cut;
 }

@@ -19,7 +19,6 @@ int64_t mark_out(size_t v) { return v == SIZE_MAX ? -1 : static_cast<int64_t>(v)
 
 // Strings that are not valid UTF-8 (a reply cut inside a character, a byte token) go into JSON
 // with U+FFFD, and exactly as hex in the "raw" object beside them.
-bool is_utf8(const std::string& s) { return utf8::sanitize(s) == s; }
 std::string to_hex(const std::string& s) {
   static const char* digits = "0123456789abcdef";
   std::string out;
@@ -83,10 +82,10 @@ std::string Conversation::state_json() const {
   const nlohmann::json all = messages();
   nlohmann::json raw = nlohmann::json::object(), raw_messages = nlohmann::json::object();
   for (size_t i = 0; i < all.size(); ++i)
-    if (const std::string& c = all[i]["content"].get_ref<const std::string&>(); !is_utf8(c)) raw_messages[std::to_string(i)] = to_hex(c);
+    if (const std::string& c = all[i]["content"].get_ref<const std::string&>(); !utf8::valid(c)) raw_messages[std::to_string(i)] = to_hex(c);
   if (!raw_messages.empty()) raw["messages"] = raw_messages;
-  if (!is_utf8(text_)) raw["text"] = to_hex(text_);
-  if (!is_utf8(pinned_text_)) raw["pinned_text"] = to_hex(pinned_text_);
+  if (!utf8::valid(text_)) raw["text"] = to_hex(text_);
+  if (!utf8::valid(pinned_text_)) raw["pinned_text"] = to_hex(pinned_text_);
   nlohmann::json chat = {{"version", kChatStateVersion}, {"tokens", cached_},  {"n_tokens", n_tokens_},        {"pinned", pinned_},
                          {"text", text_},                {"reply_at", reply_at_}, {"pinned_text", pinned_text_}, {"turns", turns}};
   if (!raw.empty()) chat["raw"] = raw;

@@ -50,6 +50,14 @@ int64_t integer(const json& body, const char* name, int64_t lo, int64_t hi, int6
   return x;
 }
 
+// A token id in the request's field `param` (an integer already): one of the vocabulary's, else a 400.
+int32_t token_id(const json& t, int32_t n_vocab, const std::string& param) {
+  const bool in_vocab = t.is_number_unsigned() ? t.get<uint64_t>() < uint64_t(n_vocab) : t.get<int64_t>() >= 0 && t.get<int64_t>() < n_vocab;
+  if (!in_vocab)
+    throw ApiError(400, "'" + param + "': token " + t.dump() + " is outside the vocabulary (0 … " + std::to_string(n_vocab - 1) + ")", param);
+  return t.get<int32_t>();
+}
+
 bool boolean(const json& body, const char* name, bool fallback) {
   const json* v = field(body, name);
   if (!v) return fallback;
@@ -127,12 +135,7 @@ std::vector<int32_t> completion_tokens(const json& body, const ApiContext& ctx) 
   if (p->is_string()) return raw_prompt(*ctx.tok, p->get<std::string>()).tokens;
   if (p->is_array() && !p->empty() && std::all_of(p->begin(), p->end(), [](const json& t) { return t.is_number_integer(); })) {
     std::vector<int32_t> tokens;
-    for (const json& t : *p) {
-      const int64_t id = t.get<int64_t>();
-      if (id < 0 || id >= int64_t(ctx.tok->n_vocab()))
-        throw ApiError(400, "'prompt': token " + std::to_string(id) + " is outside the vocabulary (0 … " + std::to_string(ctx.tok->n_vocab() - 1) + ")", "prompt");
-      tokens.push_back(int32_t(id));
-    }
+    for (const json& t : *p) tokens.push_back(token_id(t, ctx.tok->n_vocab(), "prompt"));
     return tokens;
   }
   throw ApiError(400, "'prompt' must be a string, a list of one string, or a list of token ids", "prompt");
@@ -364,11 +367,8 @@ std::string tokenize_body(const std::string& body_text, const Tokenizer& tok) {
       if (part.is_string()) {
         const std::vector<int32_t> more = tok.tokenize(part.get<std::string>(), add_special && i == 0, parse_special);
         ids.insert(ids.end(), more.begin(), more.end());
-      } else if (part.is_number_integer() && part.get<int64_t>() >= 0 && part.get<int64_t>() < tok.n_vocab() &&
-                 !(part.is_number_unsigned() && part.get<uint64_t>() >= uint64_t(tok.n_vocab()))) {
-        ids.push_back(part.get<int32_t>());
       } else if (part.is_number_integer()) {
-        throw ApiError(400, "'content': token " + part.dump() + " is outside the vocabulary (0 … " + std::to_string(tok.n_vocab() - 1) + ")", "content");
+        ids.push_back(token_id(part, tok.n_vocab(), "content"));
       } else {
         throw bad();
       }
@@ -388,7 +388,7 @@ std::string tokenize_body(const std::string& body_text, const Tokenizer& tok) {
       continue;
     }
     const std::string piece = tok.token_to_piece(id, true);
-    out += "{\"id\":" + std::to_string(id) + ",\"piece\":" + (utf8::sanitize(piece) == piece ? json(piece) : bytes_of(piece)).dump() + "}";
+    out += "{\"id\":" + std::to_string(id) + ",\"piece\":" + (utf8::valid(piece) ? json(piece) : bytes_of(piece)).dump() + "}";
   }
   return out + "]}";
 }
@@ -400,10 +400,7 @@ json detokenize_body(const std::string& body_text, const Tokenizer& tok) {
   std::string text;
   for (const json& t : *ids) {
     if (!t.is_number_integer()) throw ApiError(400, "'tokens' must be a list of token ids, got " + t.dump(), "tokens");
-    const bool in_vocab = t.is_number_unsigned() ? t.get<uint64_t>() < uint64_t(tok.n_vocab()) : t.get<int64_t>() >= 0 && t.get<int64_t>() < tok.n_vocab();
-    if (!in_vocab)
-      throw ApiError(400, "'tokens': token " + t.dump() + " is outside the vocabulary (0 … " + std::to_string(tok.n_vocab() - 1) + ")", "tokens");
-    text += tok.token_to_piece(t.get<int32_t>(), true);
+    text += tok.token_to_piece(token_id(t, tok.n_vocab(), "tokens"), true);
   }
   // Ids that end inside a character: its bytes as U+FFFD, so the answer is JSON.
   return {{"content", utf8::sanitize(text)}};

@@ -82,7 +82,7 @@ std::string bad_slot_filename(const std::string& name) {
   if (name.empty()) return "is empty";
   // NAME_MAX (255) less what the atomic write's temporary ".NAME.PID.XXXXXX" adds.
   if (name.size() > 239) return "is longer than 239 bytes";
-  if (utf8::sanitize(name) != name) return "is not UTF-8";
+  if (!utf8::valid(name)) return "is not UTF-8";
   if (name.front() == '.') return "starts with '.' (hidden files and the atomic writes' temporary files are not slot files)";
   if (name.front() == ' ' || name.back() == ' ' || name.back() == '.') return "starts or ends with a space, or ends with '.'";
   for (size_t i = 0; i < name.size(); ++i) {
