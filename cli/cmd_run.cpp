@@ -173,7 +173,9 @@ int run(const RunCommand& c) {
   std::optional<Conversation> conv;
   if (c.chat && resuming)
     conv.emplace(*s.engine, tok, sampler, ChatTemplate::resolve(&s.file, c.chat_template), c.system, c.opts.keep);
-  // --session: a saved conversation replaces the empty cache, sampler state included.
+  // --session: a saved conversation replaces the empty cache, sampler state included; the save
+  // appends to the file what this run adds (the journal, from the load to the save).
+  SessionJournal journal;
   bool resumed = false;
   double restore_ms = 0;
   nlohmann::json messages = nlohmann::json::array();  // a first chat turn's, saved with its reply
@@ -188,7 +190,7 @@ int run(const RunCommand& c) {
       info = r.info;
       chat_state = r.chat_state;
     } else {
-      info = load_session(c.persist.session, *s.engine, fp, &sampler);
+      info = load_session(c.persist.session, *s.engine, fp, &sampler, -1, {}, &journal);
     }
     // A chat whose file's ring had evicted without an account starts its cache again (the
     // conversation runs anew, pinned by --keep): the notes on the saved pin do not apply.
@@ -361,10 +363,14 @@ int run(const RunCommand& c) {
     }
     // A failed save (a full disk) is reported after the output and the stats, which it would lose.
     try {
-      const uint64_t bytes = conv ? conv->save(c.persist.session, fp) : save_session(c.persist.session, *s.engine, fp, &sampler, conv_json);
+      const auto t0 = std::chrono::steady_clock::now();
+      const uint64_t bytes =
+          conv ? conv->save(c.persist.session, fp) : save_session(c.persist.session, *s.engine, fp, &sampler, conv_json, -1, &journal);
+      const uint64_t appended = (conv ? conv->journal() : journal).appended;
       if (!c.opts.quiet)
-        std::fprintf(stderr, "vkllm: session %s: saved %s tokens, %s\n", c.persist.session.c_str(), with_commas(cache.used()).c_str(),
-                     human_bytes(bytes).c_str());
+        std::fprintf(stderr, "vkllm: session %s: saved %s tokens, %s%s in %.1f ms\n", c.persist.session.c_str(),
+                     with_commas(cache.used()).c_str(), human_bytes(bytes).c_str(),
+                     appended ? (" (" + human_bytes(appended) + " appended)").c_str() : "", ms_since(t0));
     } catch (const Error& e) {
       save_error = e.what();
     }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Session restore vs re-prefill: prefill ~2,000 tokens (stories.txt on stories260K) and save the
 # session, then restore it in a fresh process. Reports the restore time (reading, validating and
-# uploading the KV rows), the prefill time it replaces, and their ratio (target ≥ 20×).
+# uploading the KV rows), the prefill time it replaces, and their ratio (target ≥ 20×); then the
+# saves: the first (the file written whole) against the next call's (8 more tokens, appended).
 # Usage: scripts/bench-session.sh [MODEL] [TEXT]
 set -euo pipefail
 . "$(dirname "$0")/bench-lib.sh"
@@ -36,3 +37,11 @@ echo "restore (read + validate + upload): ${best} ms"
 echo "TTFT of the continued run (restore + last token's logits + sampling): ${best_ttft} ms"
 awk -v p="$prefill_ms" -v r="$best" -v t="$best_ttft" \
   'BEGIN { printf "ratio: restore %.0fx faster than prefill; first token %.1fx sooner\n", (r > 0 ? p / r : 0), (t > 0 ? p / t : 0) }'
+# 3. The saves: the first call's wrote the file whole; a call that goes on for 8 tokens appends
+#    their rows and the state (docs/session-format.md, "Appending").
+save_ms() { sed -n 's/.*vkllm: session .*: saved .* in \([0-9.]*\) ms.*/\1/p' "$1"; }
+cp "$ses" "$work/next.vkv"
+"$vkllm" run -m "$model" --ctx "$ctx" --temp 0 -p '' -n 8 --session "$work/next.vkv" </dev/null >/dev/null 2>"$work/c.err"
+appended=$(sed -n 's/.*(\(.*\) appended).*/\1/p' "$work/c.err")
+echo "save, written whole ($n_tok tokens, $size bytes): $(save_ms "$work/a.err") ms"
+echo "save of the next call (8 more tokens, ${appended:-nothing} appended): $(save_ms "$work/c.err") ms"

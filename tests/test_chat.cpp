@@ -534,6 +534,155 @@ TEST_F(ChatConversation, SessionSavedAfterTheRingWrappedContinues) {
   expect_cache_consistent(b.conv, b.cache());
 }
 
+// A chat saved after every change appends to its file what the file lacks (the new rows and the
+// state), and each time the file loads into a fresh engine as exactly the chat that saved it:
+// tokens, rows, pin, evictions, sampler and messages; through a ring that wraps, /undo, /regen, a
+// save cut short, another writer, and /clear (whose dead rows make the file be written whole).
+TEST_F(ChatConversation, AppendedSavesLoadAsTheChatThatSavedThem) {
+  TempDir tmp;
+  const std::string file = tmp.path("chat.vkv");
+  constexpr uint32_t kCtx = 160;
+  SessionChat a(kCtx);
+  const auto same_as_loaded = [&](const std::string& path, const std::string& what) {
+    SCOPED_TRACE(what);
+    SessionChat b(kCtx, "");
+    b.conv.load(path, b.fp);
+    EXPECT_EQ(b.cache().tokens(), a.cache().tokens());
+    EXPECT_EQ(b.cache().keep(), a.cache().keep());
+    EXPECT_EQ(b.cache().evicted(), a.cache().evicted());
+    EXPECT_EQ(b.cache().read_rows(b.cache().used()), a.cache().read_rows(a.cache().used()));
+    EXPECT_EQ(b.rig.sampler.save_state(), a.rig.sampler.save_state());
+    EXPECT_EQ(b.conv.messages(), a.conv.messages());
+    EXPECT_EQ(b.conv.cached_sequence(), a.conv.cached_sequence());
+  };
+  const auto save = [&](const std::string& what) {
+    const uint64_t old_size = std::filesystem::exists(file) ? std::filesystem::file_size(file) : 0;
+    const uint64_t size = a.conv.save(file, a.fp);
+    EXPECT_EQ(size, std::filesystem::file_size(file)) << what;
+    same_as_loaded(file, what);
+    return std::pair{a.conv.journal().appended, size - old_size};
+  };
+  // This model's rows are small beside the state a save carries (the sampler's, the messages): the
+  // file would be written whole every few saves at the default growth.
+  a.conv.journal().max_growth = 100;
+  turn(a.conv, "Hello", 12);
+  EXPECT_EQ(save("first save").first, 0u);  // written whole
+  const uint64_t whole = std::filesystem::file_size(file), per_token = a.cache().bytes_per_token();
+  const uint32_t used = a.cache().used();
+  turn(a.conv, "Tell me more", 12);
+  const auto [appended, grown] = save("a turn");
+  EXPECT_EQ(appended, grown);
+  // The new tokens' rows and the state, not the rows the file had: a whole file's bytes less those.
+  const uint64_t now = save_session(tmp.path("whole.vkv"), a.rig.engine, a.fp, &a.rig.sampler, a.conv.state_json());
+  ASSERT_EQ(a.cache().evicted(), 0u);
+  const uint64_t added = a.cache().used() - used;
+  EXPECT_LE(appended, now - uint64_t{used} * per_token + 256) << now;
+  EXPECT_GE(appended, added * per_token + (now - a.cache().used() * per_token) - 64) << now;
+  a.conv.undo();
+  EXPECT_GT(save("/undo").first, 0u);  // no rows, the state of fewer tokens
+  for (int i = 0; i < 4; ++i) turn(a.conv, "And then?", 16);
+  ASSERT_GT(a.cache().evicted(), 0u);
+  EXPECT_GT(save("the ring wrapped").first, 0u);
+  a.conv.regen(up_to(16), kIgnore);
+  EXPECT_GT(save("/regen").first, 0u);
+
+  // A save cut short (a crash mid-append): the file loads as its last whole save, and the next
+  // save, from a journal that loaded it, cuts the unfinished bytes off.
+  const std::string saved = read_file(file), before = tmp.path("before.vkv");
+  std::ofstream(before, std::ios::binary).write(saved.data(), std::streamsize(saved.size()));
+  turn(a.conv, "Tell me more", 8);
+  a.conv.save(file, a.fp);
+  const uint64_t appended_last = a.conv.journal().appended;
+  const std::string full = read_file(file);
+  for (const uint64_t cut : {uint64_t{1}, uint64_t{31}, uint64_t{32}, appended_last / 2, appended_last - 1}) {
+    SCOPED_TRACE("cut " + std::to_string(cut));
+    std::ofstream(file, std::ios::binary | std::ios::trunc).write(full.data(), std::streamsize(saved.size() + cut));
+    const SessionInfo info = read_session_info(file);
+    EXPECT_EQ(info.unfinished_bytes, cut);
+    EXPECT_EQ(info.tokens, read_session_info(before).tokens);
+    EXPECT_EQ(info.conversation, read_session_info(before).conversation);
+  }
+  SessionChat c(kCtx, "");
+  c.conv.journal().max_growth = 100;
+  c.conv.load(file, c.fp);  // the state before the last turn, and cut bytes after it
+  turn(c.conv, "Tell me more", 8);
+  c.conv.save(file, c.fp);
+  EXPECT_GT(c.conv.journal().appended, 0u);
+  EXPECT_EQ(read_session_info(file).unfinished_bytes, 0u);
+  EXPECT_EQ(read_session_info(file).tokens, c.cache().tokens());
+  EXPECT_EQ(c.cache().tokens(), a.cache().tokens());  // the same turn again, greedy
+
+  // Another writer (a whole save by another process): the next save writes the file whole.
+  std::ofstream(file, std::ios::binary | std::ios::trunc).write(saved.data(), std::streamsize(saved.size()));
+  turn(a.conv, "And then?", 8);
+  EXPECT_EQ(save("after another writer").first, 0u);
+  EXPECT_GT(save("again").first, 0u);
+  // /clear: the rows the file holds are dead now; at the default growth the file is written whole, small again.
+  a.conv.journal().max_growth = 2;
+  a.conv.clear();
+  turn(a.conv, "Hi", 4);
+  EXPECT_EQ(save("/clear").first, 0u);
+  EXPECT_LT(std::filesystem::file_size(file), whole + uint64_t{a.cache().used()} * per_token);
+}
+
+// A flipped bit in a file with updates appended is refused (read_session_info checks what a load
+// checks before it touches the engine), but for the bytes of rows no update uses any more (and
+// their checksum): a load of such a file is the unflipped file's. Every byte of the frames and of HEAD, TOKS, UPDT and LIST
+// is flipped, and every 61st of the larger payloads (CONV, SAMP, the rows).
+TEST_F(ChatConversation, EveryByteFlipOfAnAppendedSessionIsRefused) {
+  TempDir tmp;
+  const std::string file = tmp.path("chat.vkv");
+  SessionChat a(160);
+  a.conv.journal().max_growth = 100;
+  for (const char* user : {"Hello", "Tell me more", "And then?"}) {
+    if (user == std::string("And then?")) a.conv.undo();  // the second exchange's rows are no longer used
+    turn(a.conv, user, 6);
+    a.conv.save(file, a.fp);
+  }
+  ASSERT_GT(a.conv.journal().appended, 0u);
+  const std::string bytes = read_file(file);
+  const SessionInfo good = read_session_info(file);
+  // Where the rows and the other large payloads are, by walking the frames.
+  std::vector<std::pair<size_t, size_t>> rows, large;
+  for (size_t at = 16; at + 16 <= bytes.size();) {
+    uint64_t len;
+    std::memcpy(&len, bytes.data() + at + 8, 8);
+    const bool is_rows = bytes.compare(at, 4, "KVDT") == 0 || bytes.compare(at, 4, "ROWS") == 0;
+    if (is_rows) rows.emplace_back(at + 16, at + 24 + len);  // payload and checksum
+    if (is_rows || bytes.compare(at, 4, "CONV") == 0 || bytes.compare(at, 4, "SAMP") == 0) large.emplace_back(at + 16, at + 16 + len);
+    at += 24 + len;
+  }
+  ASSERT_GE(rows.size(), 3u);
+  const auto in = [](const std::vector<std::pair<size_t, size_t>>& ranges, size_t i) {
+    return std::any_of(ranges.begin(), ranges.end(), [&](const auto& r) { return i >= r.first && i < r.second; });
+  };
+  const std::string flipped = tmp.path("flipped.vkv");
+  std::vector<size_t> accepted;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (in(large, i) && i % 61 != 0) continue;
+    std::string bad = bytes;
+    bad[i] = char(bad[i] ^ (1u << (i % 8)));
+    std::ofstream(flipped, std::ios::binary | std::ios::trunc).write(bad.data(), std::streamsize(bad.size()));
+    try {
+      const SessionInfo info = read_session_info(flipped);
+      accepted.push_back(i);
+      EXPECT_TRUE(in(rows, i)) << "flip at " << i;
+      EXPECT_EQ(info.tokens, good.tokens) << "flip at " << i;
+    } catch (const Error&) {
+    }
+  }
+  // Loads of a few accepted flips give the unflipped file's rows.
+  for (size_t k = 0; k < accepted.size(); k += std::max<size_t>(1, accepted.size() / 3)) {
+    std::string bad = bytes;
+    bad[accepted[k]] = char(bad[accepted[k]] ^ (1u << (accepted[k] % 8)));
+    std::ofstream(flipped, std::ios::binary | std::ios::trunc).write(bad.data(), std::streamsize(bad.size()));
+    SessionChat b(160, "");
+    b.conv.load(flipped, b.fp);
+    EXPECT_EQ(b.cache().read_rows(b.cache().used()), a.cache().read_rows(a.cache().used())) << "flip at " << accepted[k];
+  }
+  EXPECT_FALSE(accepted.empty());  // the undone exchange's rows
+}
+
 // Every refused load leaves the conversation, the cache (tokens and rows) and the sampler as
 // they were.
 TEST_F(ChatConversation, RefusedLoadChangesNothing) {

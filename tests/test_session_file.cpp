@@ -168,9 +168,13 @@ TEST(SessionFile, EveryByteFlipIsRefused) {
 TEST(SessionFile, MagicAndNewerVersion) {
   const SessionInfo s = make_info(3);
   std::vector<uint8_t> bytes = vkllm::encode_session(s, make_kv(s));
+  std::vector<uint8_t> v4 = bytes;
+  v4[8] = 4;
+  EXPECT_NE(error_for(v4).find("format version 4 is newer than this vkllm reads (3)"), std::string::npos) << error_for(v4);
+  // Version 3 (updates appended) says 6 sections: a version-2 file with only its version changed is damaged.
   std::vector<uint8_t> v3 = bytes;
   v3[8] = 3;
-  EXPECT_NE(error_for(v3).find("format version 3 is newer than this vkllm reads (2)"), std::string::npos) << error_for(v3);
+  EXPECT_NE(error_for(v3).find("offset 12: 5 sections, version 3 has 6"), std::string::npos) << error_for(v3);
   std::vector<uint8_t> v0 = bytes;
   v0[8] = 0;
   EXPECT_NE(error_for(v0).find("format version 0 is not supported"), std::string::npos) << error_for(v0);

@@ -90,6 +90,9 @@ class Conversation {
   // this account of the cache, so that a restored chat prefills only new tokens
   // (docs/session-format.md lists the keys).
   std::string state_json() const;
+  // What the session file last saved or loaded holds (save() appends to it where it can).
+  const SessionJournal& journal() const { return journal_; }
+  SessionJournal& journal() { return journal_; }
 
  private:
   static constexpr size_t kUnknown = SIZE_MAX;
@@ -171,6 +174,7 @@ class Conversation {
   uint32_t pinned_ = 0, pin_wanted_ = 0;
   bool reran_ = false;  // the last sync ran earlier turns again (the reply's budget counts its own tokens)
   std::string pinned_text_;      // the rendered text of the pinned tokens; "" when not known
+  mutable SessionJournal journal_;  // the session file's rows, so that a save appends (save() is const)
 };
 
 }  // namespace vkllm

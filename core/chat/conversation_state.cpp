@@ -93,7 +93,7 @@ std::string Conversation::state_json() const {
 }
 
 uint64_t Conversation::save(const std::string& path, const ModelFingerprint& model) const {
-  return save_session(path, engine_, model, &sampler_, state_json());
+  return save_session(path, engine_, model, &sampler_, state_json(), -1, &journal_);
 }
 
 Conversation::Saved Conversation::parse_state(const std::string& path, const SessionInfo& info) const {
@@ -255,7 +255,7 @@ void Conversation::rebuild_state(Saved& s, const SessionInfo& info) const {
 Conversation::Restored Conversation::load(const std::string& path, const ModelFingerprint& model) {
   Saved s;
   Restored r;
-  r.info = load_session(path, engine_, model, &sampler_, -1, [&](const SessionInfo& info) { s = parse_state(path, info); });
+  r.info = load_session(path, engine_, model, &sampler_, -1, [&](const SessionInfo& info) { s = parse_state(path, info); }, &journal_);
   // The cache and the sampler are the file's now; nothing below throws.
   messages_ = std::move(s.messages);
   system_ = std::move(s.system);

@@ -2,11 +2,21 @@
 #include "model/kv_cache.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "vk/commands.h"
 
 namespace vkllm {
+namespace {
+
+// Row ids (KvCache::row_ids) are drawn from one counter for every cache in the process.
+uint64_t new_row_ids(uint64_t n) {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(n);
+}
+
+}  // namespace
 
 uint32_t window_ring_for(const ModelConfig& c, const KvCacheOptions& o) {
   return o.swa_full ? 0 : window_ring_slots(c, o.capacity, std::max<uint32_t>(o.n_ubatch, 1));
@@ -156,6 +166,7 @@ int32_t KvCache::slot_of(uint32_t i) const {
 std::vector<int32_t> KvCache::append(std::span<const int32_t> tokens, std::vector<int32_t>& positions) {
   std::vector<int32_t> slots;
   slots.reserve(tokens.size());
+  uint64_t id = new_row_ids(tokens.size());
   for (int32_t tok : tokens) {
     // Serial numbers run on along the logical sequence (after a truncation, from the last kept).
     const int64_t serial = serial_.empty() ? 0 : serial_.back() + 1;
@@ -164,6 +175,7 @@ std::vector<int32_t> KvCache::append(std::span<const int32_t> tokens, std::vecto
       VKLLM_CHECK(n_window_ == 0, "pinned tokens after window tokens");
       slots.push_back(static_cast<int32_t>(n_pinned_));
       tokens_.push_back(tok);
+      row_ids_.push_back(id++);
       serial_.push_back(serial);
       if (!window_absent_.empty()) window_absent_.push_back(false);
       ++n_pinned_;
@@ -173,6 +185,7 @@ std::vector<int32_t> KvCache::append(std::span<const int32_t> tokens, std::vecto
     if (n_window_ < window_slots) {
       slots.push_back(static_cast<int32_t>(n_keep_ + (head_ + n_window_) % window_slots));
       tokens_.push_back(tok);
+      row_ids_.push_back(id++);
       serial_.push_back(serial);
       if (!window_absent_.empty()) window_absent_.push_back(false);
       ++n_window_;
@@ -181,6 +194,8 @@ std::vector<int32_t> KvCache::append(std::span<const int32_t> tokens, std::vecto
       head_ = (head_ + 1) % window_slots;
       tokens_.erase(tokens_.begin() + n_pinned_);
       tokens_.push_back(tok);
+      row_ids_.erase(row_ids_.begin() + n_pinned_);
+      row_ids_.push_back(id++);
       serial_.erase(serial_.begin() + n_pinned_);
       serial_.push_back(serial);
       if (!window_absent_.empty()) {
@@ -220,6 +235,7 @@ void KvCache::truncate(uint32_t n) {
     n_pinned_ = n_window_ = head_ = 0;
     n_evicted_ = rot_base_ = 0;
     tokens_.clear();
+    row_ids_.clear();
     serial_.clear();
     window_absent_.clear();
     std::fill(ring_serial_.begin(), ring_serial_.end(), -1);
@@ -236,6 +252,7 @@ void KvCache::truncate(uint32_t n) {
     head_ = 0;
   }
   tokens_.resize(n);
+  row_ids_.resize(n);
   serial_.resize(n);
   if (!window_absent_.empty()) window_absent_.resize(n);
 }
@@ -278,15 +295,15 @@ bool all_zero(const uint8_t* p, uint64_t n) {
 
 }  // namespace
 
-std::vector<uint8_t> KvCache::read_rows(uint32_t n) const {
-  VKLLM_CHECK(n <= used(), "read_rows beyond the cached tokens");
+std::vector<uint8_t> KvCache::read_rows(uint32_t first, uint32_t n) const {
+  VKLLM_CHECK(first <= used() && n <= used() - first, "read_rows beyond the cached tokens");
   // Runs of consecutive slots in logical order: at most three for the global layers (pinned, window
   // to the end of the ring, window from its start), so a layer is a handful of copies; a window
-  // ring's runs skip the tokens it no longer holds (their rows stay zero).
+  // ring's runs skip the tokens it no longer holds (their rows stay zero). Runs count from `first`.
   std::vector<Run> runs, ring_runs;
   for (uint32_t i = 0; i < n; ++i) {
-    add_to_runs(runs, i, static_cast<uint32_t>(slot_of(i)));
-    if (ring_slots_ && window_row_held(i)) add_to_runs(ring_runs, i, static_cast<uint32_t>(serial_[i] % ring_slots_));
+    add_to_runs(runs, i, static_cast<uint32_t>(slot_of(first + i)));
+    if (ring_slots_ && window_row_held(first + i)) add_to_runs(ring_runs, i, static_cast<uint32_t>(serial_[first + i] % ring_slots_));
   }
   const uint64_t layer_bytes = uint64_t{n} * (row_bytes_k_ + row_bytes_v_);
   std::vector<uint8_t> out(layer_bytes * k_.size());
@@ -359,6 +376,9 @@ bool KvCache::restore(std::span<const int32_t> tokens, uint32_t n_keep, uint64_t
   head_ = 0;
   n_evicted_ = n_evicted;
   tokens_.assign(tokens.begin(), tokens.end());
+  row_ids_.resize(n);
+  const uint64_t first_id = new_row_ids(n);
+  for (uint32_t i = 0; i < n; ++i) row_ids_[i] = first_id + i;
   serial_.resize(n);
   for (uint32_t i = 0; i < n; ++i) serial_[i] = i;
   std::fill(ring_serial_.begin(), ring_serial_.end(), -1);

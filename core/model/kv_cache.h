@@ -81,6 +81,10 @@ class KvCache {
   uint32_t keep() const { return n_keep_; }
   uint64_t evicted() const { return n_evicted_; }   // tokens overwritten since the last clear
   const std::vector<int32_t>& tokens() const { return tokens_; }  // logical sequence
+  // Per logical token, an id of its rows: given when the token's rows are written (append,
+  // restore), unique in the process (across caches too), kept while the token stays. Equal ids
+  // mean the same rows, so a session file's journal writes only the rows it does not hold yet.
+  const std::vector<uint64_t>& row_ids() const { return row_ids_; }
   CacheType type_k() const { return type_k_; }
   CacheType type_v() const { return type_v_; }
   uint64_t bytes_per_token() const { return bytes_per_token_; }
@@ -127,8 +131,10 @@ class KvCache {
   // Session files and the prompt cache (core/store/session_file.h) move rows in the *session layout*:
   // for each layer, K rows [n][row_bytes_k] then V rows [n][row_bytes_v], tokens in logical
   // order. read_rows copies the first n logical tokens (n ≤ used()) out of the device; a window
-  // layer's rows that its ring no longer holds are zeros.
-  std::vector<uint8_t> read_rows(uint32_t n) const;
+  // layer's rows that its ring no longer holds are zeros. read_rows(first, n) copies logical
+  // tokens [first, first + n) in the same layout (n rows a layer).
+  std::vector<uint8_t> read_rows(uint32_t n) const { return read_rows(0, n); }
+  std::vector<uint8_t> read_rows(uint32_t first, uint32_t n) const;
   // Replaces the whole cache: `tokens` become the logical sequence at slots 0…n−1 (logical i in
   // slot i, i.e. an unwrapped ring), the first min(n, n_keep) of them pinned, `rows` (session
   // layout, n tokens) uploaded. The caller has validated sizes: a mismatch is a bug. A window
@@ -168,6 +174,7 @@ class KvCache {
   uint32_t head_ = 0;      // window ring index of the oldest window token
   uint64_t n_evicted_ = 0;
   std::vector<int32_t> tokens_;  // logical sequence: pinned then window, oldest first
+  std::vector<uint64_t> row_ids_;  // per logical token: the id of its rows (row_ids())
   std::vector<Buffer> k_rot_;    // the rotated copy of K per layer (empty: none; a ring layer's unallocated)
   std::vector<int32_t> rot_;     // per slot: the position its rotated row is rotated at
   uint64_t rot_base_ = 0;        // evictions at the copy's last rebase

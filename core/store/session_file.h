@@ -4,8 +4,9 @@
 // ## Format, version 2 (little-endian; docs/session-format.md has the rationale)
 //
 //   offset 0   u8[8]  magic "VKLLMSES"
-//   offset 8   u32    format version (2; 1 is read too). A larger number is a newer vkllm's file: refused.
-//   offset 12  u32    section count (5)
+//   offset 8   u32    format version (2 for a file written whole; 3 once updates are appended, below;
+//                      1 is read too). A larger number is a newer vkllm's file: refused.
+//   offset 12  u32    section count (5; 6 in version 3, below)
 //   then the sections, in this order, each framed as
 //        u32 tag (4 ASCII bytes) · u32 0 · u64 length · u8 payload[length] · u64 XXH64(payload,
 //        seed = tag)
@@ -29,7 +30,26 @@
 //   SAMP  Sampler::save_state() (its own magic, version and checksum), or empty
 //   KVDT  for each layer: K rows [n_used][row_bytes_k], then V rows [n_used][row_bytes_v], in
 //         logical order — only the occupied slots, so the size grows with tokens, not capacity
-//   nothing after the last section.
+//   nothing after the last section (version 2).
+//
+// ## Updates (version 3)
+//
+// A later save of the same cache to the same file (save_session with a SessionJournal) appends an
+// update instead of rewriting the file: a version-3 file is a version-2 file (its *base*) followed
+// by updates. Its preamble says version 3 and 6 sections (the base's five, then updates; no single
+// flipped bit turns a version-2 preamble into this one). An update is framed as the sections above:
+//   UPDT  u64 the update's bytes, this section included
+//   ROWS  (where the file lacks rows) u32 n · u32 0 · for each layer: K rows [n][row_bytes_k], then
+//         V rows [n][row_bytes_v]: the rows of tokens the file did not hold yet
+//   HEAD, TOKS, CONV, SAMP  as in the base, for the state saved (HEAD's fingerprint, geometry and
+//         cache types the base's)
+//   LIST  u32 n_extents · u32 0 · n_extents × { u64 offset of a KVDT or ROWS section before it ·
+//         u32 first row in that section · u32 rows }: the logical sequence's rows, in order (the
+//         rows add up to HEAD's n_used)
+// The file holds the state of its last update (of its base without one). A file that ends inside
+// an update (before the bytes its UPDT counts) is a save cut short: that update is ignored
+// (SessionInfo::unfinished_bytes) and the next save cuts it off. Any other damage is refused.
+// The first append writes the version-3 preamble before anything else.
 //
 // Positions are logical indices and K is stored un-rotated (see kv_cache.h), so a restored
 // sequence goes to slots 0…n_used−1 of any cache with capacity ≥ n_used.
@@ -43,31 +63,17 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/engine.h"
-#include "gguf.h"
 #include "engine/sampler.h"
+#include "store/fingerprint.h"
 
 namespace vkllm {
 
-inline constexpr uint32_t kSessionVersion = 2;
+inline constexpr uint32_t kSessionVersion = 3;
 inline constexpr uint32_t kOldestSessionVersion = 1;  // read too: its HEAD has no rotation shifts
-
-// Identity of a model's bytes: same hash ⇔ same weights, tokenizer and template (practically).
-struct ModelFingerprint {
-  uint64_t hash = 0;
-  std::string name;  // general.name, else the file name without directory
-  std::string hex() const;  // 16 lower-case hex digits
-};
-// Hashes the metadata, the tensor table and up to 3 × 4 KiB of every tensor's data. Compute it
-// once per loaded model (it reads a few MiB of the mapping on a large model). A cache's rows depend
-// on the context too where the model has two sets of RoPE factors (Phi-3's LongRoPE: the long set
-// past rope.scaling.original_context_length): then which set a cache of n_ctx slots takes is
-// hashed and named, so that rows computed with the other set are another model's (a session is
-// refused, a prompt-cache entry not found).
-// RoPE flags that change the file's RoPE (rope_override_summary) are hashed too, and named.
-ModelFingerprint model_fingerprint(const gguf::File& f, uint32_t n_ctx, const RopeOverrides& rope = {});
 
 // What a session holds besides the KV rows.
 // load_session's refusal of a prefix whose sliding-window rows the file does not hold (the file
@@ -98,6 +104,30 @@ struct SessionInfo {
   std::string conversation;      // CONV, opaque
   std::vector<uint8_t> sampler;  // SAMP, may be empty
   uint64_t file_bytes = 0;
+  uint64_t unfinished_bytes = 0;  // (version 3) bytes after the last whole update, ignored
+};
+
+// What a session file on disk holds of one cache, kept by whoever saves that cache to the same file
+// again (the chat after every change; `run --session` from its load to its save), so that the next
+// save appends only the rows the file lacks and a small update ("Updates" above) instead of
+// rewriting the whole file. A file changed since by anyone else (another size, modification time
+// or inode) is rewritten whole, and so is one that an append would make larger than `max_growth`
+// times a whole file (the rows of evicted, undone or cleared tokens, and the old updates' states).
+struct SessionJournal {
+  struct Place {
+    uint64_t section = 0;  // offset of the KVDT or ROWS section that holds the row
+    uint32_t row = 0;      // the row within it
+  };
+  std::string path;                                // empty: nothing known, the next save is whole
+  uint64_t dev = 0, ino = 0, size = 0;             // the file as the last save or load left it
+  int64_t mtime_ns = 0;
+  uint64_t end = 0;                                // where the next update goes (after the last whole one)
+  uint64_t model = 0;                              // the fingerprint it was saved with
+  bool version3 = false;                           // offset 8 says 3 already
+  std::unordered_map<uint64_t, Place> rows;        // KvCache::row_ids() → where the file has that token's rows
+  uint64_t appended = 0;                           // bytes the last save appended (0: it wrote the file whole)
+  double max_growth = 2;                           // appends stop (the file is written whole) where the file would
+                                                   // outgrow this many times a whole file's size
 };
 
 // The bytes of a session file holding `info` and its KV rows (session layout, see
@@ -107,8 +137,10 @@ std::vector<uint8_t> encode_session(const SessionInfo& info, std::span<const uin
 // Saves the first `n_tokens` tokens of the engine's cache (all of them when n_tokens is −1),
 // with `sampler`'s state (none when null) and `conversation`, atomically
 // (gguf::write_file_atomic). Returns the file's size. Throws vkllm::Error naming the path.
+// With a `journal` of this file and cache (a whole save, n_tokens −1), appends an update instead
+// where it can; either way the journal then describes the file.
 uint64_t save_session(const std::string& path, const Engine& engine, const ModelFingerprint& model, const Sampler* sampler,
-                      const std::string& conversation, int64_t n_tokens = -1);
+                      const std::string& conversation, int64_t n_tokens = -1, SessionJournal* journal = nullptr);
 
 // Validates `path` against this engine and model, then replaces the cache with its first
 // `max_tokens` tokens (all when −1) and, when `sampler` is given and the file has a state,
@@ -116,9 +148,10 @@ uint64_t save_session(const std::string& path, const Engine& engine, const Model
 // session for this model and cache (a whole file whose pin fills the cache included). `check`, when given, sees the fully validated file last,
 // before anything changes, and refuses it by throwing (the chat checks its conversation there).
 // The caller then runs Generator::resume() (or prefills).
+// A whole load given a `journal` leaves it describing the file, so that the next save appends.
 using SessionCheck = std::function<void(const SessionInfo&)>;
 SessionInfo load_session(const std::string& path, Engine& engine, const ModelFingerprint& model, Sampler* sampler,
-                         int64_t max_tokens = -1, const SessionCheck& check = {});
+                         int64_t max_tokens = -1, const SessionCheck& check = {}, SessionJournal* journal = nullptr);
 
 // Parses and checks the framing and checksums of a whole file without an engine (tests, `vkllm
 // cache list`). `with_kv` false reads only HEAD and TOKS from disk (the prompt cache's index).
