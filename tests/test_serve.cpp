@@ -1409,6 +1409,16 @@ TEST(Serve, SlotFilesSaveRestoreAndErase) {
     ASSERT_EQ(status, 200) << again.dump();
     EXPECT_EQ(again["usage"]["prompt_tokens_details"]["cached_tokens"], n_prompt - 1) << again.dump();
     EXPECT_EQ(again["choices"][0]["text"], first_text);
+    // That sequence saves again to the file it restored: it appends the rows of the tokens it ran
+    // again (the prompt's last and the reply's), not the whole cache.
+    const uint64_t restored_size = std::filesystem::file_size(dir + "/max.bin");
+    const json resaved = action(c, 1 - id, "save", {{"filename", "max.bin"}}, &status);
+    ASSERT_EQ(status, 200) << resaved.dump();
+    EXPECT_EQ(resaved["n_saved"], held);
+    const uint64_t appended_size = std::filesystem::file_size(dir + "/max.bin");
+    EXPECT_EQ(resaved["n_written"].get<uint64_t>(), appended_size);
+    EXPECT_GT(appended_size, restored_size);
+    EXPECT_LT(appended_size - restored_size, restored_size / 2);
     // Refusals, none of which changes a sequence or a file.
     const uint64_t size = std::filesystem::file_size(dir + "/max.bin");
     std::ofstream(dir + "/bad.bin", std::ios::binary) << "not a session";

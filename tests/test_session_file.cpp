@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -88,6 +89,71 @@ std::vector<std::pair<std::string, uint64_t>> section_starts(const std::vector<u
     at += 24 + len;
   }
   return out;
+}
+
+// One section as session files frame it: tag, 0, length, payload, XXH64(payload, seed = tag).
+void put_section(std::vector<uint8_t>& out, const char* tag, std::span<const uint8_t> payload) {
+  uint32_t t;
+  std::memcpy(&t, tag, 4);
+  const uint64_t len = payload.size(), sum = XXH64(payload.data(), payload.size(), t);
+  const auto put = [&](const void* p, size_t n) { out.insert(out.end(), static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n); };
+  const uint32_t zero = 0;
+  put(&t, 4);
+  put(&zero, 4);
+  put(&len, 8);
+  put(payload.data(), payload.size());
+  put(&sum, 8);
+}
+
+// HEAD .. SAMP of `s` as encode_session writes them (the sections before KVDT).
+std::vector<uint8_t> state_sections(const SessionInfo& s) {
+  const std::vector<uint8_t> whole = vkllm::encode_session(s, make_kv(s));
+  const uint64_t kvdt = section_starts(whole).back().second;
+  return {whole.begin() + 16, whole.begin() + std::ptrdiff_t(kvdt)};
+}
+
+// A version-3 file: `base` written whole, then one update appended by hand as save_session
+// appends it: 5 new tokens' rows (ROWS) and the state of base + those 5 (LIST: the base's KVDT,
+// then the ROWS). `extents` replaces the LIST's extents when given.
+struct Appended {
+  std::vector<uint8_t> bytes;
+  uint64_t update_at = 0;  // where the update starts (the base's end)
+  SessionInfo state;       // what the update holds
+};
+Appended appended_file(const std::vector<std::array<uint64_t, 3>>* extents = nullptr, uint64_t model = 0) {
+  const SessionInfo base = make_info(10);
+  Appended a;
+  a.bytes = vkllm::encode_session(base, make_kv(base));
+  const uint32_t preamble[2] = {3, 6};
+  std::memcpy(a.bytes.data() + 8, preamble, 8);
+  const uint64_t kvdt = section_starts(a.bytes).back().second;
+  a.update_at = a.bytes.size();
+  a.state = make_info(15);
+  if (model) a.state.model.hash = model;
+  std::vector<uint8_t> body, rows(8 + 5 * 3 * (64 + 34), 0x5a);
+  const uint32_t five = 5;
+  std::memcpy(rows.data(), &five, 4);
+  std::memset(rows.data() + 4, 0, 4);
+  put_section(body, "ROWS", rows);
+  const std::vector<uint8_t> state = state_sections(a.state);
+  body.insert(body.end(), state.begin(), state.end());
+  const uint64_t rows_at = a.update_at + 32;
+  const std::vector<std::array<uint64_t, 3>> normal = {{kvdt, 0, 10}, {rows_at, 0, 5}};
+  const auto& xs = extents ? *extents : normal;
+  std::vector<uint8_t> list(8 + 16 * xs.size());
+  const uint32_t n = uint32_t(xs.size());
+  std::memcpy(list.data(), &n, 4);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const uint32_t first = uint32_t(xs[i][1]), count = uint32_t(xs[i][2]);
+    std::memcpy(list.data() + 8 + 16 * i, &xs[i][0], 8);
+    std::memcpy(list.data() + 16 + 16 * i, &first, 4);
+    std::memcpy(list.data() + 20 + 16 * i, &count, 4);
+  }
+  put_section(body, "LIST", list);
+  const uint64_t total = 32 + body.size();
+  put_section(a.bytes, "UPDT", std::span(reinterpret_cast<const uint8_t*>(&total), 8));
+  a.bytes.insert(a.bytes.end(), body.begin(), body.end());
+  return a;
 }
 
 }  // namespace
@@ -324,4 +390,53 @@ TEST(PromptCacheRule, WorthLoading) {
   EXPECT_FALSE(vkllm::worth_loading(4, 5));
   EXPECT_TRUE(vkllm::worth_loading(128, 2048));  // 1/16
   EXPECT_FALSE(vkllm::worth_loading(127, 2048));
+}
+
+// Version 3 (docs/session-format.md, "Appending"): the last whole update is the file's state; a
+// file cut inside an update reads as the one before (the unfinished bytes counted); every flipped
+// byte of the update is refused; so are LISTs that name what is not there, and an update of
+// another model.
+TEST(SessionFile, AnAppendedUpdateIsTheStateAndACutOneIsIgnored) {
+  const Appended a = appended_file();
+  const std::string path = tmp_path("v3.vkv");
+  write(path, a.bytes);
+  const SessionInfo r = vkllm::read_session_info(path);
+  EXPECT_EQ(r.tokens, a.state.tokens);
+  EXPECT_EQ(r.conversation, a.state.conversation);
+  EXPECT_EQ(r.unfinished_bytes, 0u);
+  EXPECT_EQ(vkllm::read_session_info(path, false).tokens, a.state.tokens);
+  const std::vector<int32_t> base_tokens = make_info(10).tokens;
+  for (uint64_t cut = a.update_at; cut < a.bytes.size(); ++cut) {
+    write(path, std::span(a.bytes).first(cut));
+    for (const bool with_kv : {true, false}) {
+      const SessionInfo b = vkllm::read_session_info(path, with_kv);
+      ASSERT_EQ(b.tokens, base_tokens) << "cut at " << cut;
+      EXPECT_EQ(b.unfinished_bytes, cut - a.update_at);
+    }
+  }
+  for (size_t i = a.update_at; i < a.bytes.size(); ++i) {
+    std::vector<uint8_t> bad = a.bytes;
+    bad[i] ^= uint8_t(1u << (i % 8));
+    ASSERT_FALSE(error_for(bad).empty()) << "flip at " << i << " was accepted";
+  }
+  // Bytes after a whole update that are no update: damage.
+  std::vector<uint8_t> junk = a.bytes;
+  junk.insert(junk.end(), {'X', 'Y', 'Z', 'W'});
+  EXPECT_NE(error_for(junk).find("expected section 'UPDT', found 'XYZW' (the file is corrupted)"), std::string::npos) << error_for(junk);
+
+  const uint64_t kvdt = section_starts(a.bytes)[4].second, rows_at = a.update_at + 32;
+  const std::vector<std::pair<std::vector<std::array<uint64_t, 3>>, std::string>> lists = {
+      {{{kvdt + 1, 0, 10}, {rows_at, 0, 5}}, "extent 0 names offset " + std::to_string(kvdt + 1) + ", where no KVDT or ROWS section begins"},
+      {{{kvdt, 0, 10}, {rows_at, 3, 5}}, "extent 1 takes rows 3 to 8 of a section of 5"},
+      {{{kvdt, 0, 10}, {rows_at, 0, 4}}, "14 rows for 15 tokens"},
+      {{{kvdt, 0, 11}, {rows_at, 0, 4}}, "extent 0 takes rows 0 to 11 of a section of 10"},
+  };
+  for (const auto& [extents, message] : lists) {
+    const std::string err = error_for(appended_file(&extents).bytes);
+    EXPECT_NE(err.find("section 'LIST' at offset"), std::string::npos) << err;
+    EXPECT_NE(err.find(message), std::string::npos) << err;
+  }
+  const std::string other = error_for(appended_file(nullptr, 42).bytes);
+  EXPECT_NE(other.find("an update's model or cache geometry differs from the first HEAD's (the file is corrupted)"), std::string::npos)
+      << other;
 }

@@ -455,13 +455,14 @@ SlotResult Scheduler::run_action(const SlotAction& a) {
   const auto t0 = std::chrono::steady_clock::now();
   // A file that is refused is the request's error (400); a save or a read that fails is the
   // server's (500). Either way nothing changed: load_session checks the whole file first, and a
-  // failed save leaves the previous file as it was (written atomically).
+  // failed save leaves the previous file as it was (written atomically, or an append cut off). A
+  // sequence's later save to the file it saved or restored appends what the file lacks.
   try {
     switch (a.kind) {
       case SlotAction::Kind::Save:
         r.tokens = cache.used();
         try {
-          r.bytes = save_session(a.path, *s.engine, *opts_.fingerprint, nullptr, "");
+          r.bytes = save_session(a.path, *s.engine, *opts_.fingerprint, nullptr, "", -1, &s.journal);
         } catch (const std::exception& e) {
           return {500, e.what()};
         }
@@ -471,7 +472,7 @@ SlotResult Scheduler::run_action(const SlotAction& a) {
         if (!std::filesystem::exists(a.path, ec)) return {404, a.path + ": no such slot file"};
         // The pin stays this sequence's (a chat's file pins its system prompt).
         const uint32_t keep = cache.keep();
-        const SessionInfo info = load_session(a.path, *s.engine, *opts_.fingerprint, nullptr);
+        const SessionInfo info = load_session(a.path, *s.engine, *opts_.fingerprint, nullptr, -1, {}, &s.journal);
         cache.set_keep(std::min(keep, cache.max_keep()));
         r.tokens = uint32_t(info.tokens.size());
         r.bytes = info.file_bytes;

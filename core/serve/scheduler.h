@@ -145,6 +145,7 @@ class Scheduler {
     uint64_t admitted = 0;     // admission order: the earliest prefilling job runs its chunk first
     uint64_t released = 0;     // bytes of the job's text released to it
     size_t reported = 0;       // its generated tokens whose log-probabilities were released
+    SessionJournal journal;    // the slot file it last saved or restored, so that a save appends
   };
   void loop();
   // The slot actions waiting, in order (device thread).
