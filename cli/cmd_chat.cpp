@@ -636,8 +636,8 @@ const ModelFingerprint& ChatSession::fingerprint() {
 // account of the cache (docs/chat.md, "Sessions").
 void ChatSession::save_session(const std::string& file) {
   const uint64_t bytes = conv_.save(file, fingerprint());
-  std::fprintf(stderr, "vkllm: /save: %s: %zu messages, %s tokens, %s\n", file.c_str(), conv_.messages().size(),
-               with_commas(s_.engine->cache().used()).c_str(), human_bytes(bytes).c_str());
+  std::fprintf(stderr, "vkllm: /save: %s: %zu messages, %s tokens, %s%s\n", file.c_str(), conv_.messages().size(),
+               with_commas(s_.engine->cache().used()).c_str(), human_bytes(bytes).c_str(), appended_note(conv_.journal()).c_str());
 }
 
 void ChatSession::restore(const std::string& file, const std::string& label, bool quiet) {
@@ -651,6 +651,7 @@ void ChatSession::restore(const std::string& file, const std::string& label, boo
   if (conv_.evicted() > 0) summary += " (" + with_commas(conv_.evicted()) + " evicted before)";
   summary += took;
   if (!r.chat_state) summary += "; no chat state in the file (vkllm run --chat): rebuilt from the messages";
+  summary += unfinished_save_note(r.info);
   if (!quiet) std::fprintf(stderr, "vkllm: %s: %s\n", label.c_str(), summary.c_str());
   if (const std::string note = apply_sampling_flags(file, sampler_, c_.opts.sampling, c_.sampling_flags); !c_.opts.quiet && !note.empty())
     std::fprintf(stderr, "vkllm: %s\n", note.c_str());

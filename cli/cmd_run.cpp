@@ -202,11 +202,12 @@ int run(const RunCommand& c) {
     restore_ms = ms_since(t0);
     resumed = true;
     if (!c.opts.quiet)
-      std::fprintf(stderr, "vkllm: session %s: %s tokens restored in %.2f ms%s\n", c.persist.session.c_str(),
+      std::fprintf(stderr, "vkllm: session %s: %s tokens restored in %.2f ms%s%s\n", c.persist.session.c_str(),
                    with_commas(info.tokens.size()).c_str(), restore_ms,
                    chat_state ? ""
                    : kept_cache ? "; no chat state in the file (its first turn): rebuilt from the messages"
-                                : "; no chat state in the file and its ring had evicted: the conversation runs again");
+                                : "; no chat state in the file and its ring had evicted: the conversation runs again",
+                   unfinished_save_note(info).c_str());
     // The saved sampler (parameters and RNG) continues the session, but for the sampling flags given.
     if (const std::string note = apply_sampling_flags(c.persist.session, sampler, c.opts.sampling, c.sampling_flags);
         !c.opts.quiet && !note.empty())
@@ -366,11 +367,10 @@ int run(const RunCommand& c) {
       const auto t0 = std::chrono::steady_clock::now();
       const uint64_t bytes =
           conv ? conv->save(c.persist.session, fp) : save_session(c.persist.session, *s.engine, fp, &sampler, conv_json, -1, &journal);
-      const uint64_t appended = (conv ? conv->journal() : journal).appended;
       if (!c.opts.quiet)
         std::fprintf(stderr, "vkllm: session %s: saved %s tokens, %s%s in %.1f ms\n", c.persist.session.c_str(),
-                     with_commas(cache.used()).c_str(), human_bytes(bytes).c_str(),
-                     appended ? (" (" + human_bytes(appended) + " appended)").c_str() : "", ms_since(t0));
+                     with_commas(cache.used()).c_str(), human_bytes(bytes).c_str(), appended_note(conv ? conv->journal() : journal).c_str(),
+                     ms_since(t0));
     } catch (const Error& e) {
       save_error = e.what();
     }

@@ -186,4 +186,14 @@ void print_cache_warnings(PromptCache& pc) {
   for (const std::string& w : pc.take_warnings()) std::fprintf(stderr, "vkllm: warning: %s\n", w.c_str());
 }
 
+std::string unfinished_save_note(const SessionInfo& info) {
+  if (info.unfinished_bytes == 0) return "";
+  return "; its last save did not finish: " + with_commas(info.unfinished_bytes) + " bytes after offset " +
+         std::to_string(info.file_bytes - info.unfinished_bytes) + " ignored (the next save cuts them off)";
+}
+
+std::string appended_note(const SessionJournal& journal) {
+  return journal.appended ? " (" + human_bytes(journal.appended) + " appended)" : "";
+}
+
 }  // namespace vkllm::cli

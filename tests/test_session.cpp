@@ -161,6 +161,37 @@ TEST_F(SessionTest, SplitThroughTheRingIsBitIdentical) {
   }
 }
 
+// A call's save appends to the session (the new tokens' rows and the state). A save cut short (the
+// file ends inside the last update, as after a kill mid-append) leaves the save before it: the next
+// call says so, continues from there exactly as the cut call did, and its save cuts the bytes off.
+TEST_F(SessionTest, ASaveCutShortLeavesTheSaveBefore) {
+  VKLLM_REQUIRE_SHARED(kModel);
+  const std::string s = path("cut.vkv");
+  const std::string run = model() + " --temp 0 --ignore-eos --json --session " + s;
+  const Result a = vkllm(run + " -p 'Once upon a time' -n 8");
+  ASSERT_EQ(a.rc, 0) << a.err;
+  EXPECT_EQ(a.err.find("appended"), std::string::npos) << a.err;  // the first save writes it whole
+  const uint64_t first = fs::file_size(s);
+  const Result b = vkllm(run + " -p '' -n 8");
+  ASSERT_EQ(b.rc, 0) << b.err;
+  EXPECT_NE(b.err.find("appended) in"), std::string::npos) << b.err;
+  const uint64_t second = fs::file_size(s);
+  ASSERT_GT(second, first);
+  fs::resize_file(s, second - 5);
+  const Result c = vkllm(run + " -p '' -n 8");
+  ASSERT_EQ(c.rc, 0) << c.err;
+  std::string cut_bytes = std::to_string(second - 5 - first);  // with thousands separators, as said
+  for (int at = int(cut_bytes.size()) - 3; at > 0; at -= 3) cut_bytes.insert(size_t(at), ",");
+  EXPECT_NE(c.err.find("its last save did not finish: " + cut_bytes + " bytes after offset " + std::to_string(first) + " ignored"),
+            std::string::npos)
+      << c.err;
+  EXPECT_EQ(tokens_of(c), tokens_of(b));
+  EXPECT_EQ(fs::file_size(s), second);  // the same update, written again after the cut
+  const Result d = vkllm(run + " -p '' -n 8");
+  ASSERT_EQ(d.rc, 0) << d.err;
+  EXPECT_EQ(d.err.find("did not finish"), std::string::npos) << d.err;
+}
+
 // Ctrl+C while an endless run (-n -1) generates stops it: the session is saved (that run has no
 // other way to end and keep what it made), the stats say "interrupted", the status is 130. SIGTERM
 // (`timeout`) and SIGHUP (a closed terminal) do the same, status 143 and 129 (they killed the run and
