@@ -93,6 +93,10 @@ class FileFetch {
   std::vector<std::vector<uint8_t>> pieces_;
 };
 
+SessionJournal::Geometry geometry_of(const SessionInfo& info) {
+  return {info.n_layer, info.n_head_kv, info.head_dim, info.type_k, info.type_v, info.row_bytes_k, info.row_bytes_v};
+}
+
 int64_t mtime_ns(const struct stat& st) { return int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec; }
 
 void note_file(SessionJournal& j, const std::string& path, const struct stat& st) {
@@ -253,7 +257,8 @@ uint64_t save_session(const std::string& path, const Engine& engine, const Model
   info.conversation = conversation;
   if (sampler) info.sampler = sampler->save_state();
   const bool whole_cache = n_tokens < 0;
-  if (journal && whole_cache && journal->path == path && journal->model == model.hash)
+  if (journal) journal->appended = 0;
+  if (journal && whole_cache && journal->path == path && journal->model == model.hash && journal->geometry == geometry_of(info))
     if (const std::optional<uint64_t> size = append_update(path, *journal, info, cache)) return *size;
   const std::vector<uint8_t> kv = cache.read_rows(n);
   const std::vector<uint8_t> bytes = encode_session(info, kv);
@@ -270,8 +275,8 @@ uint64_t save_session(const std::string& path, const Engine& engine, const Model
       note_file(*journal, path, st);
       journal->end = bytes.size();
       journal->model = model.hash;
+      journal->geometry = geometry_of(info);
       journal->version3 = false;
-      journal->appended = 0;
       journal->rows.clear();
       const uint64_t kv_at = bytes.size() - kFrameBytes - kv.size();
       for (uint32_t i = 0; i < n; ++i) journal->rows[cache.row_ids()[i]] = {kv_at, i};
@@ -365,10 +370,13 @@ SessionInfo load_session(const std::string& path, Engine& engine, const ModelFin
     // The cache's rows are the file's now: the next save appends what comes after them.
     journal->path.clear();
     struct stat st {};
-    if (n == n_used && ::stat(path.c_str(), &st) == 0 && uint64_t(st.st_size) == info.file_bytes) {
+    // (A version-1 file's HEAD has no rotation shifts: an update after it would not parse. It is
+    // written whole, as version 2, at the next save.)
+    if (n == n_used && p.version >= 2 && ::stat(path.c_str(), &st) == 0 && uint64_t(st.st_size) == info.file_bytes) {
       note_file(*journal, path, st);
       journal->end = p.end;
       journal->model = model.hash;
+      journal->geometry = geometry_of(info);
       journal->version3 = p.version >= 3;
       journal->appended = 0;
       journal->rows.clear();

@@ -123,6 +123,12 @@ struct SessionJournal {
   int64_t mtime_ns = 0;
   uint64_t end = 0;                                // where the next update goes (after the last whole one)
   uint64_t model = 0;                              // the fingerprint it was saved with
+  struct Geometry {                                // the cache it was saved from (an update must match the base)
+    uint32_t n_layer = 0, n_head_kv = 0, head_dim = 0;
+    CacheType type_k = CacheType::F16, type_v = CacheType::F16;
+    uint64_t row_bytes_k = 0, row_bytes_v = 0;
+    bool operator==(const Geometry&) const = default;
+  } geometry;
   bool version3 = false;                           // offset 8 says 3 already
   std::unordered_map<uint64_t, Place> rows;        // KvCache::row_ids() → where the file has that token's rows
   uint64_t appended = 0;                           // bytes the last save appended (0: it wrote the file whole)
