@@ -3,6 +3,7 @@
 #include "store/session_file.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -171,9 +172,14 @@ std::optional<uint64_t> append_update(const std::string& path, SessionJournal& j
 
   const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != j.dev || st.st_ino != j.ino || uint64_t(st.st_size) != j.size ||
-      mtime_ns(st) != j.mtime_ns) {
+  // Two processes appending to one file at once: the lock orders them, and the second then finds
+  // the file changed (another size) and writes it whole.
+  // (A whole write by another process renames a new file over the path: the one this descriptor
+  // holds would be gone.)
+  struct stat st {}, at_path {};
+  if (::flock(fd, LOCK_EX) != 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != j.dev || st.st_ino != j.ino ||
+      uint64_t(st.st_size) != j.size || mtime_ns(st) != j.mtime_ns || ::stat(path.c_str(), &at_path) != 0 || at_path.st_ino != st.st_ino ||
+      at_path.st_dev != st.st_dev) {
     ::close(fd);
     return std::nullopt;
   }
