@@ -625,6 +625,24 @@ TEST_F(ChatConversation, AppendedSavesLoadAsTheChatThatSavedThem) {
   EXPECT_LT(std::filesystem::file_size(file), whole + uint64_t{a.cache().used()} * per_token);
 }
 
+// A new system prompt empties the cache: a session saved before the next turn holds no pin
+// either, and loads (it was refused: its HEAD still pinned the old system prompt's tokens).
+TEST_F(ChatConversation, ASessionSavedAfterANewSystemPromptLoads) {
+  TempDir tmp;
+  SessionChat a(160);
+  turn(a.conv, "Hello", 6);
+  a.conv.set_system("You tell jokes.");
+  const std::string file = tmp.path("system.vkv");
+  a.conv.save(file, a.fp);
+  SessionChat b(160, "");
+  b.conv.load(file, b.fp);
+  EXPECT_EQ(b.conv.system(), "You tell jokes.");
+  EXPECT_EQ(b.conv.n_exchanges(), 1u);
+  const Turned ta = turn(a.conv, "And then?", 6), tb = turn(b.conv, "And then?", 6);
+  EXPECT_EQ(tb.text, ta.text);
+  EXPECT_EQ(b.cache().tokens(), a.cache().tokens());
+}
+
 // A flipped bit in a file with updates appended is refused (read_session_info checks what a load
 // checks before it touches the engine), but for the bytes of rows no update uses any more (and
 // their checksum): a load of such a file is the unflipped file's. Every byte of the frames and of HEAD, TOKS, UPDT and LIST

@@ -419,6 +419,18 @@ TEST(SessionFile, AnAppendedUpdateIsTheStateAndACutOneIsIgnored) {
     bad[i] ^= uint8_t(1u << (i % 8));
     ASSERT_FALSE(error_for(bad).empty()) << "flip at " << i << " was accepted";
   }
+  // Zeros to the end (a power loss can leave an append's length without its bytes): a save cut
+  // short, after the base or after an update.
+  for (const uint64_t at : {a.update_at, uint64_t(a.bytes.size())}) {
+    std::vector<uint8_t> zeros(a.bytes.begin(), a.bytes.begin() + std::ptrdiff_t(at));
+    zeros.resize(zeros.size() + 70000, 0);
+    write(path, zeros);
+    const SessionInfo z = vkllm::read_session_info(path);
+    EXPECT_EQ(z.tokens, at == a.update_at ? base_tokens : a.state.tokens);
+    EXPECT_EQ(z.unfinished_bytes, 70000u);
+    zeros.back() = 1;  // not zeros to the end: damage
+    EXPECT_NE(error_for(zeros).find("expected section 'UPDT', found '?\?\?\?' (the file is corrupted)"), std::string::npos) << error_for(zeros);
+  }
   // Bytes after a whole update that are no update: damage.
   std::vector<uint8_t> junk = a.bytes;
   junk.insert(junk.end(), {'X', 'Y', 'Z', 'W'});

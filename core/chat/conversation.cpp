@@ -142,7 +142,10 @@ uint32_t Conversation::pin_count(const std::vector<int32_t>& target) {
 }
 
 void Conversation::reset_cache() {
+  // The pin goes too: a save before the next turn must not pin what the cache no longer holds
+  // (its HEAD would disagree with the conversation's pin of 0, and the file would be refused).
   engine_.cache().truncate(0);
+  engine_.cache().set_keep(0);
   cached_.clear();
   n_tokens_ = 0;
   pinned_ = pin_wanted_ = 0;

@@ -462,7 +462,8 @@ SlotResult Scheduler::run_action(const SlotAction& a) {
       case SlotAction::Kind::Save:
         r.tokens = cache.used();
         try {
-          r.bytes = save_session(a.path, *s.engine, *opts_.fingerprint, nullptr, "", -1, &s.journal);
+          const uint64_t size = save_session(a.path, *s.engine, *opts_.fingerprint, nullptr, "", -1, &s.journal);
+          r.bytes = s.journal.appended ? s.journal.appended : size;  // what this save wrote
         } catch (const std::exception& e) {
           return {500, e.what()};
         }

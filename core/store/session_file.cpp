@@ -170,14 +170,16 @@ std::optional<uint64_t> append_update(const std::string& path, SessionJournal& j
   const uint64_t whole = kPreambleBytes + w.bytes().size() - (held < n ? kFrameBytes + 8 + (n - held) * row_bytes : 0) + n * row_bytes;
   if (double(j.end + total) > j.max_growth * double(whole)) return std::nullopt;
 
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  // Non-blocking: a FIFO put in the file's place would block the open (it is not appended to; the
+  // whole write refuses it).
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return std::nullopt;
   // Two processes appending to one file at once: the lock orders them, and the second then finds
   // the file changed (another size) and writes it whole.
   // (A whole write by another process renames a new file over the path: the one this descriptor
   // holds would be gone.)
   struct stat st {}, at_path {};
-  if (::flock(fd, LOCK_EX) != 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != j.dev || st.st_ino != j.ino ||
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || ::flock(fd, LOCK_EX) != 0 || ::fstat(fd, &st) != 0 || st.st_dev != j.dev || st.st_ino != j.ino ||
       uint64_t(st.st_size) != j.size || mtime_ns(st) != j.mtime_ns || ::stat(path.c_str(), &at_path) != 0 || at_path.st_ino != st.st_ino ||
       at_path.st_dev != st.st_dev) {
     ::close(fd);

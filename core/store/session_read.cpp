@@ -205,6 +205,15 @@ void parse_updates(const std::string& path, uint64_t file_size, const Fetch& fet
     // short (ignored), and any other damage is refused.
     if (at == file_size) break;
     const uint64_t left = file_size - at;
+    // Zeros to the end: an append the file's size took before its bytes (a power loss on some
+    // file systems), a save cut short too.
+    const auto all_zero = [](std::span<const uint8_t> b) { return std::all_of(b.begin(), b.end(), [](uint8_t x) { return x == 0; }); };
+    if (all_zero(fetch(at, std::min<uint64_t>(left, 16)))) {
+      bool zeros = true;
+      for (uint64_t pos = at + 16; zeros && pos < file_size; pos += 1 << 16)
+        zeros = all_zero(fetch(pos, std::min<uint64_t>(file_size - pos, 1 << 16)));
+      if (zeros) break;
+    }
     std::vector<uint8_t> frame(16);
     const uint32_t updt = tag_value("UPDT");
     const uint64_t eight = 8;
