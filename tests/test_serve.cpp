@@ -1419,6 +1419,19 @@ TEST(Serve, SlotFilesSaveRestoreAndErase) {
     EXPECT_EQ(resaved["n_written"].get<uint64_t>(), appended_size - restored_size);  // the bytes this save wrote
     EXPECT_GT(appended_size, restored_size);
     EXPECT_LT(appended_size - restored_size, restored_size / 2);
+    // A copy of it cut inside that update restores as the save before, and says what it ignored.
+    {
+      std::ifstream in(dir + "/max.bin", std::ios::binary);
+      std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      std::ofstream(dir + "/cut.bin", std::ios::binary).write(bytes.data(), std::streamsize(appended_size - 3));
+    }
+    const json cut = action(c, id, "restore", {{"filename", "cut.bin"}}, &status);
+    EXPECT_EQ(status, 200) << cut.dump();
+    EXPECT_EQ(cut["n_restored"], held);
+    EXPECT_EQ(cut["n_unfinished"].get<uint64_t>(), appended_size - 3 - restored_size) << cut.dump();
+    EXPECT_FALSE(resaved.contains("n_unfinished"));
+    std::filesystem::remove(dir + "/cut.bin");
+    action(c, id, "erase", json::object(), &status);
     // Refusals, none of which changes a sequence or a file.
     const uint64_t size = std::filesystem::file_size(dir + "/max.bin");
     std::ofstream(dir + "/bad.bin", std::ios::binary) << "not a session";

@@ -477,6 +477,7 @@ SlotResult Scheduler::run_action(const SlotAction& a) {
         cache.set_keep(std::min(keep, cache.max_keep()));
         r.tokens = uint32_t(info.tokens.size());
         r.bytes = info.file_bytes;
+        r.unfinished = info.unfinished_bytes;
         break;
       }
       case SlotAction::Kind::Erase:

@@ -104,7 +104,8 @@ struct SlotResult {
                         // refused, 500 a save or a read that failed
   std::string error;    // "" when done
   uint32_t tokens = 0;  // saved, restored or erased
-  uint64_t bytes = 0;   // the file's size
+  uint64_t bytes = 0;   // a save's bytes written; a restore's file size
+  uint64_t unfinished = 0;  // a restore's: bytes of a save cut short after the file's last whole one (ignored)
   double ms = 0;
 };
 

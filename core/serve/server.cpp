@@ -581,12 +581,14 @@ void HttpServer::routes() {
     if (!r.error.empty())
       throw ApiError(r.status, r.error, "", r.status == 503 ? "unavailable_error" : r.status == 404 ? "not_found_error" : r.status == 500 ? "server_error" : "invalid_request_error");
     json out = {{"id_slot", a.slot}};
-    if (a.kind == SlotAction::Kind::Save)
+    if (a.kind == SlotAction::Kind::Save) {
       out.update({{"filename", filename}, {"n_saved", r.tokens}, {"n_written", r.bytes}, {"timings", {{"save_ms", r.ms}}}});
-    else if (a.kind == SlotAction::Kind::Restore)
+    } else if (a.kind == SlotAction::Kind::Restore) {
       out.update({{"filename", filename}, {"n_restored", r.tokens}, {"n_read", r.bytes}, {"timings", {{"restore_ms", r.ms}}}});
-    else
+      if (r.unfinished) out["n_unfinished"] = r.unfinished;  // the file's last save was cut short: what was ignored
+    } else {
       out["n_erased"] = r.tokens;
+    }
     res.set_content(dump(out), "application/json");
   }));
 
