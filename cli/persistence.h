@@ -61,7 +61,7 @@ std::string apply_sampling_flags(const std::string& session, Sampler& restored, 
                                  std::span<CLI::Option* const> given);
 // "vkllm: warning: …" for each warning not printed yet.
 void print_cache_warnings(PromptCache& pc);
-// "; its last save did not finish: N bytes after offset X ignored (the next save cuts them)" for a
+// "; its last save did not finish: N bytes after offset X ignored (the next save cuts them off)" for a
 // session whose last appended update was cut short (SessionInfo::unfinished_bytes), else "".
 std::string unfinished_save_note(const SessionInfo& info);
 // " (N appended)" when the journal's last save appended, else "".

@@ -220,9 +220,12 @@ void parse_updates(const std::string& path, uint64_t file_size, const Fetch& fet
     std::memcpy(frame.data(), &updt, 4);
     std::memcpy(frame.data() + 8, &eight, 8);
     const auto present = fetch(at, std::min<uint64_t>(left, 16));
-    if (std::memcmp(present.data(), frame.data(), present.size()) != 0)
-      throw Error(path + ": offset " + std::to_string(at) + ": expected section 'UPDT', found '" +
-                  printable_tag(present.size() >= 4 ? *reinterpret_cast<const uint32_t*>(present.data()) : 0) + "' (the file is corrupted)");
+    if (std::memcmp(present.data(), frame.data(), present.size()) != 0) {
+      uint32_t found = 0;
+      std::memcpy(&found, present.data(), std::min<size_t>(present.size(), 4));
+      throw Error(path + ": offset " + std::to_string(at) + ": expected section 'UPDT', found '" + printable_tag(found) +
+                  "' (the file is corrupted)");
+    }
     if (left < kFrameBytes + 8) break;
     uint64_t total;
     std::memcpy(&total, checked_payload(path, fetch, at, Frame{updt, 8}).data(), 8);
