@@ -108,6 +108,25 @@ void note_file(SessionJournal& j, const std::string& path, const struct stat& st
   j.mtime_ns = mtime_ns(st);
 }
 
+// Makes `j` describe the file at `path` as just written or read (when it is still `size` bytes;
+// else `j` stays empty): updates go at `end`, and token i's rows (row_ids()[i]) are the i-th row of
+// `extents`.
+void start_journal(SessionJournal& j, const std::string& path, uint64_t size, uint64_t end, uint64_t model, const SessionInfo& info,
+                   bool version3, std::span<const uint64_t> ids, std::span<const Extent> extents) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || uint64_t(st.st_size) != size) return;
+  note_file(j, path, st);
+  j.end = end;
+  j.model = model;
+  j.geometry = geometry_of(info);
+  j.version3 = version3;
+  j.appended = 0;
+  j.rows.clear();
+  size_t i = 0;
+  for (const Extent& x : extents)
+    for (uint32_t r = 0; r < x.count; ++r) j.rows[ids[i++]] = {x.section, x.first + r};
+}
+
 // Writes all of `bytes` at `offset`; false (errno set) when it cannot.
 bool write_at(int fd, std::span<const uint8_t> bytes, uint64_t offset) {
   while (!bytes.empty()) {
@@ -276,18 +295,12 @@ uint64_t save_session(const std::string& path, const Engine& engine, const Model
     if (journal) journal->path.clear();
     throw Error(e.what());
   }
+  // The file as written: its KVDT holds row i of token i.
   if (journal) {
-    // The file as written: its KVDT holds row i of token i.
     journal->path.clear();
-    if (whole_cache && ::stat(path.c_str(), &st) == 0 && uint64_t(st.st_size) == bytes.size()) {
-      note_file(*journal, path, st);
-      journal->end = bytes.size();
-      journal->model = model.hash;
-      journal->geometry = geometry_of(info);
-      journal->version3 = false;
-      journal->rows.clear();
-      const uint64_t kv_at = bytes.size() - kFrameBytes - kv.size();
-      for (uint32_t i = 0; i < n; ++i) journal->rows[cache.row_ids()[i]] = {kv_at, i};
+    if (whole_cache) {
+      const Extent kvdt = {bytes.size() - kFrameBytes - kv.size(), 0, n};
+      start_journal(*journal, path, bytes.size(), bytes.size(), model.hash, info, false, cache.row_ids(), std::span(&kvdt, 1));
     }
   }
   return bytes.size();
@@ -374,24 +387,13 @@ SessionInfo load_session(const std::string& path, Engine& engine, const ModelFin
     throw MissingWindowRows(path + ": the sliding-window layers' rows of the " + std::to_string(engine.config().n_swa) + " tokens before token " +
                 std::to_string(n) + " are not in the file (its window rings had moved past them); load it whole");
   if (sampler && !info.sampler.empty()) *sampler = std::move(restored);
+  // The cache's rows are the file's now: the next save appends what comes after them. (A
+  // version-1 file's HEAD has no rotation shifts: an update after it would not parse. It is
+  // written whole, as version 2, at the next save.)
   if (journal) {
-    // The cache's rows are the file's now: the next save appends what comes after them.
     journal->path.clear();
-    struct stat st {};
-    // (A version-1 file's HEAD has no rotation shifts: an update after it would not parse. It is
-    // written whole, as version 2, at the next save.)
-    if (n == n_used && p.version >= 2 && ::stat(path.c_str(), &st) == 0 && uint64_t(st.st_size) == info.file_bytes) {
-      note_file(*journal, path, st);
-      journal->end = p.end;
-      journal->model = model.hash;
-      journal->geometry = geometry_of(info);
-      journal->version3 = p.version >= 3;
-      journal->appended = 0;
-      journal->rows.clear();
-      uint32_t i = 0;
-      for (const Extent& x : p.extents)
-        for (uint32_t r = 0; r < x.count; ++r) journal->rows[cache.row_ids()[i++]] = {x.section, x.first + r};
-    }
+    if (n == n_used && p.version >= 2)
+      start_journal(*journal, path, info.file_bytes, p.end, model.hash, info, p.version >= 3, cache.row_ids(), p.extents);
   }
   info.tokens.resize(n);
   return info;

@@ -208,7 +208,8 @@ void parse_updates(const std::string& path, uint64_t file_size, const Fetch& fet
     // Zeros to the end: an append the file's size took before its bytes (a power loss on some
     // file systems), a save cut short too.
     const auto all_zero = [](std::span<const uint8_t> b) { return std::all_of(b.begin(), b.end(), [](uint8_t x) { return x == 0; }); };
-    if (all_zero(fetch(at, std::min<uint64_t>(left, 16)))) {
+    const auto present = fetch(at, std::min<uint64_t>(left, 16));  // the UPDT header, or as much of it as there is
+    if (all_zero(present)) {
       bool zeros = true;
       for (uint64_t pos = at + 16; zeros && pos < file_size; pos += 1 << 16)
         zeros = all_zero(fetch(pos, std::min<uint64_t>(file_size - pos, 1 << 16)));
@@ -219,7 +220,6 @@ void parse_updates(const std::string& path, uint64_t file_size, const Fetch& fet
     const uint64_t eight = 8;
     std::memcpy(frame.data(), &updt, 4);
     std::memcpy(frame.data() + 8, &eight, 8);
-    const auto present = fetch(at, std::min<uint64_t>(left, 16));
     if (std::memcmp(present.data(), frame.data(), present.size()) != 0) {
       uint32_t found = 0;
       std::memcpy(&found, present.data(), std::min<size_t>(present.size(), 4));
