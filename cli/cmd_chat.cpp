@@ -786,8 +786,8 @@ int chat(const ChatCommand& c) {
   reply.n_predict = c.n_predict;
   reply.stop = c.stop;
   reply.grammar = read_grammar_flags(c.grammar);
-  check_speculative_options(c.speculative, c.opts.ubatch);
   reply.speculative = c.speculative;
+  check_speculative_options(reply.speculative, c.opts.ubatch, c.opts.model_draft);
   // Messages come from stdin: one that cannot be read (a directory) is refused before the load
   // (it read as an empty chat, status 0).
   if (struct stat st{}; ::fstat(STDIN_FILENO, &st) == 0 && S_ISDIR(st.st_mode))
@@ -801,7 +801,8 @@ int chat(const ChatCommand& c) {
     tmpl.emplace(ChatTemplate::resolve(&file, c.chat_template));
     if (resuming) precheck_session(c.session, file, capacity, opts);
   });
-  check_speculation(c.speculative, *s.engine, c.opts.quiet);
+  reply.speculative.draft_model = s.drafter.get();
+  check_speculation(reply.speculative, *s.engine, c.opts.quiet);
   Sampler sampler(c.opts.sampling);
   Conversation conv(*s.engine, *s.tokenizer, sampler, std::move(*tmpl), system, c.opts.keep);
   install_signals();
@@ -827,7 +828,7 @@ void add_chat_command(CLI::App& app) {
   add_stop_option(cmd, c->stop, "a reply");
   add_grammar_options(cmd, c->grammar);
   add_logit_bias_option(cmd, c->logit_bias);
-  add_speculative_options(cmd, c->speculative);
+  add_speculative_options(cmd, c->speculative, &c->opts.model_draft);
   add_session_option(cmd, c->session);
   cmd->callback([c] {
     // The session is gone (device objects freed) before the exit status leaves through CLI11.

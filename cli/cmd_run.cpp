@@ -138,7 +138,8 @@ int run(const RunCommand& c) {
   // Flags are checked before the model loads.
   const std::shared_ptr<const Grammar> grammar = read_grammar_flags(c.grammar);
   std::vector<std::pair<int32_t, float>> logit_bias = read_logit_bias(c.logit_bias, 0);
-  check_speculative_options(c.speculative, c.opts.ubatch);
+  SpeculativeOptions speculative = c.speculative;
+  check_speculative_options(speculative, c.opts.ubatch, c.opts.model_draft);
   const uint64_t prompt_cache_bytes = c.persist.prompt_cache() ? parse_size("--prompt-cache-size", c.persist.prompt_cache_size) : 0;
   const std::string pc_dir = c.persist.prompt_cache() ? prompt_cache_dir(c.persist) : "";
   if (!pc_dir.empty()) check_prompt_cache_dir(pc_dir);
@@ -160,7 +161,8 @@ int run(const RunCommand& c) {
     check_prompt_fits(p.tokens.size(), capacity, c.n_predict);
   });
   const Tokenizer& tok = *s.tokenizer;
-  check_speculation(c.speculative, *s.engine, c.opts.quiet);
+  speculative.draft_model = s.drafter.get();
+  check_speculation(speculative, *s.engine, c.opts.quiet);
   KvCache& cache = s.engine->cache();
   const bool persist = !c.persist.session.empty() || c.persist.prompt_cache();
   const ModelFingerprint fp = checked_fp ? *checked_fp : persist ? model_fingerprint(s.file, cache.capacity(), c.opts.rope) : ModelFingerprint{};
@@ -310,7 +312,7 @@ int run(const RunCommand& c) {
   go.top_logprobs = c.top_logprobs;
   go.grammar = grammar;
   go.logit_bias = logit_bias;
-  go.speculative = c.speculative;
+  go.speculative = speculative;
   std::string out, out_text;
   // Installed once the generation starts (a signal during the prefill ends the process at once) and
   // kept through the saves after it: a signal there lets the session and the prompt-cache entry be
@@ -398,7 +400,7 @@ int run(const RunCommand& c) {
         {"kv_evicted", cache.evicted()},
         {"seed", sampler.seed()},
     };
-    if (c.speculative.on()) {
+    if (speculative.on()) {
       j["draft_tokens"] = st.drafted;
       j["draft_accepted"] = st.draft_accepted;
     }
@@ -418,7 +420,7 @@ int run(const RunCommand& c) {
   } else if (!out.empty() || st.generated > 0) {
     if (stdout_is_tty()) std::printf("\n");
   }
-  if (!c.opts.quiet && !c.json) print_stats(st, cache, c.speculative.on());
+  if (!c.opts.quiet && !c.json) print_stats(st, cache, speculative.on());
   if (c.opts.profile) print_profile(s.engine->timings());
   if (!save_error.empty()) throw Error(save_error);
   return stopped_by_signal() ? 128 + g_stop_signal.load() : 0;
@@ -452,7 +454,7 @@ void add_run_command(CLI::App& app) {
       ->needs(logprobs);
   add_grammar_options(cmd, c->grammar);
   add_logit_bias_option(cmd, c->logit_bias);
-  add_speculative_options(cmd, c->speculative);
+  add_speculative_options(cmd, c->speculative, &c->opts.model_draft);
   add_persistence_options(cmd, c->persist);
   cmd->callback([c] {
     if (const int code = run(*c); code != 0) throw CLI::RuntimeError(code);

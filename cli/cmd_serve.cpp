@@ -99,7 +99,8 @@ void serve_forever(const ServeCommand& c) {
   serve::ServerOptions so = c.server;
   so.max_body = parse_size("--max-body", c.max_body);
   if (so.max_body < 1024) throw CLI::ValidationError("--max-body " + c.max_body + " is under 1KiB: no request would fit");
-  check_speculative_options(c.speculative, c.opts.ubatch);
+  SpeculativeOptions speculative = c.speculative;
+  check_speculative_options(speculative, c.opts.ubatch, "");
   const uint64_t prompt_cache_bytes = c.persist.prompt_cache() ? parse_size("--prompt-cache-size", c.persist.prompt_cache_size) : 0;
   const std::string pc_dir = c.persist.prompt_cache() ? prompt_cache_dir(c.persist) : "";
   if (!pc_dir.empty()) check_prompt_cache_dir(pc_dir);
@@ -123,7 +124,7 @@ void serve_forever(const ServeCommand& c) {
     resolved.emplace(ChatTemplate::resolve(&file, c.chat_template));
   });
   const Tokenizer& tok = *s.tokenizer;
-  check_speculation(c.speculative, *s.engine, c.opts.quiet);
+  check_speculation(speculative, *s.engine, c.opts.quiet);
   std::vector<Engine*> engines{s.engine.get()};
   for (const auto& e : s.more_engines) engines.push_back(e.get());
 
@@ -146,7 +147,7 @@ void serve_forever(const ServeCommand& c) {
   api.chat_template = &tmpl;
   api.defaults = o.sampling;
   api.context = s.engine->cache().capacity();
-  api.speculative = c.speculative;
+  api.speculative = speculative;
   api.max_draft = s.engine->max_chunk(true) - 1;
   so.model_name = std::filesystem::path(o.model).filename().string();
   so.model_path = o.model;
@@ -216,7 +217,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--slot-save-path", c->server.slot_save_path,
                   "Folder of the files POST /slots/{id}?action=save|restore writes and reads (made if missing; without it they are refused)")
       ->check([](const std::string& dir) { return dir.empty() ? std::string("an empty folder name would turn slot files off") : std::string(); });
-  add_speculative_options(cmd, c->speculative);
+  add_speculative_options(cmd, c->speculative, nullptr);
   add_prompt_cache_options(cmd, c->persist);
   cmd->callback([c] { serve_forever(*c); });
 }

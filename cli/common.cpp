@@ -166,8 +166,27 @@ std::shared_ptr<const Grammar> read_grammar_flags(const GrammarFlags& g) {
   }
 }
 
-void add_speculative_options(CLI::App* cmd, SpeculativeOptions& s) {
+void add_speculative_options(CLI::App* cmd, SpeculativeOptions& s, std::string* model_draft) {
   const std::string group = "Speculative decoding (docs/speculative.md)";
+  if (model_draft) {
+    cmd->add_option("--model-draft", *model_draft,
+                    "A smaller model of the same vocabulary that drafts tokens greedily for the model to verify in one pass "
+                    "(the same tokens, sooner)")
+        ->check(CLI::ExistingFile)
+        ->group(group);
+  } else {
+    cmd->add_option_function<std::string>(
+           "--model-draft",
+           [cmd](const std::string&) {
+             throw CLI::ValidationError("--model-draft: `vkllm " + cmd->get_name() +
+                                        "` runs no draft model yet (run and chat do; docs/speculative.md): use --spec-type ngram-simple");
+           },
+           "(run and chat only)")
+        ->group(group);
+  }
+  cmd->add_option("--draft-p-min", s.p_min, "With -md: a draft ends before a token the draft model gives less than this probability (default 0.8)")
+      ->check(CLI::Range(0.0f, 1.0f))
+      ->group(group);
   cmd->add_option_function<std::string>(
          "--spec-type", [&s](const std::string& v) { s.type = v == "ngram-simple" ? SpecType::NgramSimple : SpecType::None; },
          "none, or ngram-simple: draft the tokens that followed the last earlier occurrence of the context's final n-gram "
@@ -191,9 +210,14 @@ void check_draft_min_fits(const SpeculativeOptions& s, uint32_t pass, bool ubatc
 }
 }  // namespace
 
-void check_speculative_options(const SpeculativeOptions& s, uint32_t ubatch) {
+void check_speculative_options(SpeculativeOptions& s, uint32_t ubatch, const std::string& model_draft) {
+  if (!model_draft.empty()) {
+    if (s.type == SpecType::NgramSimple)
+      throw CLI::ValidationError("--model-draft and --spec-type ngram-simple are two sources of drafts: give one");
+    s.type = SpecType::DraftModel;
+  }
   for (const auto& [name, most] : {std::pair{"--draft-max", s.draft_max}, std::pair{"--spec-ngram-size-m", s.ngram_m}})
-    if (s.draft_min > most)
+    if (s.draft_min > most && !(s.type == SpecType::DraftModel && std::string(name) == "--spec-ngram-size-m"))
       throw CLI::ValidationError("--draft-min " + std::to_string(s.draft_min) + " is more than " + name + " " +
                                  std::to_string(most) + ": no draft could run");
   check_draft_min_fits(s, ubatch, true);  // an explicit --ubatch, before the model loads
@@ -206,9 +230,9 @@ void check_speculation(const SpeculativeOptions& s, const Engine& engine, bool q
   check_draft_min_fits(s, pass, pass == engine.ubatch());
   if (quiet || engine.verify_exact()) return;
   std::fprintf(stderr,
-               "vkllm: note: --spec-type is off for this model on %s: its window layers' lists would take one attention "
+               "vkllm: note: %s is off for this model on %s: its window layers' lists would take one attention "
                "kernel, then another, then the first again within a verify pass (docs/speculative.md)\n",
-               engine.context().info().name.c_str());
+               s.type == SpecType::DraftModel ? "--model-draft" : "--spec-type", engine.context().info().name.c_str());
 }
 
 std::string draft_summary(const GenerationStats& st) {
@@ -422,7 +446,7 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
   };
   if (o.ctx == 1) throw CLI::ValidationError("--ctx 1 is too small (at least 2 tokens)");
   if (o.ctx) check_keep(o.ctx);
-  Session s{gguf::File::open(o.model), nullptr, nullptr, nullptr, nullptr, nullptr, {}};
+  Session s{gguf::File::open(o.model), nullptr, nullptr, nullptr, nullptr, nullptr, {}, {}, nullptr, nullptr, nullptr};
   const ModelSummary summary = summarize_model(s.file, o.rope);
   const ModelConfig& c = summary.config;
 
@@ -448,6 +472,17 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
     std::fprintf(stderr, "vkllm: warning: a q4_0 KV cache with head dim %u: each 32-value block spans more than one head and takes "
                  "its scale from the largest, which costs quality (stories260K, head dim 8: perplexity 12.1, against 4.1 with f16 "
                  "or q8_0)\n", c.head_dim);
+  // The draft model (-md): its vocabulary must be the model's, its cache fit the same type; refused
+  // before anything loads.
+  std::optional<ModelSummary> draft;
+  if (!o.model_draft.empty()) {
+    s.draft_file.emplace(gguf::File::open(o.model_draft));
+    draft = summarize_model(*s.draft_file);
+    const std::string why = draft_vocab_mismatch(*s.tokenizer, Tokenizer::from_gguf(*s.draft_file));
+    if (!why.empty()) throw Error(o.model_draft + ": cannot draft for " + o.model + ": " + why);
+    if (!cache_type_fits(type_k, draft->config.n_embd_kv()))
+      throw Error(o.model_draft + ": the draft model's KV cache cannot be " + tk + ": " + cache_type_misfit(draft->config.n_embd_kv()));
+  }
   print_warnings(*s.tokenizer);
   ContextOptions co;
   co.device_index = o.device;
@@ -456,6 +491,9 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
   // internal error failed every step, and every request of the server).
   if (const std::string misfit = attention_kernel_misfit(*s.ctx, o.attention, c.head_dim, c.n_rot); !misfit.empty())
     throw Error("--attention " + attention_kernel_name(o.attention) + ": " + misfit + " (use --attention auto)");
+  if (draft)
+    if (const std::string misfit = attention_kernel_misfit(*s.ctx, o.attention, draft->config.head_dim, draft->config.n_rot); !misfit.empty())
+      throw Error("--attention " + attention_kernel_name(o.attention) + ": the draft model: " + misfit + " (use --attention auto)");
 
   // An explicit --keep past what window rings allow is refused for every command, before the weights
   // load (perplexity --stream, the chat and the server shortened it without a word; docs/models.md).
@@ -466,11 +504,19 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
     if (!refusal.empty()) throw CLI::ValidationError(refusal);
   }
   // Memory plan: refuse before allocating anything when it cannot fit the device-local heap.
-  // Every sequence has its own cache and activations; the weights are shared.
+  // Every sequence has its own cache and activations; the weights are shared. A draft model adds
+  // its weights, its cache (the same capacity and type) and its activations.
   const auto plan_for = [&](const EngineOptions& e) {
     MemoryPlan p = plan_memory(*s.ctx, c, summary.weight_bytes, e);
     p.kv_cache *= o.sequences;
     p.activations *= o.sequences;
+    if (draft) {
+      const MemoryPlan d = plan_memory(*s.ctx, draft->config, draft->weight_bytes, e);
+      p.weights += d.weights;
+      p.kv_cache += d.kv_cache;
+      p.activations += d.activations;
+      p.largest_binding = std::max(p.largest_binding, d.largest_binding);
+    }
     return p;
   };
   const MemoryPlan plan = plan_for(eo);
@@ -486,6 +532,10 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
     std::fprintf(stderr, "vkllm: memory: weights %s + KV cache %s + activations %s = %s of %s on %s\n",
                  human_bytes(plan.weights).c_str(), human_bytes(plan.kv_cache).c_str(), human_bytes(plan.activations).c_str(),
                  human_bytes(plan.total()).c_str(), human_bytes(heap).c_str(), s.ctx->info().name.c_str());
+    if (draft)
+      std::fprintf(stderr, "vkllm: draft model %s: %s params, %s (%.1f bpw, %s) · KV %s/token\n", o.model_draft.c_str(),
+                   human_count(draft->n_params).c_str(), draft->config.arch_name.c_str(), draft->bits_per_weight(),
+                   human_bytes(draft->weight_bytes).c_str(), human_bytes(kv_bytes_per_token(draft->config, type_k, type_v)).c_str());
     // As llama.cpp warns: positions past the trained context are where a model's output degrades
     // (past the context YaRN scales it to, where --rope-* flags or the file ask for YaRN).
     const uint32_t trained = c.n_ctx_rope();
@@ -551,6 +601,19 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
   }
   s.engine = std::make_unique<Engine>(*s.ctx, *s.pipelines, *s.model, eo);
   for (uint32_t i = 1; i < o.sequences; ++i) s.more_engines.push_back(std::make_unique<Engine>(*s.ctx, *s.pipelines, *s.model, eo));
+  if (draft) {
+    {
+      ProgressBar bar("loading the draft model", "bytes", o.quiet);
+      s.draft_model = std::make_unique<Model>(*s.ctx, *s.draft_file, [&](uint64_t done, uint64_t total) { bar.update(done, total); },
+                                              s.pipelines.get(), o.kernels);
+    }
+    s.draft_engine = std::make_unique<Engine>(*s.ctx, *s.pipelines, *s.draft_model, eo);
+    // Before anything is measured a draft token costs what its weights' bytes are of the model's: a
+    // step reads them once (on a GPU the measure of a step; a CPU driver's matvec is bound more by
+    // its arithmetic, about the same per byte).
+    s.drafter = std::make_unique<DraftModel>(*s.draft_engine, s.tokenizer->n_vocab(),
+                                             double(draft->weight_bytes) / double(std::max<uint64_t>(summary.weight_bytes, 1)));
+  }
   return s;
 }
 

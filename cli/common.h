@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/draft_model.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "gguf.h"
@@ -24,6 +25,7 @@ namespace vkllm::cli {
 
 struct RunOptions {
   std::string model;
+  std::string model_draft;  // -md: a draft model for speculative decoding (run, chat); empty: none
   std::optional<uint32_t> device;
   uint32_t ctx = 0;  // 0: min(trained context, 4096)
   std::string cache_type, cache_type_k, cache_type_v;  // empty: not given (f16)
@@ -68,12 +70,15 @@ void add_grammar_options(CLI::App* cmd, GrammarFlags& g);
 // The grammar those flags give, parsed (an error names the flag or the file), or null for none.
 std::shared_ptr<const Grammar> read_grammar_flags(const GrammarFlags& g);
 
-// llama.cpp's --spec-type (none, ngram-simple), --draft-max, --draft-min, --spec-ngram-size-n and
-// --spec-ngram-size-m: speculative decoding without a draft model (docs/speculative.md).
-void add_speculative_options(CLI::App* cmd, SpeculativeOptions& s);
+// llama.cpp's --spec-type (none, ngram-simple), --draft-max, --draft-min, --spec-ngram-size-n,
+// --spec-ngram-size-m, and -md/--model-draft with --draft-p-min: speculative decoding from the
+// context's n-grams or a draft model (docs/speculative.md). `model_draft` null: the command runs no
+// draft model (-md is then refused with a note).
+void add_speculative_options(CLI::App* cmd, SpeculativeOptions& s, std::string* model_draft);
 // Refuses a --draft-min past --draft-max, --spec-ngram-size-m or what a pass of an explicit
-// --ubatch (0: the device's) holds (no draft could ever run).
-void check_speculative_options(const SpeculativeOptions& s, uint32_t ubatch);
+// --ubatch (0: the device's) holds (no draft could ever run), and -md beside --spec-type
+// ngram-simple (one source of drafts); with -md the type becomes SpecType::DraftModel.
+void check_speculative_options(SpeculativeOptions& s, uint32_t ubatch, const std::string& model_draft);
 // Where speculation was asked for: refuses a --draft-min past the drafts one of the engine's
 // passes holds (--ubatch, a window ring), and says on stderr (unless quiet) when the engine
 // cannot verify drafts exactly (Engine::verify_exact): the generation steps plainly.
@@ -116,6 +121,12 @@ struct Session {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<Engine> engine;
   std::vector<std::unique_ptr<Engine>> more_engines;  // RunOptions::sequences − 1 more
+  // RunOptions::model_draft: the draft model, its engine (its own KV cache of the same capacity and
+  // type) and what drafts with them.
+  std::optional<gguf::File> draft_file;
+  std::unique_ptr<Model> draft_model;
+  std::unique_ptr<Engine> draft_engine;
+  std::unique_ptr<DraftModel> drafter;
 };
 // Opens the model, checks the memory plan against the device, uploads the weights (progress bar
 // on a terminal), builds the engine. Prints one summary line and the plan unless quiet.

@@ -86,7 +86,8 @@ void option_rules(CLI::App& app) {
 // `--stop -p`) is left as it is, as is all after a "--" that is no value.
 std::vector<char*> llama_cpp_spellings(int argc, char** argv, const CLI::App& command, std::deque<std::string>& storage) {
   static const std::map<std::string_view, const char*> renamed = {
-      {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-ub", "--ubatch"}, {"-np", "--parallel"}, {"-jf", "--json-schema-file"}};
+      {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-ub", "--ubatch"}, {"-np", "--parallel"}, {"-jf", "--json-schema-file"},
+      {"-md", "--model-draft"}};
   static const std::set<std::string_view> llama_cpp_words = {
       "-hf",   "-hfr",  "-hff",  "-hfv",   "-hffv", "-hft",   "-hfd",  "-hfrd", "-cnv",  "-no-cnv", "-mli",  "-sys", "-sysf",
       "-cb",   "-nocb", "-nkvo", "-fit",   "-fitt", "-fitc",  "-mg",   "-mu",   "-sm",   "-ts",     "-ctxcp", "-cram", "-cmoe",

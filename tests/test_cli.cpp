@@ -1590,6 +1590,118 @@ TEST(Cli, SpeculativeTokensAreThePlainOnes) {
   std::filesystem::remove(gemma3);
 }
 
+// A draft model (-md, docs/speculative.md "Draft models") gives the tokens plain steps give: the
+// same weights quantized to q4_0 draft for the q8_0 model, stories260K for a gemma3 with window
+// rings (one vocabulary), forced to draft at every step (3 tokens, whatever the draft model's
+// probability) and with the measured choice; greedy and seeded with penalties and log-probabilities,
+// a stop string, a grammar, a ring that wraps with a pin. Then a chat (the draft's cache follows
+// the turns, /undo and /regen), a session continued with and without it, and the refusals.
+TEST(Cli, DraftModelTokensAreThePlainOnes) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  VKLLM_REQUIRE_SHARED("models/synth-llama-q4_0.gguf");
+  VKLLM_REQUIRE_SHARED("models/synth-llama-q8_0.gguf");
+  const std::string gemma3 = testing::TempDir() + "/gemma3-draft.gguf";
+  make_gemma3_window_model(gemma3);
+  if (HasFatalFailure()) return;
+  const std::string q8 = model("synth-llama-q8_0.gguf"), q4 = model("synth-llama-q4_0.gguf"), stories = model("stories260K.gguf");
+  const std::string forced = " --draft-min 3 --draft-max 3 --draft-p-min 0";
+  const std::string sampled = " --temp 0.9 --seed 7 --repeat-penalty 1.2 --logprobs --top-logprobs 2";
+  struct Case {
+    std::string model, draft, args;
+  };
+  const std::vector<Case> cases = {
+      {q8, q4, "--temp 0 -n 60 --ignore-eos"},
+      {q8, q4, sampled + " -n 60 --ignore-eos"},
+      {q8, q4, "--temp 0 --ctx 48 --keep 10 -n 100 --ignore-eos"},
+      {stories, q4, "--temp 0 --ctx 250 -n 200 --stop 'the park'"},
+      {stories, q4, "--temp 0 --ctx 250 -n 60 --grammar 'root ::= ([a-z]+ \" \")+ [a-z]+ \".\"'"},
+      {gemma3, stories, "--temp 0 --ctx 64 --ubatch 8 -n 100 --ignore-eos"},
+      {gemma3, stories, sampled + " --ctx 64 --ubatch 8 -n 100 --ignore-eos"},
+  };
+  uint64_t drafted = 0, accepted = 0;
+  for (const Case& c : cases) {
+    const std::string base = "run --json -q -m " + c.model + " " + c.args;
+    SCOPED_TRACE(base);
+    const std::string prompt = "Once upon a time, Lily went to the park. She saw a big dog in the park.";
+    const Result plain = vkllm(base, prompt);
+    ASSERT_EQ(plain.status, 0) << plain.err;
+    const json want = json::parse(plain.out);
+    for (const std::string& spec : {forced, std::string()}) {
+      SCOPED_TRACE(spec);
+      const Result r = vkllm(base + " -md " + c.draft + spec, prompt);
+      ASSERT_EQ(r.status, 0) << r.err;
+      const json got = json::parse(r.out);
+      for (const char* key : {"tokens", "text", "stop_reason", "logprobs", "top_logprobs", "kv_tokens_used", "kv_evicted"})
+        EXPECT_EQ(got.value(key, json()), want.value(key, json())) << key;
+      ASSERT_TRUE(got.contains("draft_tokens"));
+      if (spec == forced) {
+        drafted += got["draft_tokens"].get<uint64_t>();
+        accepted += got["draft_accepted"].get<uint64_t>();
+      }
+    }
+  }
+  // The forced drafts ran, and the q4_0 copy's were often taken.
+  EXPECT_GT(drafted, 300u);
+  EXPECT_GT(accepted, 60u);
+
+  // A model drafting for itself, greedily, is always right: every draft is taken only if its cache
+  // follows the model's tokens exactly (the catch-up after each pass, a prompt in chunks, a chat's
+  // turns, an undone exchange and a regenerated reply).
+  for (const std::string chunks : {"", " --ubatch 8"}) {
+    const Result self = vkllm("run --json -q --temp 0 --ctx 250 -n 150 --ignore-eos -m " + stories + " -md " + stories + forced + chunks,
+                              "Once upon a time, Lily went to the park. She saw a big dog in the park.");
+    ASSERT_EQ(self.status, 0) << self.err;
+    const json j = json::parse(self.out);
+    EXPECT_GT(j["draft_tokens"].get<int>(), 100) << chunks;
+    EXPECT_EQ(j["draft_accepted"], j["draft_tokens"]) << chunks;
+  }
+  const std::string self_chat = "chat --chat-template chatml --ctx 400 -n 30 --temp 0 -m " + stories + " -md " + stories + forced;
+  const Result selfc = vkllm(self_chat, "Tell me about the little boat\nWhat did the boat do?\n/undo\nWhere did it go?\n/regen\nAnd then?\n/stats\n");
+  ASSERT_EQ(selfc.status, 0) << selfc.err;
+  EXPECT_NE(selfc.err.find(" taken (100%)"), std::string::npos) << selfc.err;
+
+  // A chat: each reply drafts over the whole conversation, after an undone and a regenerated turn.
+  const std::string chat = "chat -q --chat-template chatml --ctx 300 -n 24 --temp 0 -m " + q8;
+  const std::string turns = "Tell me about the little boat\nWhat did the boat do?\n/undo\nWhere did it go?\n/regen\nAnd then?\n";
+  const Result plain_chat = vkllm(chat, turns), draft_chat = vkllm(chat + " -md " + q4 + forced, turns);
+  ASSERT_EQ(plain_chat.status, 0) << plain_chat.err;
+  ASSERT_EQ(draft_chat.status, 0) << draft_chat.err;
+  EXPECT_GT(plain_chat.out.size(), 40u);
+  EXPECT_EQ(draft_chat.out, plain_chat.out);
+
+  // A session saved with drafts continues without them and the other way round (the draft's cache
+  // is not saved: it catches up with the session's tokens at its first draft).
+  const std::string session = testing::TempDir() + "/draft.session";
+  const std::string run = "run --json -q --temp 0 --ignore-eos --ctx 96 -m " + q8, prompt = " -p 'Once upon a time, Lily went to the park.'";
+  expect_session_continues(run, prompt, 30, session, " -md " + q4 + forced, "");
+  expect_session_continues(run, prompt, 30, session, "", " -md " + q4 + forced);
+  std::filesystem::remove(gemma3);
+}
+
+// A draft model of another vocabulary is refused before anything loads, naming the file and the
+// first difference; -md beside --spec-type ngram-simple, and -md for the server, are bad command
+// lines.
+TEST(Cli, DraftModelRefusals) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  VKLLM_REQUIRE_SHARED("models/synth-qwen2-q4_0.gguf");
+  const std::string stories = model("stories260K.gguf"), qwen = model("synth-qwen2-q4_0.gguf");
+  const Result other = vkllm("run -m " + stories + " -md " + qwen + " -p Once -n 4");
+  EXPECT_EQ(other.status, 1);
+  EXPECT_NE(other.err.find(qwen + ": cannot draft for " + stories + ": its tokenizer is gpt2, the model's llama"), std::string::npos)
+      << other.err;
+  EXPECT_EQ(other.err.find("memory:"), std::string::npos) << other.err;
+  EXPECT_EQ(std::count(other.err.begin(), other.err.end(), '\n'), 1) << other.err;
+  const Result both = vkllm("run -m " + stories + " -md " + stories + " --spec-type ngram-simple -p Once -n 4");
+  EXPECT_EQ(both.status, 2);
+  EXPECT_NE(both.err.find("--model-draft and --spec-type ngram-simple are two sources of drafts"), std::string::npos) << both.err;
+  const Result serve = vkllm("serve -m " + stories + " -md " + stories + " --port 1");
+  EXPECT_EQ(serve.status, 2);
+  EXPECT_NE(serve.err.find("--model-draft: `vkllm serve` runs no draft model yet"), std::string::npos) << serve.err;
+  const Result missing = vkllm("run -m " + stories + " -md " + testing::TempDir() + "/no-such-draft.gguf -p Once -n 4");
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_NE(missing.err.find("no-such-draft.gguf"), std::string::npos) << missing.err;
+}
+
 // After a speculative run the cache holds what a plain run's holds: a session saved by one and
 // continued without speculation equals one plain run, and the other way round.
 TEST(Cli, SpeculativeRunsLeaveThePlainCache) {

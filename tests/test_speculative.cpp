@@ -65,6 +65,32 @@ TEST(DraftLength, NoDraftsWhereTheyAreRefused) {
   EXPECT_LT(steps, 1000);
 }
 
+// A draft model's drafts: the prior acceptance is --draft-p-min's, and a draft cut short by it
+// (none at all, or fewer tokens than chosen, all taken) counts one refused position, so a draft
+// model that is never sure enough stops being asked; plain steps bring it back some time later.
+TEST(DraftLength, DraftsCutShortCountAsRefusals) {
+  DraftLength d(0.3, 0.8);
+  EXPECT_DOUBLE_EQ(d.acceptance(), 0.8);
+  const RelativeCost with_drafting = [&](uint32_t n) { return d.relative_cost(n) + 0.1 * (n - 1); };
+  EXPECT_GT(d.choose(16, 0, with_drafting), 0u);
+  // Empty drafts (the draft model under p_min at once): one-token passes cut short.
+  for (int i = 0; i < 6; ++i) d.observe(1, 0, 10.0, true);
+  EXPECT_LT(d.acceptance(), 0.3);
+  EXPECT_EQ(d.choose(16, 0, with_drafting), 0u);
+  int steps = 0;
+  while (d.choose(16, 0, with_drafting) == 0 && steps < 1000) d.observe(1, 0, 10.0), ++steps;
+  EXPECT_GT(steps, 10);
+  EXPECT_LT(steps, 1000);
+  // Two drafts, both taken, then the draft model stopped: 2 of 3 positions.
+  DraftLength e(0.3, 0.5);
+  for (int i = 0; i < 40; ++i) e.observe(3, 2, 13.0, true);
+  EXPECT_NEAR(e.acceptance(), 2.0 / 3.0, 0.02);
+  // Cut short after a refusal: the position past the refusal was never tried, nothing more counts.
+  DraftLength f(0.3, 0.5);
+  for (int i = 0; i < 40; ++i) f.observe(3, 1, 13.0, true);
+  EXPECT_NEAR(f.acceptance(), 0.5, 0.02);
+}
+
 TEST(DraftLength, MeasuredCostsOverrideThePrior) {
   DraftLength d(0.3);
   EXPECT_DOUBLE_EQ(d.relative_cost(1), 1.0);

@@ -1,6 +1,8 @@
 // Prefix reuse, the sampling loop, stop strings.
 #include "engine/generate.h"
 
+#include "engine/draft_model.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -169,7 +171,8 @@ void Generator::generate(const GenerateOptions& o, const TextSink& on_text, cons
 void Generator::start(const GenerateOptions& o) {
   if (logits_.empty()) throw Error("nothing to continue from: the prompt is empty and the cache holds no tokens");
   run_.emplace(Run{o, StreamDecoder(tok_), {}, o.n_predict, 0, -1, -1, 0, {}, std::chrono::steady_clock::now(), {}});
-  if (o.speculative.on() && !draft_length_) draft_length_.emplace();
+  if (o.speculative.on() && !draft_length_)
+    draft_length_.emplace(0.3, o.speculative.type == SpecType::DraftModel ? std::max(0.5, double(o.speculative.p_min)) : 0.5);
   if (o.grammar) {
     if (!grammar_vocab_) grammar_vocab_ = std::make_shared<const GrammarVocab>(tok_);
     run_->grammar.emplace(o.grammar, grammar_vocab_);
@@ -213,19 +216,37 @@ bool Generator::speculating() const {
 
 std::vector<int32_t> Generator::draft(int32_t tok, const RelativeCost& cost) {
   VKLLM_CHECK(run_.has_value() && draft_length_, "Generator::draft without a speculative start()");
-  const Run& r = *run_;
+  Run& r = *run_;
+  r.draft_cut = false;
   const SpeculativeOptions& so = r.opts.speculative;
   const KvCache& cache = engine_.cache();
   // Drafts never make the ring evict (a refused one would have taken tokens a plain step keeps),
   // never go past the tokens left to sample, and fit one pass.
+  const bool model = so.type == SpecType::DraftModel;
   int64_t room = std::min<int64_t>({int64_t{cache.capacity()} - cache.used() - 1, int64_t{engine_.max_chunk(true)} - 1,
-                                    int64_t{so.draft_max}, int64_t{so.ngram_m}});
+                                    int64_t{so.draft_max}, model ? int64_t{so.draft_max} : int64_t{so.ngram_m}});
   if (r.limit >= 0) room = std::min(room, r.limit - r.sampled);
   if (room <= 0) return {};
   std::vector<int32_t> history = cache.tokens();
   history.push_back(tok);
-  std::vector<int32_t> d = ngram_draft(history, so.ngram_n, uint32_t(room));
-  d.resize(draft_length_->choose(uint32_t(d.size()), so.draft_min, cost));
+  if (!model) {
+    std::vector<int32_t> d = ngram_draft(history, so.ngram_n, uint32_t(room));
+    d.resize(draft_length_->choose(uint32_t(d.size()), so.draft_min, cost));
+    return d;
+  }
+  // A draft model's tokens cost its steps as well as the pass: the length is chosen before they are
+  // drafted, with each drafted token at what the draft model measured against a target step.
+  VKLLM_CHECK(so.draft_model != nullptr, "SpecType::DraftModel without a draft model");
+  DraftModel& dm = *so.draft_model;
+  const double ratio = dm.cost_ratio(draft_length_->step_ms());
+  const RelativeCost with_drafting = [&](uint32_t n) {
+    return (cost ? cost(n) : draft_length_->relative_cost(n)) + double(n - 1) * ratio;
+  };
+  const uint32_t k = draft_length_->choose(uint32_t(room), so.draft_min, with_drafting);
+  if (k == 0) return {};
+  std::vector<int32_t> d = dm.propose(history, k, so.p_min);
+  r.draft_cut = d.size() < k;
+  if (d.size() < so.draft_min) d.clear();  // as llama.cpp: a draft shorter than --draft-min is not run
   return d;
 }
 
@@ -264,7 +285,7 @@ bool Generator::take_pass(std::span<const int32_t> pass, std::span<const float> 
   }
   cut();
   stats_.draft_accepted += accepted;
-  draft_length_->observe(uint32_t(n), accepted, ms);
+  draft_length_->observe(uint32_t(n), accepted, ms, std::exchange(run_->draft_cut, false));
   return go_on;
 }
 

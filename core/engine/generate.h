@@ -171,6 +171,7 @@ class Generator {
     uint32_t decoded = 0; // bytes of text decoded so far (before a stop string cuts it)
     std::optional<GrammarMatcher> grammar;  // where the text stands in opts.grammar
     std::chrono::steady_clock::time_point t_start, t_first;
+    bool draft_cut = false;  // the last draft() ended before the length chosen (DraftLength::observe)
   };
   // A verify pass of the sampled token and its draft (draft(), decode_columns, take_pass).
   bool speculate(int32_t tok, const TextSink& on_text);

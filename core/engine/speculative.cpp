@@ -65,10 +65,10 @@ uint32_t DraftLength::choose(uint32_t available, uint32_t draft_min, const Relat
   return std::max(best, draft_min);
 }
 
-void DraftLength::observe(uint32_t n, uint32_t accepted, double ms) {
+void DraftLength::observe(uint32_t n, uint32_t accepted, double ms, bool cut_short) {
   if (n == 0) return;
   average_cost(cost_ms_, n, ms);
-  if (n == 1) {
+  if (n == 1 && !cut_short) {
     // A plain step: the acceptance evidence fades toward the prior a little, so a run of refused
     // drafts does not switch drafting off for good.
     hits_ *= 0.98;
@@ -77,7 +77,7 @@ void DraftLength::observe(uint32_t n, uint32_t accepted, double ms) {
   }
   const uint32_t drafted = n - 1;
   hits_ = hits_ * k_decay + accepted;
-  tries_ = tries_ * k_decay + std::min(accepted + 1, drafted);
+  tries_ = tries_ * k_decay + std::min(accepted + 1, drafted) + (cut_short && accepted == drafted ? 1 : 0);
 }
 
 void PassCost::observe(uint32_t n, double ms) { average_cost(ms_, n, ms); }

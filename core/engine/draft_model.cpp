@@ -1,0 +1,72 @@
+// The draft model's proposals and the vocabulary check.
+#include "engine/draft_model.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "engine/generate.h"
+
+namespace vkllm {
+
+std::string draft_vocab_mismatch(const Tokenizer& target, const Tokenizer& draft) {
+  if (target.model() != draft.model())
+    return "its tokenizer is " + draft.model() + ", the model's " + target.model();
+  const auto differ = [](const char* what, int32_t t, int32_t d) {
+    return std::string(what) + " " + std::to_string(d) + ", the model's " + std::to_string(t);
+  };
+  if (target.bos() != draft.bos()) return differ("its BOS token is", target.bos(), draft.bos());
+  if (target.eos() != draft.eos()) return differ("its EOS token is", target.eos(), draft.eos());
+  if (target.add_bos() != draft.add_bos() || target.add_eos() != draft.add_eos())
+    return "it adds BOS/EOS to a prompt differently from the model";
+  const int32_t nt = target.n_vocab(), nd = draft.n_vocab();
+  constexpr int32_t k_max_difference = 128;  // llama.cpp's SPEC_VOCAB_MAX_SIZE_DIFFERENCE
+  if (std::abs(nt - nd) > k_max_difference)
+    return "its vocabulary has " + std::to_string(nd) + " tokens, the model's " + std::to_string(nt) + " (at most " +
+           std::to_string(k_max_difference) + " apart)";
+  for (int32_t id = 5; id < std::min(nt, nd); ++id)
+    if (target.token_text(id) != draft.token_text(id))
+      return "token " + std::to_string(id) + " is '" + draft.token_text(id) + "', the model's '" + target.token_text(id) + "'";
+  return "";
+}
+
+DraftModel::DraftModel(Engine& engine, int32_t target_vocab, double prior_ratio)
+    : engine_(engine), target_vocab_(target_vocab), prior_ratio_(prior_ratio) {}
+
+std::vector<int32_t> DraftModel::propose(std::span<const int32_t> context, uint32_t max, float p_min) {
+  std::vector<int32_t> draft;
+  if (context.empty() || max == 0) return draft;
+  const auto t0 = std::chrono::steady_clock::now();
+  KvCache& cache = engine_.cache();
+  // Keep the longest prefix of the context the draft's cache holds (less the context's last token,
+  // whose logits are needed); the rest runs as a prompt. A cache whose ring evicted holds no prefix.
+  const uint32_t keep = reusable_prefix(cache, context);
+  cache.truncate(keep);
+  const std::vector<float>* logits = &engine_.decode(context.subspan(keep), LogitsMode::Last);
+  uint32_t passes = 1;
+  for (;;) {
+    // The most likely token (the lowest id among equals) and its probability under the softmax.
+    const std::vector<float>& l = *logits;
+    const size_t best = size_t(std::max_element(l.begin(), l.end()) - l.begin());
+    double sum = 0.0;
+    for (float v : l) sum += std::exp(double(v) - l[best]);
+    if (1.0 / sum < p_min || int64_t(best) >= target_vocab_) break;
+    draft.push_back(int32_t(best));
+    if (draft.size() >= max) break;
+    const int32_t tok = draft.back();
+    logits = &engine_.decode(std::span(&tok, 1), LogitsMode::Last);
+    ++passes;
+  }
+  // A decaying sum, so the cost follows the context's growth and the device's pace.
+  constexpr double k_decay = 0.8;
+  ms_ = ms_ * k_decay + std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  passes_ = passes_ * k_decay + passes;
+  return draft;
+}
+
+double DraftModel::cost_ratio(double target_step_ms) const {
+  const double per_pass = ms_per_pass();
+  return per_pass > 0 && target_step_ms > 0 ? per_pass / target_step_ms : prior_ratio_;
+}
+
+}  // namespace vkllm

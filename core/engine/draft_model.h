@@ -1,0 +1,53 @@
+// Speculative decoding with a draft model (llama.cpp's -md/--model-draft): a smaller model of
+// the same vocabulary runs greedily ahead of the target, and the target verifies its tokens in
+// one pass (Generator::take_pass keeps only what plain sampling would have produced).
+// docs/speculative.md, "Draft models".
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "text/tokenizer.h"
+
+namespace vkllm {
+
+// Why `draft`'s tokenizer cannot draft for `target`'s ("" where it can), with llama.cpp's rules
+// (common_speculative_are_compatible): the same tokenizer model, the same BOS/EOS ids and whether
+// they are added, vocabularies within 128 tokens of each other, and the same text for every id
+// from 5 up to the smaller vocabulary (ids 0–4 are control tokens some conversions renumber).
+std::string draft_vocab_mismatch(const Tokenizer& target, const Tokenizer& draft);
+
+// The draft model's side: its own engine and KV cache, which follows the target's tokens. Each
+// proposal first brings its cache to the target's context (the longest prefix it still holds is
+// kept, the rest runs as a prompt chunk), then decodes greedily, one token per step.
+class DraftModel {
+ public:
+  // `engine` runs the draft model (its cache at least the target's capacity); `target_vocab` bounds
+  // the ids a draft may hold; `prior_ratio` is what a draft token costs against a target step
+  // before any is measured (the ratio of the weights' bytes: what a step reads).
+  DraftModel(Engine& engine, int32_t target_vocab, double prior_ratio);
+
+  // At most `max` tokens that follow `context`, each the draft model's most likely next token,
+  // stopping before one whose probability is under p_min (llama.cpp's --draft-p-min). `context`
+  // (the target's tokens and the token just sampled) plus max − 1 tokens must fit the draft's cache.
+  std::vector<int32_t> propose(std::span<const int32_t> context, uint32_t max, float p_min);
+
+  // What one of the draft model's passes costs, in ms: the moving average of the proposals' time
+  // (their catch-up of the context included) over their passes (a proposal of k tokens runs k: the
+  // catch-up gives the first token's logits, the last token is not run); 0 before any.
+  double ms_per_pass() const { return passes_ > 0 ? ms_ / passes_ : 0.0; }
+  // A draft pass's cost in target steps of `target_step_ms` (the prior until both are measured).
+  double cost_ratio(double target_step_ms) const;
+
+  Engine& engine() { return engine_; }
+
+ private:
+  Engine& engine_;
+  int32_t target_vocab_;
+  double prior_ratio_;
+  double ms_ = 0, passes_ = 0;  // decaying sums of the proposals' time and passes
+};
+
+}  // namespace vkllm
