@@ -801,7 +801,7 @@ int chat(const ChatCommand& c) {
     tmpl.emplace(ChatTemplate::resolve(&file, c.chat_template));
     if (resuming) precheck_session(c.session, file, capacity, opts);
   });
-  reply.speculative.draft_model = s.drafter.get();
+  reply.speculative.draft_model = s.drafter();
   check_speculation(reply.speculative, *s.engine, c.opts.quiet);
   Sampler sampler(c.opts.sampling);
   Conversation conv(*s.engine, *s.tokenizer, sampler, std::move(*tmpl), system, c.opts.keep);
@@ -828,7 +828,7 @@ void add_chat_command(CLI::App& app) {
   add_stop_option(cmd, c->stop, "a reply");
   add_grammar_options(cmd, c->grammar);
   add_logit_bias_option(cmd, c->logit_bias);
-  add_speculative_options(cmd, c->speculative, &c->opts.model_draft);
+  add_speculative_options(cmd, c->speculative, c->opts.model_draft);
   add_session_option(cmd, c->session);
   cmd->callback([c] {
     // The session is gone (device objects freed) before the exit status leaves through CLI11.

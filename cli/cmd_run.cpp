@@ -161,7 +161,7 @@ int run(const RunCommand& c) {
     check_prompt_fits(p.tokens.size(), capacity, c.n_predict);
   });
   const Tokenizer& tok = *s.tokenizer;
-  speculative.draft_model = s.drafter.get();
+  speculative.draft_model = s.drafter();
   check_speculation(speculative, *s.engine, c.opts.quiet);
   KvCache& cache = s.engine->cache();
   const bool persist = !c.persist.session.empty() || c.persist.prompt_cache();
@@ -454,7 +454,7 @@ void add_run_command(CLI::App& app) {
       ->needs(logprobs);
   add_grammar_options(cmd, c->grammar);
   add_logit_bias_option(cmd, c->logit_bias);
-  add_speculative_options(cmd, c->speculative, &c->opts.model_draft);
+  add_speculative_options(cmd, c->speculative, c->opts.model_draft);
   add_persistence_options(cmd, c->persist);
   cmd->callback([c] {
     if (const int code = run(*c); code != 0) throw CLI::RuntimeError(code);

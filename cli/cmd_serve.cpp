@@ -100,7 +100,7 @@ void serve_forever(const ServeCommand& c) {
   so.max_body = parse_size("--max-body", c.max_body);
   if (so.max_body < 1024) throw CLI::ValidationError("--max-body " + c.max_body + " is under 1KiB: no request would fit");
   SpeculativeOptions speculative = c.speculative;
-  check_speculative_options(speculative, c.opts.ubatch, "");
+  check_speculative_options(speculative, c.opts.ubatch, c.opts.model_draft);
   const uint64_t prompt_cache_bytes = c.persist.prompt_cache() ? parse_size("--prompt-cache-size", c.persist.prompt_cache_size) : 0;
   const std::string pc_dir = c.persist.prompt_cache() ? prompt_cache_dir(c.persist) : "";
   if (!pc_dir.empty()) check_prompt_cache_dir(pc_dir);
@@ -139,6 +139,7 @@ void serve_forever(const ServeCommand& c) {
   sched_opts.prompt_cache = pc ? &*pc : nullptr;
   sched_opts.fingerprint = fp ? &*fp : nullptr;
   sched_opts.log = [](const std::string& line) { std::fprintf(stderr, "vkllm: %s\n", line.c_str()); };
+  for (const auto& d : s.drafters) sched_opts.drafters.push_back(d.get());
   serve::Scheduler sched(engines, tok, metrics, sched_opts);
 
   const ChatTemplate& tmpl = *resolved;
@@ -217,7 +218,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--slot-save-path", c->server.slot_save_path,
                   "Folder of the files POST /slots/{id}?action=save|restore writes and reads (made if missing; without it they are refused)")
       ->check([](const std::string& dir) { return dir.empty() ? std::string("an empty folder name would turn slot files off") : std::string(); });
-  add_speculative_options(cmd, c->speculative, nullptr);
+  add_speculative_options(cmd, c->speculative, c->opts.model_draft);
   add_prompt_cache_options(cmd, c->persist);
   cmd->callback([c] { serve_forever(*c); });
 }

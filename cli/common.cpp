@@ -166,24 +166,13 @@ std::shared_ptr<const Grammar> read_grammar_flags(const GrammarFlags& g) {
   }
 }
 
-void add_speculative_options(CLI::App* cmd, SpeculativeOptions& s, std::string* model_draft) {
+void add_speculative_options(CLI::App* cmd, SpeculativeOptions& s, std::string& model_draft) {
   const std::string group = "Speculative decoding (docs/speculative.md)";
-  if (model_draft) {
-    cmd->add_option("--model-draft", *model_draft,
-                    "A smaller model of the same vocabulary that drafts tokens greedily for the model to verify in one pass "
-                    "(the same tokens, sooner)")
-        ->check(CLI::ExistingFile)
-        ->group(group);
-  } else {
-    cmd->add_option_function<std::string>(
-           "--model-draft",
-           [cmd](const std::string&) {
-             throw CLI::ValidationError("--model-draft: `vkllm " + cmd->get_name() +
-                                        "` runs no draft model yet (run and chat do; docs/speculative.md): use --spec-type ngram-simple");
-           },
-           "(run and chat only)")
-        ->group(group);
-  }
+  cmd->add_option("--model-draft", model_draft,
+                  "A smaller model of the same vocabulary that drafts tokens greedily for the model to verify in one pass "
+                  "(the same tokens, sooner)")
+      ->check(CLI::ExistingFile)
+      ->group(group);
   cmd->add_option("--draft-p-min", s.p_min, "With -md: a draft ends before a token the draft model gives less than this probability (default 0.8)")
       ->check(CLI::Range(0.0f, 1.0f))
       ->group(group);
@@ -446,7 +435,7 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
   };
   if (o.ctx == 1) throw CLI::ValidationError("--ctx 1 is too small (at least 2 tokens)");
   if (o.ctx) check_keep(o.ctx);
-  Session s{gguf::File::open(o.model), nullptr, nullptr, nullptr, nullptr, nullptr, {}, {}, nullptr, nullptr, nullptr};
+  Session s{gguf::File::open(o.model), nullptr, nullptr, nullptr, nullptr, nullptr, {}, {}, nullptr, {}, {}};
   const ModelSummary summary = summarize_model(s.file, o.rope);
   const ModelConfig& c = summary.config;
 
@@ -513,8 +502,8 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
     if (draft) {
       const MemoryPlan d = plan_memory(*s.ctx, draft->config, draft->weight_bytes, e);
       p.weights += d.weights;
-      p.kv_cache += d.kv_cache;
-      p.activations += d.activations;
+      p.kv_cache += d.kv_cache * o.sequences;
+      p.activations += d.activations * o.sequences;
       p.largest_binding = std::max(p.largest_binding, d.largest_binding);
     }
     return p;
@@ -607,12 +596,14 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
       s.draft_model = std::make_unique<Model>(*s.ctx, *s.draft_file, [&](uint64_t done, uint64_t total) { bar.update(done, total); },
                                               s.pipelines.get(), o.kernels);
     }
-    s.draft_engine = std::make_unique<Engine>(*s.ctx, *s.pipelines, *s.draft_model, eo);
-    // Before anything is measured a draft token costs what its weights' bytes are of the model's: a
+    // Before anything is measured a draft pass costs what its weights' bytes are of the model's: a
     // step reads them once (on a GPU the measure of a step; a CPU driver's matvec is bound more by
     // its arithmetic, about the same per byte).
-    s.drafter = std::make_unique<DraftModel>(*s.draft_engine, s.tokenizer->n_vocab(),
-                                             double(draft->weight_bytes) / double(std::max<uint64_t>(summary.weight_bytes, 1)));
+    const double ratio = double(draft->weight_bytes) / double(std::max<uint64_t>(summary.weight_bytes, 1));
+    for (uint32_t i = 0; i < o.sequences; ++i) {
+      s.draft_engines.push_back(std::make_unique<Engine>(*s.ctx, *s.pipelines, *s.draft_model, eo));
+      s.drafters.push_back(std::make_unique<DraftModel>(*s.draft_engines.back(), s.tokenizer->n_vocab(), ratio));
+    }
   }
   return s;
 }

@@ -72,9 +72,8 @@ std::shared_ptr<const Grammar> read_grammar_flags(const GrammarFlags& g);
 
 // llama.cpp's --spec-type (none, ngram-simple), --draft-max, --draft-min, --spec-ngram-size-n,
 // --spec-ngram-size-m, and -md/--model-draft with --draft-p-min: speculative decoding from the
-// context's n-grams or a draft model (docs/speculative.md). `model_draft` null: the command runs no
-// draft model (-md is then refused with a note).
-void add_speculative_options(CLI::App* cmd, SpeculativeOptions& s, std::string* model_draft);
+// context's n-grams or a draft model (docs/speculative.md).
+void add_speculative_options(CLI::App* cmd, SpeculativeOptions& s, std::string& model_draft);
 // Refuses a --draft-min past --draft-max, --spec-ngram-size-m or what a pass of an explicit
 // --ubatch (0: the device's) holds (no draft could ever run), and -md beside --spec-type
 // ngram-simple (one source of drafts); with -md the type becomes SpecType::DraftModel.
@@ -121,12 +120,13 @@ struct Session {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<Engine> engine;
   std::vector<std::unique_ptr<Engine>> more_engines;  // RunOptions::sequences − 1 more
-  // RunOptions::model_draft: the draft model, its engine (its own KV cache of the same capacity and
-  // type) and what drafts with them.
+  // RunOptions::model_draft: the draft model, and per sequence its engine (its own KV cache of the
+  // same capacity and type) and what drafts with it.
   std::optional<gguf::File> draft_file;
   std::unique_ptr<Model> draft_model;
-  std::unique_ptr<Engine> draft_engine;
-  std::unique_ptr<DraftModel> drafter;
+  std::vector<std::unique_ptr<Engine>> draft_engines;
+  std::vector<std::unique_ptr<DraftModel>> drafters;
+  DraftModel* drafter() const { return drafters.empty() ? nullptr : drafters[0].get(); }  // the first sequence's
 };
 // Opens the model, checks the memory plan against the device, uploads the weights (progress bar
 // on a terminal), builds the engine. Prints one summary line and the plan unless quiet.

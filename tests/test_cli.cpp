@@ -1679,8 +1679,8 @@ TEST(Cli, DraftModelTokensAreThePlainOnes) {
 }
 
 // A draft model of another vocabulary is refused before anything loads, naming the file and the
-// first difference; -md beside --spec-type ngram-simple, and -md for the server, are bad command
-// lines.
+// first difference; -md beside --spec-type ngram-simple, or a missing draft file, is a bad command
+// line.
 TEST(Cli, DraftModelRefusals) {
   VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
   VKLLM_REQUIRE_SHARED("models/synth-qwen2-q4_0.gguf");
@@ -1694,9 +1694,6 @@ TEST(Cli, DraftModelRefusals) {
   const Result both = vkllm("run -m " + stories + " -md " + stories + " --spec-type ngram-simple -p Once -n 4");
   EXPECT_EQ(both.status, 2);
   EXPECT_NE(both.err.find("--model-draft and --spec-type ngram-simple are two sources of drafts"), std::string::npos) << both.err;
-  const Result serve = vkllm("serve -m " + stories + " -md " + stories + " --port 1");
-  EXPECT_EQ(serve.status, 2);
-  EXPECT_NE(serve.err.find("--model-draft: `vkllm serve` runs no draft model yet"), std::string::npos) << serve.err;
   const Result missing = vkllm("run -m " + stories + " -md " + testing::TempDir() + "/no-such-draft.gguf -p Once -n 4");
   EXPECT_EQ(missing.status, 2);
   EXPECT_NE(missing.err.find("no-such-draft.gguf"), std::string::npos) << missing.err;

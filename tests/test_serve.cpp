@@ -475,6 +475,54 @@ TEST(Serve, SpeculativeRepliesAreRunsReplies) {
   }
 }
 
+// A draft model (-md) in the server: every sequence drafts with its own draft cache, in the steps
+// it shares with the others, and the replies are `vkllm run`'s, one at a time and four at once:
+// stories260K drafting for itself (greedy replies take every draft) and a q4_0 copy drafting for
+// the q8_0 synthetic model. A request's speculative.p_min must be a probability.
+TEST(Serve, DraftModelRepliesAreRunsReplies) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  VKLLM_REQUIRE_SHARED("models/synth-llama-q4_0.gguf");
+  VKLLM_REQUIRE_SHARED("models/synth-llama-q8_0.gguf");
+  const std::vector<std::pair<std::string, std::string>> pairs = {
+      {stories(), stories()}, {shared_path("models/synth-llama-q8_0.gguf"), shared_path("models/synth-llama-q4_0.gguf")}};
+  for (const auto& [model, draft] : pairs) {
+    SCOPED_TRACE(model);
+    const auto seeded = [](size_t i) { return i % 2 == 1; };
+    std::vector<std::string> expected;
+    for (size_t i = 0; i < kPrompts.size(); ++i)
+      expected.push_back(run_greedy(kPrompts[i], 40, model, seeded(i) ? "--temp 1.5 --seed " + std::to_string(20 + i) : ""));
+    Server s("--parallel 4 --temp 0 -md " + draft + " --draft-min 3 --draft-max 3 --draft-p-min 0", model);
+    ASSERT_GT(s.port(), 0) << s.log();
+    const auto ask = [&](size_t i) {
+      httplib::Client c = s.client();
+      json body = {{"prompt", kPrompts[i]}, {"max_tokens", 40}};
+      if (seeded(i)) {
+        body["temperature"] = 1.5;
+        body["seed"] = 20 + i;
+      }
+      const auto res = c.Post("/v1/completions", body.dump(), "application/json");
+      if (!res || res->status != 200) return std::string("no answer: ") + (res ? res->body : "");
+      return json::parse(res->body)["choices"][0]["text"].get<std::string>();
+    };
+    for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(ask(i), expected[i]) << kPrompts[i];
+    std::vector<std::future<std::string>> got;
+    for (size_t i = 0; i < kPrompts.size(); ++i) got.push_back(std::async(std::launch::async, ask, i));
+    for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(got[i].get(), expected[i]) << kPrompts[i];
+    httplib::Client c = s.client();
+    const auto metrics = c.Get("/metrics");
+    ASSERT_TRUE(metrics);
+    const double drafted = metric(metrics->body, "vkllm_draft_tokens_total"), taken = metric(metrics->body, "vkllm_draft_accepted_total");
+    EXPECT_GT(drafted, 100) << metrics->body;
+    EXPECT_GT(taken, model == draft ? drafted / 2 : 10.0) << metrics->body;
+    EXPECT_GT(metric(metrics->body, "vkllm_batched_draft_tokens_total"), 30) << metrics->body;
+    int status = 0;
+    const json bad = post(c, "/v1/completions", {{"prompt", kPrompts[0]}, {"speculative.p_min", 2}}, &status);
+    EXPECT_EQ(status, 400);
+    EXPECT_EQ(bad["error"]["param"], "speculative.p_min") << bad.dump();
+    EXPECT_EQ(s.terminate(), 0) << s.log();
+  }
+}
+
 // llama-server's per-request speculation fields: "speculative.n_max" 0 turns a request's drafts
 // off, "speculative.n_min"/"n_max" set its draft lengths (2 and 2: every draft is 2 tokens), the
 // replies stay `vkllm run`'s; lengths no pass could draft, and wrong types, are 400s naming the

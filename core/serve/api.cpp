@@ -297,18 +297,22 @@ void log_probabilities(const json& body, Endpoint e, GenerateOptions& g) {
   g.top_logprobs = uint32_t(integer(body, "logprobs", 0, k_max_top, 0));
 }
 
-// speculative.n_max and speculative.n_min (llama-server's per-request names, flat keys): this
-// request's --draft-max and --draft-min; n_max 0: it does not speculate. Without --spec-type
-// they change nothing (as llama-server's without a draft). A n_min no pass could draft is a 400.
+// speculative.n_max, speculative.n_min and speculative.p_min (llama-server's per-request names,
+// flat keys): this request's --draft-max, --draft-min and --draft-p-min; n_max 0: it does not
+// speculate. Without --spec-type or -md they change nothing (as llama-server's without a draft).
+// A n_min no pass could draft is a 400.
 void speculation(const json& body, const ApiContext& ctx, GenerateOptions& g) {
   SpeculativeOptions& s = g.speculative = ctx.speculative;
+  const bool model = s.type == SpecType::DraftModel;
   const int64_t n_max = integer(body, "speculative.n_max", 0, 1024, s.draft_max);
-  const int64_t most = std::min<int64_t>({n_max, ctx.max_draft, s.ngram_m});
+  const int64_t most = std::min<int64_t>({n_max, ctx.max_draft, model ? n_max : int64_t{s.ngram_m}});
   const int64_t n_min = integer(body, "speculative.n_min", 0, 1024, std::min<int64_t>(s.draft_min, n_max));
   if (n_min > most)
     throw ApiError(400, "'speculative.n_min' " + std::to_string(n_min) + " is more than the " + std::to_string(most) +
-                            " drafts this request's passes could hold ('speculative.n_max', the server's --ubatch and --spec-ngram-size-m)",
+                            " drafts this request's passes could hold ('speculative.n_max', the server's --ubatch" +
+                            (model ? std::string(")") : std::string(" and --spec-ngram-size-m)")),
                    "speculative.n_min");
+  s.p_min = float(number(body, "speculative.p_min", 0.0, 1.0, s.p_min));
   if (n_max == 0) s.type = SpecType::None;
   s.draft_max = uint32_t(std::max<int64_t>(n_max, 1));
   s.draft_min = uint32_t(n_min);

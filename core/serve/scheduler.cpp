@@ -63,7 +63,11 @@ void Job::finish(const GenerationStats& stats, std::string error, bool request_e
 Scheduler::Scheduler(std::vector<Engine*> engines, const Tokenizer& tok, Metrics& metrics, const SchedulerOptions& o)
     : tok_(tok), metrics_(metrics), opts_(o) {
   VKLLM_CHECK(!engines.empty(), "a scheduler needs at least one engine");
-  for (Engine* e : engines) seqs_.push_back(Sequence{e, nullptr, nullptr, nullptr, 0, -1, false, 0});
+  VKLLM_CHECK(o.drafters.empty() || o.drafters.size() == engines.size(), "a draft model per sequence, or none");
+  for (size_t i = 0; i < engines.size(); ++i) {
+    seqs_.push_back(Sequence{engines[i], nullptr, nullptr, nullptr, 0, -1, false, 0});
+    seqs_.back().draft = o.drafters.empty() ? nullptr : o.drafters[i];
+  }
   update_gauges();
   thread_ = std::thread([this] { loop(); });
 }
@@ -247,6 +251,11 @@ void Scheduler::finish_prefill(Sequence& s) {
   GenerateOptions go = s.job->generate;
   const KvCache& cache = s.engine->cache();
   if (go.n_predict >= 0) go.n_predict = std::min<int32_t>(go.n_predict, int32_t(cache.capacity() - cache.used()));
+  // A draft model drafts with the sequence's own draft cache (which follows this sequence's tokens).
+  if (go.speculative.type == SpecType::DraftModel) {
+    go.speculative.draft_model = s.draft;
+    if (!s.draft) go.speculative.type = SpecType::None;
+  }
   s.gen->start(go);
 }
 

@@ -114,6 +114,8 @@ struct SchedulerOptions {
   PromptCache* prompt_cache = nullptr;  // --prompt-cache: prefixes on disk (used by the device thread only)
   const ModelFingerprint* fingerprint = nullptr;  // the model's, for slot files (SlotAction)
   std::function<void(const std::string&)> log;  // one line of diagnostics (the front end prints it)
+  // -md: each sequence's draft model (its own draft cache), in the engines' order; empty: none.
+  std::vector<DraftModel*> drafters;
 };
 
 class Scheduler {
@@ -147,6 +149,7 @@ class Scheduler {
     uint64_t released = 0;     // bytes of the job's text released to it
     size_t reported = 0;       // its generated tokens whose log-probabilities were released
     SessionJournal journal;    // the slot file it last saved or restored, so that a save appends
+    DraftModel* draft = nullptr;  // -md: the draft model of its requests (SpecType::DraftModel)
   };
   void loop();
   // The slot actions waiting, in order (device thread).
