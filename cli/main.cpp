@@ -91,7 +91,7 @@ std::vector<char*> llama_cpp_spellings(int argc, char** argv, const CLI::App& co
   static const std::set<std::string_view> llama_cpp_words = {
       "-hf",   "-hfr",  "-hff",  "-hfv",   "-hffv", "-hft",   "-hfd",  "-hfrd", "-cnv",  "-no-cnv", "-mli",  "-sys", "-sysf",
       "-cb",   "-nocb", "-nkvo", "-fit",   "-fitt", "-fitc",  "-mg",   "-mu",   "-sm",   "-ts",     "-ctxcp", "-cram", "-cmoe",
-      "-ncmoe", "-cd",  "-ctkd", "-ctvd",  "-cpent", "-nr",   "-dkvc", "-dt",   "-ngld", "-td",     "-tb",   "-tbd", "-Cr",
+      "-ncmoe", "-cd",  "-ctkd", "-ctvd",  "-cpent", "-nr",   "-dkvc", "-dt",   "-td",     "-tb",   "-tbd", "-Cr",
       "-Crb",  "-bs",   "-lv",   "-dev",   "-devd", "-ot",    "-otd",  "-ps",   "-pg",   "-mmp",    "-embd", "-lcs", "-lcd",
       "-sp",   "-dio",  "-rea",   "-dr",   "-spf",   "-sps",  "-npp",  "-ntg",  "-npl",    "-kvu",  "-sysp", "-cmoed"};
   struct Ignored {
@@ -100,7 +100,7 @@ std::vector<char*> llama_cpp_spellings(int argc, char** argv, const CLI::App& co
     const char* why;
   };
   static const Ignored ignored[] = {
-      {{"-ngl", "--n-gpu-layers", "--gpu-layers"},
+      {{"-ngl", "--n-gpu-layers", "--gpu-layers", "-ngld", "--n-gpu-layers-draft", "--gpu-layers-draft"},
        [](std::string_view v) {
          return v == "auto" || v == "all" ||
                 (v.find_first_of("0123456789") != std::string_view::npos && v.find_first_not_of("-0123456789,") == std::string_view::npos);

@@ -1694,6 +1694,10 @@ TEST(Cli, DraftModelRefusals) {
   const Result both = vkllm("run -m " + stories + " -md " + stories + " --spec-type ngram-simple -p Once -n 4");
   EXPECT_EQ(both.status, 2);
   EXPECT_NE(both.err.find("--model-draft and --spec-type ngram-simple are two sources of drafts"), std::string::npos) << both.err;
+  // llama.cpp's -ngld (the draft's GPU layers) is dropped with a note, as -ngl is.
+  const Result ngld = vkllm("run --json --temp 0 -n 2 -m " + stories + " -md " + stories + " -ngld 99 -p Once");
+  EXPECT_EQ(ngld.status, 0) << ngld.err;
+  EXPECT_NE(ngld.err.find("vkllm: note: -ngld 99 ignored: vkllm runs every layer on the GPU\n"), std::string::npos) << ngld.err;
   const Result missing = vkllm("run -m " + stories + " -md " + testing::TempDir() + "/no-such-draft.gguf -p Once -n 4");
   EXPECT_EQ(missing.status, 2);
   EXPECT_NE(missing.err.find("no-such-draft.gguf"), std::string::npos) << missing.err;
