@@ -544,6 +544,7 @@ void ChatSession::stream_reply(bool regen, const std::string& text) {
   // The bar ends before the reply (its line would be cleared under the reply's last line).
   const Conversation::ReplyHooks hooks{[&] {
                                          bar.finish();
+                                         catch_up_draft(s_, reply_.speculative, c_.opts.quiet);
                                          warn_pin_cut();
                                        },
                                        {}};

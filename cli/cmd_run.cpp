@@ -290,6 +290,7 @@ int run(const RunCommand& c) {
       gen.prefill(p.tokens, progress);
     }
   }
+  if (!conv) catch_up_draft(s, speculative, c.opts.quiet);
   // The prompt is stored once its prefill is done where generating could overwrite what an entry
   // needs: window rings' rows, or any row once the ring wraps (-n past the free slots, or -n -1);
   // otherwise after the generation, so that the write does not delay the first token.
@@ -339,6 +340,7 @@ int run(const RunCommand& c) {
       conv->say(text, go, sink, [&](uint64_t done, uint64_t total) { bar->update(done, total); },
                 {[&] {
                    bar.reset();
+                   catch_up_draft(s, speculative, c.opts.quiet);
                    warn_pin_cut(conv->pin_wanted(), conv->pinned(), cache);
                    stop_signals.emplace();
                  },

@@ -224,6 +224,13 @@ void check_speculation(const SpeculativeOptions& s, const Engine& engine, bool q
                s.type == SpecType::DraftModel ? "--model-draft" : "--spec-type", engine.context().info().name.c_str());
 }
 
+void catch_up_draft(const Session& s, const SpeculativeOptions& spec, bool quiet) {
+  const KvCache& cache = s.engine->cache();
+  if (spec.type != SpecType::DraftModel || !s.drafter() || !s.engine->verify_exact() || cache.used() + 1 >= cache.capacity()) return;
+  ProgressBar bar("draft prefill", "tok", quiet);
+  s.drafter()->catch_up(cache.tokens(), [&](uint64_t done, uint64_t total) { bar.update(done, total); });
+}
+
 std::string draft_summary(const GenerationStats& st) {
   if (st.drafted == 0) return " · no drafts";
   char pct[16];

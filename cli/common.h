@@ -128,6 +128,10 @@ struct Session {
   std::vector<std::unique_ptr<DraftModel>> drafters;
   DraftModel* drafter() const { return drafters.empty() ? nullptr : drafters[0].get(); }  // the first sequence's
 };
+// With a draft model that will draft (-md, an engine that verifies exactly, room in the cache for a
+// draft): brings the draft's cache to the model's tokens now, under a "draft prefill" progress bar,
+// so that a long prompt's draft prefill is not a silent pause at the reply's first draft.
+void catch_up_draft(const Session& s, const SpeculativeOptions& spec, bool quiet);
 // Opens the model, checks the memory plan against the device, uploads the weights (progress bar
 // on a terminal), builds the engine. Prints one summary line and the plan unless quiet.
 // `check_input`, when given, runs once the tokenizer is read, with the cache's capacity, before

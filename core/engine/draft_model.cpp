@@ -37,12 +37,7 @@ std::vector<int32_t> DraftModel::propose(std::span<const int32_t> context, uint3
   std::vector<int32_t> draft;
   if (context.empty() || max == 0) return draft;
   const auto t0 = std::chrono::steady_clock::now();
-  KvCache& cache = engine_.cache();
-  // Keep the longest prefix of the context the draft's cache holds (less the context's last token,
-  // whose logits are needed); the rest runs as a prompt. A cache whose ring evicted holds no prefix.
-  const uint32_t keep = reusable_prefix(cache, context);
-  cache.truncate(keep);
-  const std::vector<float>* logits = &engine_.decode(context.subspan(keep), LogitsMode::Last);
+  const std::vector<float>* logits = &sync(context, {});
   uint32_t passes = 1;
   for (;;) {
     // The most likely token (the lowest id among equals) and its probability under the softmax.
@@ -62,6 +57,32 @@ std::vector<int32_t> DraftModel::propose(std::span<const int32_t> context, uint3
   ms_ = ms_ * k_decay + std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   passes_ = passes_ * k_decay + passes;
   return draft;
+}
+
+const std::vector<float>& DraftModel::sync(std::span<const int32_t> context, const ProgressFn& progress) {
+  KvCache& cache = engine_.cache();
+  // Keep the longest prefix of the context the draft's cache holds (less the context's last token,
+  // whose logits are needed); the rest runs as a prompt. A cache whose ring evicted holds no prefix.
+  const uint32_t keep = reusable_prefix(cache, context);
+  cache.truncate(keep);
+  return engine_.decode(context.subspan(keep), LogitsMode::Last, progress);
+}
+
+void DraftModel::catch_up(std::span<const int32_t> context, const ProgressFn& progress) {
+  if (!context.empty()) sync(context, progress);
+}
+
+bool DraftModel::catch_up_step(std::span<const int32_t> context, uint32_t max_tokens) {
+  if (context.size() < 2) return false;
+  const std::span<const int32_t> held = context.first(context.size() - 1);
+  KvCache& cache = engine_.cache();
+  const PrefixMatch m = match_prefix(cache, held);
+  const uint32_t keep = m.usable ? cache.reusable(m.matched) : 0;
+  cache.truncate(keep);
+  if (keep >= held.size()) return false;
+  const size_t n = std::min<size_t>(std::max<uint32_t>(max_tokens, 1), held.size() - keep);
+  engine_.decode(held.subspan(keep, n), LogitsMode::Last);
+  return keep + n < held.size();
 }
 
 double DraftModel::cost_ratio(double target_step_ms) const {

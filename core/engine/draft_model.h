@@ -33,6 +33,14 @@ class DraftModel {
   // stopping before one whose probability is under p_min (llama.cpp's --draft-p-min). `context`
   // (the target's tokens and the token just sampled) plus max − 1 tokens must fit the draft's cache.
   std::vector<int32_t> propose(std::span<const int32_t> context, uint32_t max, float p_min);
+  // Brings the draft's cache to `context` now (the longest prefix it holds kept, the rest run in
+  // chunks, `progress` told after each): a front end calls it after a long prompt's prefill, so the
+  // first draft does not run the whole prompt unannounced in the middle of the reply.
+  void catch_up(std::span<const int32_t> context, const ProgressFn& progress = {});
+  // The same a chunk at a time, for a caller that interleaves it with other work (the server's
+  // prefill rounds): runs at most `max_tokens` of what the cache lacks of `context` less its last
+  // token (which the next proposal runs) and returns whether any remain.
+  bool catch_up_step(std::span<const int32_t> context, uint32_t max_tokens);
 
   // What one of the draft model's passes costs, in ms: the moving average of the proposals' time
   // (their catch-up of the context included) over their passes (a proposal of k tokens runs k: the
@@ -44,6 +52,8 @@ class DraftModel {
   Engine& engine() { return engine_; }
 
  private:
+  // catch_up() less the timing: returns the logits of the context's last token.
+  const std::vector<float>& sync(std::span<const int32_t> context, const ProgressFn& progress);
   Engine& engine_;
   int32_t target_vocab_;
   double prior_ratio_;

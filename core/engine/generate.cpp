@@ -1,12 +1,12 @@
 // Prefix reuse, the sampling loop, stop strings.
 #include "engine/generate.h"
 
-#include "engine/draft_model.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <utility>
+
+#include "engine/draft_model.h"
 
 namespace vkllm {
 namespace {

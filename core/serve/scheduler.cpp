@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "engine/draft_model.h"
+
 namespace vkllm::serve {
 namespace {
 
@@ -230,7 +232,14 @@ void Scheduler::prefill_round() {
     return;
   }
   try {
-    if (!s.gen->prefill_step(s.engine->ubatch())) finish_prefill(s);
+    // The prompt, then the draft model's catch-up with it (a chunk per round too, so a long prompt
+    // does not stall the other sequences' steps at its first draft).
+    bool more = s.gen->prefill_step(s.engine->ubatch());
+    const KvCache& cache = s.engine->cache();
+    if (!more && s.draft && s.job->generate.speculative.type == SpecType::DraftModel && s.job->generate.speculative.draft_max > 0 &&
+        cache.used() + 1 < cache.capacity())
+      more = s.draft->catch_up_step(cache.tokens(), s.draft->engine().ubatch());
+    if (!more) finish_prefill(s);
   } catch (const GrammarError& e) {  // the request's grammar, at its start: the cache is whole
     complete(s, e.what(), true);
   } catch (const std::exception& e) {
