@@ -785,6 +785,18 @@ TEST(Serve, RefusesBadRequestsAndKeepsServing) {
                                     "GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekrit\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(kept.rfind("HTTP/1.1 401", 0), 0u) << kept;
   EXPECT_NE(kept.find("HTTP/1.1 200"), std::string::npos) << kept;
+  // A POST with neither Content-Length nor Transfer-Encoding has no body (RFC 9112): it is answered
+  // at once, 404 on an unknown path and the endpoint's own 400 on a known one, and the connection
+  // goes on (httplib read such a body until the client closed, then answered an empty 400).
+  for (const auto& [path, status] : {std::pair{"/no-such-endpoint", "HTTP/1.1 404"}, std::pair{"/v1/completions", "HTTP/1.1 400"}}) {
+    const auto t1 = std::chrono::steady_clock::now();
+    const std::string bodiless = raw_http(s.port(), "POST " + std::string(path) + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekrit\r\n\r\n",
+                                          "GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekrit\r\nConnection: close\r\n\r\n");
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(), 3.0) << path;
+    EXPECT_EQ(bodiless.rfind(status, 0), 0u) << bodiless;
+    EXPECT_NE(bodiless.find("\"error\""), std::string::npos) << bodiless;
+    EXPECT_NE(bodiless.find("HTTP/1.1 200"), std::string::npos) << bodiless;
+  }
   // Refused fields of OpenAI's API say so in their code (the clients show it).
   for (const std::string body : {R"({"prompt":"x","n":2})", R"({"prompt":"x","echo":true})"}) {
     const auto r = c.Post("/v1/completions", auth, body, "application/json");

@@ -309,6 +309,13 @@ void HttpServer::routes() {
         send_error_and_close(res, 400, "the request has Content-Length headers that differ");
         return httplib::Server::HandlerResponse::Handled;
       }
+    // A request with neither Content-Length nor Transfer-Encoding has no body (RFC 9112, 6.3), but
+    // httplib reads a POST's body until the client closes: such a POST hung until the read timed
+    // out and got an empty 400, also on an unknown path. It reads as Content-Length 0 (httplib hands
+    // the handlers its own Request, not a copy), so it is routed like any other: 404 where no
+    // endpoint is, or the endpoint's own answer to an empty body.
+    if (req.method == "POST" && !req.has_header("Content-Length") && !req.has_header("Transfer-Encoding"))
+      const_cast<httplib::Request&>(req).headers.emplace("Content-Length", "0");
     if (cross_origin(req, res)) return httplib::Server::HandlerResponse::Handled;
     // A POST's key is checked once its body is read (post(), below), so the connection stays in step.
     if (req.method == "POST" || authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
