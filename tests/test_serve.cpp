@@ -1402,15 +1402,32 @@ TEST(Serve, TokenizerPropsAndSlotsEndpoints) {
   const int expect = held - (done["choices"][0]["finish_reason"] == "stop" ? 1 : 0);
   EXPECT_EQ(slots[0]["n_cached_tokens"].get<int>() + slots[1]["n_cached_tokens"].get<int>(), expect) << slots.dump();
   EXPECT_TRUE(slots[0]["n_cached_tokens"] == 0 || slots[1]["n_cached_tokens"] == 0) << slots.dump();
-  // While a request runs (its end of text banned, so it runs its 200 tokens), a slot says so.
+  for (const json& sl : slots_of()) EXPECT_FALSE(sl.contains("params")) << sl.dump();  // no request: no params
+  // While a request runs (its end of text banned, so it runs its 200 tokens), a slot says so, with
+  // llama-server's params (the request's own, the server's defaults for the rest) and next_token.
   auto running = std::async(std::launch::async, [&] {
     httplib::Client c2 = s.client();
     c2.set_bearer_token_auth("sesame");
-    return post(c2, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 200}, {"logit_bias", {{"2", -100}}}});
+    return post(c2, "/v1/completions",
+                {{"prompt", "Once upon a time"}, {"max_tokens", 200}, {"logit_bias", {{"2", -100}}}, {"top_p", 0.5}, {"stop", {"zzz"}}});
   });
   bool seen = false;
   for (int i = 0; i < 500 && !seen; ++i) {
-    for (const json& sl : slots_of()) seen = seen || sl["is_processing"].get<bool>();
+    for (const json& sl : slots_of()) {
+      if (!sl["is_processing"].get<bool>() || sl["is_prefilling"].get<bool>()) continue;
+      seen = true;
+      EXPECT_EQ(sl["speculative"], false);
+      const json& p = sl["params"];
+      EXPECT_EQ(p["n_predict"], 200) << sl.dump();
+      EXPECT_FLOAT_EQ(p["temperature"].get<float>(), 0.5f) << sl.dump();
+      EXPECT_EQ(p["top_k"], 7) << sl.dump();
+      EXPECT_FLOAT_EQ(p["top_p"].get<float>(), 0.5f) << sl.dump();
+      EXPECT_EQ(p["stop"], json({"zzz"})) << sl.dump();
+      const int decoded = sl["next_token"]["n_decoded"].get<int>();
+      EXPECT_GE(decoded, 0);
+      EXPECT_LE(decoded, 200);
+      EXPECT_EQ(sl["next_token"]["n_remain"].get<int>(), 200 - decoded) << sl.dump();
+    }
     if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_TRUE(seen);

@@ -428,7 +428,8 @@ void Scheduler::update_gauges() {
     const KvCache& kv = s.engine->cache();
     used += kv.used();
     total += kv.capacity();
-    slots.push_back({slots.size(), kv.capacity(), s.job != nullptr, s.job && s.prefilling, kv.used()});
+    slots.push_back({slots.size(), kv.capacity(), s.job != nullptr, s.job && s.prefilling, kv.used(), s.job,
+                     s.job && s.gen && !s.prefilling ? s.gen->stats().generated : 0});
   }
   std::lock_guard lock(mu_);
   drop_cancelled_locked();

@@ -88,6 +88,9 @@ struct SlotState {
   bool processing = false;  // running a request
   bool prefilling = false;  // … and still running its prompt
   uint32_t n_cached = 0;    // tokens its cache holds (the last request's, once it is done: what a next one may reuse)
+  // The running request (null when idle), for its parameters, and the tokens it has generated.
+  std::shared_ptr<const Job> job;
+  uint32_t n_decoded = 0;
 };
 
 // llama-server's POST /slots/{id}?action=save|restore|erase: one sequence's cache to a session

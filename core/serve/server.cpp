@@ -399,9 +399,40 @@ void HttpServer::routes() {
   // Every sequence's state (llama-server's /slots, its fields that apply here).
   s.Get("/slots", [this](const httplib::Request&, httplib::Response& res) {
     json slots = json::array();
-    for (const SlotState& st : sched_.slots())
-      slots.push_back({{"id", st.id}, {"n_ctx", st.n_ctx}, {"is_processing", st.processing}, {"is_prefilling", st.prefilling},
-                       {"n_cached_tokens", st.n_cached}});
+    for (const SlotState& st : sched_.slots()) {
+      json slot = {{"id", st.id},
+                   {"n_ctx", st.n_ctx},
+                   {"speculative", api_.speculative.on()},
+                   {"is_processing", st.processing},
+                   {"is_prefilling", st.prefilling},
+                   {"n_cached_tokens", st.n_cached}};
+      // llama-server's params and next_token of the request running on the slot (its sampling as
+      // the request set it, or the server's defaults where it did not).
+      if (st.job) {
+        const SamplerParams& sp = st.job->sampling;
+        const GenerateOptions& g = st.job->generate;
+        const bool spec = g.speculative.on();
+        slot["params"] = {{"n_predict", g.n_predict < 0 ? -1 : g.n_predict},
+                          {"seed", sp.seed},
+                          {"temperature", sp.temp},
+                          {"top_k", sp.top_k},
+                          {"top_p", sp.top_p},
+                          {"min_p", sp.min_p},
+                          {"repeat_last_n", sp.repeat_last_n},
+                          {"repeat_penalty", sp.repeat_penalty},
+                          {"presence_penalty", sp.presence_penalty},
+                          {"frequency_penalty", sp.frequency_penalty},
+                          {"stop", g.stop},
+                          {"ignore_eos", g.ignore_eos},
+                          {"n_probs", g.logprobs ? g.top_logprobs : 0},
+                          {"speculative.n_max", spec ? g.speculative.draft_max : 0},
+                          {"speculative.n_min", g.speculative.draft_min},
+                          {"speculative.p_min", g.speculative.p_min}};
+        slot["next_token"] = {{"n_decoded", st.n_decoded},
+                              {"n_remain", g.n_predict < 0 ? -1 : std::max<int64_t>(int64_t{g.n_predict} - st.n_decoded, 0)}};
+      }
+      slots.push_back(std::move(slot));
+    }
     res.set_content(dump(slots), "application/json");
   });
 
