@@ -224,7 +224,8 @@ std::vector<int32_t> Generator::draft(int32_t tok, const RelativeCost& cost) {
   // never go past the tokens left to sample, and fit one pass.
   const bool model = so.type == SpecType::DraftModel;
   int64_t room = std::min<int64_t>({int64_t{cache.capacity()} - cache.used() - 1, int64_t{engine_.max_chunk(true)} - 1,
-                                    int64_t{so.draft_max}, model ? int64_t{so.draft_max} : int64_t{so.ngram_m}});
+                                    int64_t{so.draft_max}});
+  if (!model) room = std::min<int64_t>(room, so.ngram_m);
   if (r.limit >= 0) room = std::min(room, r.limit - r.sampled);
   if (room <= 0) return {};
   std::vector<int32_t> history = cache.tokens();
