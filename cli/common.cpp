@@ -169,7 +169,7 @@ std::shared_ptr<const Grammar> read_grammar_flags(const GrammarFlags& g) {
 void add_speculative_options(CLI::App* cmd, SpeculativeOptions& s, std::string& model_draft) {
   const std::string group = "Speculative decoding (docs/speculative.md)";
   cmd->add_option("--model-draft", model_draft,
-                  "A smaller model of the same vocabulary that drafts tokens greedily for the model to verify in one pass "
+                  "(-md) A smaller model of the same vocabulary that drafts tokens greedily for the model to verify in one pass "
                   "(the same tokens, sooner)")
       ->check(CLI::ExistingFile)
       ->group(group);
@@ -200,6 +200,8 @@ void check_draft_min_fits(const SpeculativeOptions& s, uint32_t pass, bool ubatc
 }  // namespace
 
 void check_speculative_options(SpeculativeOptions& s, uint32_t ubatch, const std::string& model_draft) {
+  if (!(s.p_min >= 0.0f && s.p_min <= 1.0f))  // (the option's range check lets NaN through)
+    throw CLI::ValidationError("--draft-p-min " + std::to_string(s.p_min) + " is not a probability (0 to 1)");
   if (!model_draft.empty()) {
     if (s.type == SpecType::NgramSimple)
       throw CLI::ValidationError("--model-draft and --spec-type ngram-simple are two sources of drafts: give one");
@@ -471,11 +473,14 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
   // The draft model (-md): its vocabulary must be the model's, its cache fit the same type; refused
   // before anything loads.
   std::optional<ModelSummary> draft;
+  int32_t draft_unk = -1;
   if (!o.model_draft.empty()) {
     s.draft_file.emplace(gguf::File::open(o.model_draft));
     draft = summarize_model(*s.draft_file);
-    const std::string why = draft_vocab_mismatch(*s.tokenizer, Tokenizer::from_gguf(*s.draft_file));
+    const Tokenizer draft_tokenizer = Tokenizer::from_gguf(*s.draft_file);
+    const std::string why = draft_vocab_mismatch(*s.tokenizer, draft_tokenizer);
     if (!why.empty()) throw Error(o.model_draft + ": cannot draft for " + o.model + ": " + why);
+    draft_unk = draft_tokenizer.unk();
     if (!cache_type_fits(type_k, draft->config.n_embd_kv()))
       throw Error(o.model_draft + ": the draft model's KV cache cannot be " + tk + ": " + cache_type_misfit(draft->config.n_embd_kv()));
   }
@@ -566,7 +571,8 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
     if (hint.empty() && plan.weights <= heap) hint = "; even --ctx 256 does not fit";
     if (hint.empty()) hint = "; the weights alone do not fit: use a smaller or more quantized model";
     throw Error("not enough device memory: weights " + human_bytes(plan.weights) + " + KV cache " + human_bytes(plan.kv_cache) +
-                " + activations " + human_bytes(plan.activations) + " = " + human_bytes(plan.total()) + ", but " +
+                " + activations " + human_bytes(plan.activations) + " = " + human_bytes(plan.total()) +
+                (draft ? " (the draft model's included)" : "") + ", but " +
                 s.ctx->info().name + " has " + human_bytes(heap) + hint);
   }
 
@@ -608,8 +614,12 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
     // its arithmetic, about the same per byte).
     const double ratio = double(draft->weight_bytes) / double(std::max<uint64_t>(summary.weight_bytes, 1));
     for (uint32_t i = 0; i < o.sequences; ++i) {
-      s.draft_engines.push_back(std::make_unique<Engine>(*s.ctx, *s.pipelines, *s.draft_model, eo));
-      s.drafters.push_back(std::make_unique<DraftModel>(*s.draft_engines.back(), s.tokenizer->n_vocab(), ratio));
+      try {
+        s.draft_engines.push_back(std::make_unique<Engine>(*s.ctx, *s.pipelines, *s.draft_model, eo));
+      } catch (const Error& e) {  // (its cache's rows past one binding: the message names --ctx, not the model)
+        throw Error("the draft model " + o.model_draft + ": " + e.what());
+      }
+      s.drafters.push_back(std::make_unique<DraftModel>(*s.draft_engines.back(), s.tokenizer->n_vocab(), draft_unk, ratio));
     }
   }
   return s;

@@ -130,6 +130,10 @@ std::vector<char*> llama_cpp_spellings(int argc, char** argv, const CLI::App& co
     const size_t eq = arg.find('=');
     const std::string_view name = arg.substr(0, eq);
     if (const auto it = renamed.find(name); it != renamed.end()) {
+      if (!command.get_option_no_throw(it->second))  // (renamed, CLI11 named the long form, after the value)
+        throw CLI::ExtrasError("unknown option " + std::string(name) + " (llama.cpp's " + it->second + ", which `vkllm " +
+                                   command.get_name() + "` does not take; its options are listed by --help)",
+                               CLI::ExitCodes::ExtrasError);
       storage.push_back(std::string(it->second) + (eq == std::string_view::npos ? "" : std::string(arg.substr(eq))));
       out.push_back(storage.back().data());
       value_next = eq == std::string_view::npos && takes_value(it->second);

@@ -1655,6 +1655,22 @@ TEST(Cli, DraftModelTokensAreThePlainOnes) {
     EXPECT_GT(j["draft_tokens"].get<int>(), 100) << chunks;
     EXPECT_EQ(j["draft_accepted"], j["draft_tokens"]) << chunks;
   }
+  // A draft of a smaller vocabulary (up to 128 tokens fewer passes the check, as in llama.cpp) reads
+  // the model's tokens past it as its unknown token: the model's 600-token vocabulary generates ids
+  // past stories260K's 512, and the tokens stay the plain ones.
+  const std::string wide = testing::TempDir() + "/vocab600.gguf";
+  const std::string make = std::string(VKLLM_MAKE_MODEL) + " --arch llama --layers 1 --embd 64 --ff 128 --heads 4 --kv-heads 2 --vocab-from " +
+                           stories + " --vocab 600 --logit-scale 4 --seed 5 -o " + wide + " >/dev/null";
+  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+  const std::string wide_run = "run --json -q --temp 0 -n 150 --ignore-eos -p 'Once upon' -m " + wide;
+  const Result wide_plain = vkllm(wide_run), wide_draft = vkllm(wide_run + " -md " + stories + forced);
+  ASSERT_EQ(wide_plain.status, 0) << wide_plain.err;
+  ASSERT_EQ(wide_draft.status, 0) << wide_draft.err;
+  const json wp = json::parse(wide_plain.out), wd = json::parse(wide_draft.out);
+  EXPECT_EQ(wd["tokens"], wp["tokens"]);
+  EXPECT_GE(*std::max_element(wp["tokens"].begin(), wp["tokens"].end()), 512) << "no token past the draft's vocabulary";
+  EXPECT_GT(wd["draft_tokens"].get<int>(), 100);
+  std::filesystem::remove(wide);
   const std::string self_chat = "chat --chat-template chatml --ctx 400 -n 30 --temp 0 -m " + stories + " -md " + stories + forced;
   const Result selfc = vkllm(self_chat, "Tell me about the little boat\nWhat did the boat do?\n/undo\nWhere did it go?\n/regen\nAnd then?\n/stats\n");
   ASSERT_EQ(selfc.status, 0) << selfc.err;

@@ -744,6 +744,7 @@ TEST(Serve, RefusesBadRequestsAndKeepsServing) {
       {"top_logprobs on the legacy completions", "/v1/completions", R"({"prompt":"x","logprobs":1,"top_logprobs":2})", 400, auth},
       {"a count with a fraction", "/v1/completions", R"({"prompt":"x","max_tokens":2.5})", 400, auth},
       {"two choices", "/v1/completions", R"({"prompt":"x","n":2})", 400, auth},
+      {"a number past a double", "/v1/completions", R"({"prompt":"x","max_tokens":1e999})", 400, auth},
       {"a tool message", "/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"},{"role":"tool","content":"42"}]})", 400, auth},
       {"an assistant's tool calls", "/v1/chat/completions",
        R"({"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1"}]}]})", 400, auth},

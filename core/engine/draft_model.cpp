@@ -30,8 +30,22 @@ std::string draft_vocab_mismatch(const Tokenizer& target, const Tokenizer& draft
   return "";
 }
 
-DraftModel::DraftModel(Engine& engine, int32_t target_vocab, double prior_ratio)
-    : engine_(engine), target_vocab_(target_vocab), prior_ratio_(prior_ratio) {}
+DraftModel::DraftModel(Engine& engine, int32_t target_vocab, int32_t unknown, double prior_ratio)
+    : engine_(engine),
+      target_vocab_(target_vocab),
+      draft_vocab_(int32_t(engine.config().n_vocab)),
+      unknown_(unknown >= 0 && unknown < int32_t(engine.config().n_vocab) ? unknown : 0),
+      prior_ratio_(prior_ratio) {}
+
+std::span<const int32_t> DraftModel::in_vocab(std::span<const int32_t> context) {
+  if (std::all_of(context.begin(), context.end(), [&](int32_t t) { return t < draft_vocab_; })) return context;
+  // (A guess from a context with a token the draft cannot read is still only a guess: the model
+  // verifies it.)
+  mapped_.assign(context.begin(), context.end());
+  for (int32_t& t : mapped_)
+    if (t >= draft_vocab_) t = unknown_;
+  return mapped_;
+}
 
 std::vector<int32_t> DraftModel::propose(std::span<const int32_t> context, uint32_t max, float p_min) {
   std::vector<int32_t> draft;
@@ -59,7 +73,8 @@ std::vector<int32_t> DraftModel::propose(std::span<const int32_t> context, uint3
   return draft;
 }
 
-const std::vector<float>& DraftModel::sync(std::span<const int32_t> context, const ProgressFn& progress) {
+const std::vector<float>& DraftModel::sync(std::span<const int32_t> original, const ProgressFn& progress) {
+  const std::span<const int32_t> context = in_vocab(original);
   KvCache& cache = engine_.cache();
   // Keep the longest prefix of the context the draft's cache holds (less the context's last token,
   // whose logits are needed); the rest runs as a prompt. A cache whose ring evicted holds no prefix.
@@ -72,8 +87,9 @@ void DraftModel::catch_up(std::span<const int32_t> context, const ProgressFn& pr
   if (!context.empty()) sync(context, progress);
 }
 
-bool DraftModel::catch_up_step(std::span<const int32_t> context, uint32_t max_tokens) {
-  if (context.size() < 2) return false;
+bool DraftModel::catch_up_step(std::span<const int32_t> original, uint32_t max_tokens) {
+  if (original.size() < 2) return false;
+  const std::span<const int32_t> context = in_vocab(original);
   const std::span<const int32_t> held = context.first(context.size() - 1);
   KvCache& cache = engine_.cache();
   const PrefixMatch m = match_prefix(cache, held);
@@ -86,8 +102,13 @@ bool DraftModel::catch_up_step(std::span<const int32_t> context, uint32_t max_to
 }
 
 double DraftModel::cost_ratio(double target_step_ms) const {
-  const double per_pass = ms_per_pass();
-  return per_pass > 0 && target_step_ms > 0 ? per_pass / target_step_ms : prior_ratio_;
+  if (!(target_step_ms > 0)) return prior_ratio_;
+  return (ms_ + prior_ratio_ * target_step_ms) / (passes_ + 1.0) / target_step_ms;
+}
+
+void DraftModel::fade() {
+  ms_ *= 0.98;
+  passes_ *= 0.98;
 }
 
 }  // namespace vkllm

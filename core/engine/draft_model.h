@@ -25,9 +25,11 @@ std::string draft_vocab_mismatch(const Tokenizer& target, const Tokenizer& draft
 class DraftModel {
  public:
   // `engine` runs the draft model (its cache at least the target's capacity); `target_vocab` bounds
-  // the ids a draft may hold; `prior_ratio` is what a draft token costs against a target step
-  // before any is measured (the ratio of the weights' bytes: what a step reads).
-  DraftModel(Engine& engine, int32_t target_vocab, double prior_ratio);
+  // the ids a draft may hold; `unknown` is the draft's id for a context token past its own
+  // vocabulary (a draft vocabulary may be up to 128 tokens smaller); `prior_ratio` is what a draft
+  // pass costs against a target step before any is measured (the ratio of the weights' bytes: what
+  // a step reads).
+  DraftModel(Engine& engine, int32_t target_vocab, int32_t unknown, double prior_ratio);
 
   // At most `max` tokens that follow `context`, each the draft model's most likely next token,
   // stopping before one whose probability is under p_min (llama.cpp's --draft-p-min). `context`
@@ -42,20 +44,23 @@ class DraftModel {
   // token (which the next proposal runs) and returns whether any remain.
   bool catch_up_step(std::span<const int32_t> context, uint32_t max_tokens);
 
-  // What one of the draft model's passes costs, in ms: the moving average of the proposals' time
-  // (their catch-up of the context included) over their passes (a proposal of k tokens runs k: the
-  // catch-up gives the first token's logits, the last token is not run); 0 before any.
-  double ms_per_pass() const { return passes_ > 0 ? ms_ / passes_ : 0.0; }
-  // A draft pass's cost in target steps of `target_step_ms` (the prior until both are measured).
+  // A draft pass's cost in target steps of `target_step_ms`: the measured passes with the prior
+  // weighing as one (the prior alone until a target step is measured).
   double cost_ratio(double target_step_ms) const;
+  // A step that asked no draft: the measurements fade a little toward the prior, so that a cost once
+  // measured too high (a slow first draft) does not keep the draft model unasked for good.
+  void fade();
 
   Engine& engine() { return engine_; }
 
  private:
   // catch_up() less the timing: returns the logits of the context's last token.
   const std::vector<float>& sync(std::span<const int32_t> context, const ProgressFn& progress);
+  // The context in the draft's vocabulary: ids past it become `unknown_`.
+  std::span<const int32_t> in_vocab(std::span<const int32_t> context);
   Engine& engine_;
-  int32_t target_vocab_;
+  int32_t target_vocab_, draft_vocab_, unknown_;
+  std::vector<int32_t> mapped_;  // in_vocab()'s copy, where one was needed
   double prior_ratio_;
   double ms_ = 0, passes_ = 0;  // decaying sums of the proposals' time and passes
 };

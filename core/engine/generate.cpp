@@ -244,7 +244,10 @@ std::vector<int32_t> Generator::draft(int32_t tok, const RelativeCost& cost) {
     return (cost ? cost(n) : draft_length_->relative_cost(n)) + double(n - 1) * ratio;
   };
   const uint32_t k = draft_length_->choose(uint32_t(room), so.draft_min, with_drafting);
-  if (k == 0) return {};
+  if (k == 0) {
+    dm.fade();
+    return {};
+  }
   std::vector<int32_t> d = dm.propose(history, k, so.p_min);
   r.draft_cut = d.size() < k;
   if (d.size() < so.draft_min) d.clear();  // as llama.cpp: a draft shorter than --draft-min is not run

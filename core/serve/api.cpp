@@ -416,6 +416,8 @@ json parse_json_object(const std::string& body_text) {
     body = json::parse(body_text);
   } catch (const json::parse_error& e) {
     throw ApiError(400, "the request body is not valid JSON: " + json_error_text(e));
+  } catch (const json::out_of_range&) {  // a number past a double ("max_tokens": 1e999)
+    throw ApiError(400, "the request body has a number too large to read (past ±1.8e308)");
   }
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
   return body;

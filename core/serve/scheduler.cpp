@@ -306,7 +306,17 @@ void Scheduler::step_all() {
     const RelativeCost cost = stepping.size() > 1 ? pass_cost_.relative(uint32_t(stepping.size())) : RelativeCost{};
     for (size_t i = 0; i < stepping.size(); ++i) {
       speculating[i] = stepping[i]->gen->speculating();
-      if (speculating[i]) passes[i] = stepping[i]->gen->draft(tokens[i], cost);
+      if (speculating[i]) {
+        // A draft model that fails costs its sequence this draft, not the step of every sequence:
+        // its cache, which the failed pass may have left part-written, starts again at the next.
+        try {
+          passes[i] = stepping[i]->gen->draft(tokens[i], cost);
+        } catch (const std::exception& e) {
+          if (!stepping[i]->draft) throw;
+          stepping[i]->draft->engine().cache().clear();
+          if (opts_.log) opts_.log(std::string("warning: the draft model failed, this step runs without a draft: ") + e.what());
+        }
+      }
       passes[i].insert(passes[i].begin(), tokens[i]);
       draft_min[i] = stepping[i]->job->generate.speculative.draft_min;
     }
