@@ -191,11 +191,12 @@ void add_speculative_options(CLI::App* cmd, SpeculativeOptions& s, std::string& 
 
 namespace {
 // A pass holds the sampled token and its drafts: a --draft-min past that would silently draft nothing.
-void check_draft_min_fits(const SpeculativeOptions& s, uint32_t pass, bool ubatch_bound) {
+// `bound`: what holds a pass to `pass` tokens, where known ("--ubatch 8").
+void check_draft_min_fits(const SpeculativeOptions& s, uint32_t pass, const std::string& bound) {
   if (!s.on() || pass == 0 || s.draft_min < pass) return;
   throw CLI::ValidationError("--draft-min " + std::to_string(s.draft_min) + " is more than the " + std::to_string(pass - 1) +
                              " draft" + (pass == 2 ? "" : "s") + " one verify pass holds here (" + std::to_string(pass) + " token" +
-                             (pass == 1 ? "" : "s") + (ubatch_bound ? ": --ubatch " + std::to_string(pass) : "") + "): no draft could run");
+                             (pass == 1 ? "" : "s") + (bound.empty() ? "" : ": " + bound) + "): no draft could run");
 }
 }  // namespace
 
@@ -211,14 +212,20 @@ void check_speculative_options(SpeculativeOptions& s, uint32_t ubatch, const std
     if (s.draft_min > most && !(s.type == SpecType::DraftModel && std::string(name) == "--spec-ngram-size-m"))
       throw CLI::ValidationError("--draft-min " + std::to_string(s.draft_min) + " is more than " + name + " " +
                                  std::to_string(most) + ": no draft could run");
-  check_draft_min_fits(s, ubatch, true);  // an explicit --ubatch, before the model loads
+  check_draft_min_fits(s, ubatch, "--ubatch " + std::to_string(ubatch));  // an explicit --ubatch, before the model loads
 }
 
 void check_speculation(const SpeculativeOptions& s, const Engine& engine, bool quiet) {
   if (!s.on()) return;
   // (The device's --ubatch, a window ring or the logits rows may hold a pass to fewer tokens.)
   const uint32_t pass = engine.max_chunk(true);
-  check_draft_min_fits(s, pass, pass == engine.ubatch());
+  const KvCache& cache = engine.cache();
+  std::string bound;
+  if (pass == engine.ubatch()) bound = "--ubatch " + std::to_string(pass);
+  else if (pass == cache.capacity() - cache.keep())
+    bound = "--ctx " + std::to_string(cache.capacity()) + (cache.keep() ? " less the " + std::to_string(cache.keep()) + " pinned" : "");
+  else if (cache.window_ring()) bound = "the window layers' ring";
+  check_draft_min_fits(s, pass, bound);
   if (quiet || engine.verify_exact()) return;
   std::fprintf(stderr,
                "vkllm: note: %s is off for this model on %s: its window layers' lists would take one attention "

@@ -1822,8 +1822,8 @@ TEST(Cli, SpeculativeFlagErrors) {
 }
 
 // A --draft-min past the drafts one verify pass holds (the sampled token and its drafts, at most
-// --ubatch tokens) is refused, an explicit --ubatch's before the model loads: it would silently
-// draft nothing.
+// --ubatch tokens, and at most the cache's unpinned slots) is refused, an explicit --ubatch's before
+// the model loads: it would silently draft nothing. The message names the bound.
 TEST(Cli, DraftMinPastOnePassIsRefused) {
   VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
   const std::string spec = " --spec-type ngram-simple --draft-max 8 -m " + model("stories260K.gguf");
@@ -1840,6 +1840,10 @@ TEST(Cli, DraftMinPastOnePassIsRefused) {
   EXPECT_NE(one.err.find("more than the 0 drafts one verify pass holds here (1 token: --ubatch 1)"), std::string::npos) << one.err;
   const Result fits = vkllm("run -p hi -n 4 --ubatch 4 --draft-min 3" + spec);
   EXPECT_EQ(fits.status, 0) << fits.err;
+  // A tiny --ctx bounds the pass too, and the message names it (-md: the same check).
+  const Result ctx = vkllm("run -p a -n 1 --ctx 3 --draft-min 3 -m " + model("stories260K.gguf") + " -md " + model("stories260K.gguf"));
+  EXPECT_EQ(ctx.status, 2) << ctx.err;
+  EXPECT_NE(ctx.err.find("more than the 2 drafts one verify pass holds here (3 tokens: --ctx 3)"), std::string::npos) << ctx.err;
 }
 
 }  // namespace
