@@ -208,10 +208,13 @@ void check_speculative_options(SpeculativeOptions& s, uint32_t ubatch, const std
       throw CLI::ValidationError("--model-draft and --spec-type ngram-simple are two sources of drafts: give one");
     s.type = SpecType::DraftModel;
   }
-  for (const auto& [name, most] : {std::pair{"--draft-max", s.draft_max}, std::pair{"--spec-ngram-size-m", s.ngram_m}})
-    if (s.draft_min > most && !(s.type == SpecType::DraftModel && std::string(name) == "--spec-ngram-size-m"))
+  const auto check_most = [&](const char* name, uint32_t most) {
+    if (s.draft_min > most)
       throw CLI::ValidationError("--draft-min " + std::to_string(s.draft_min) + " is more than " + name + " " +
                                  std::to_string(most) + ": no draft could run");
+  };
+  check_most("--draft-max", s.draft_max);
+  if (s.type != SpecType::DraftModel) check_most("--spec-ngram-size-m", s.ngram_m);  // (n-gram drafts only)
   check_draft_min_fits(s, ubatch, "--ubatch " + std::to_string(ubatch));  // an explicit --ubatch, before the model loads
 }
 
@@ -234,10 +237,9 @@ void check_speculation(const SpeculativeOptions& s, const Engine& engine, bool q
 }
 
 void catch_up_draft(const Session& s, const SpeculativeOptions& spec, bool quiet) {
-  const KvCache& cache = s.engine->cache();
-  if (spec.type != SpecType::DraftModel || !s.drafter() || !s.engine->verify_exact() || cache.used() + 1 >= cache.capacity()) return;
+  if (!s.drafter() || !drafts_with_model(spec, *s.engine)) return;
   ProgressBar bar("draft prefill", "tok", quiet);
-  s.drafter()->catch_up(cache.tokens(), [&](uint64_t done, uint64_t total) { bar.update(done, total); });
+  s.drafter()->catch_up(s.engine->cache().tokens(), [&](uint64_t done, uint64_t total) { bar.update(done, total); });
 }
 
 std::string draft_summary(const GenerationStats& st) {

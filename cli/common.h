@@ -25,7 +25,7 @@ namespace vkllm::cli {
 
 struct RunOptions {
   std::string model;
-  std::string model_draft;  // -md: a draft model for speculative decoding (run, chat); empty: none
+  std::string model_draft;  // -md: a draft model for speculative decoding (run, chat, serve); empty: none
   std::optional<uint32_t> device;
   uint32_t ctx = 0;  // 0: min(trained context, 4096)
   std::string cache_type, cache_type_k, cache_type_v;  // empty: not given (f16)

@@ -30,6 +30,11 @@ std::string draft_vocab_mismatch(const Tokenizer& target, const Tokenizer& draft
   return "";
 }
 
+bool drafts_with_model(const SpeculativeOptions& s, const Engine& engine) {
+  const KvCache& cache = engine.cache();
+  return s.type == SpecType::DraftModel && engine.verify_exact() && cache.used() + 1 < cache.capacity();
+}
+
 DraftModel::DraftModel(Engine& engine, int32_t target_vocab, int32_t unknown, double prior_ratio)
     : engine_(engine),
       target_vocab_(target_vocab),
@@ -90,15 +95,14 @@ void DraftModel::catch_up(std::span<const int32_t> context, const ProgressFn& pr
 bool DraftModel::catch_up_step(std::span<const int32_t> original, uint32_t max_tokens) {
   if (original.size() < 2) return false;
   const std::span<const int32_t> context = in_vocab(original);
-  const std::span<const int32_t> held = context.first(context.size() - 1);
+  // What the cache holds of the context, as a proposal's sync keeps it: at most all but its last token.
   KvCache& cache = engine_.cache();
-  const PrefixMatch m = match_prefix(cache, held);
-  const uint32_t keep = m.usable ? cache.reusable(m.matched) : 0;
+  const uint32_t keep = reusable_prefix(cache, context), held = uint32_t(context.size()) - 1;
   cache.truncate(keep);
-  if (keep >= held.size()) return false;
-  const size_t n = std::min<size_t>(std::max<uint32_t>(max_tokens, 1), held.size() - keep);
-  engine_.decode(held.subspan(keep, n), LogitsMode::Last);
-  return keep + n < held.size();
+  if (keep >= held) return false;
+  const uint32_t n = std::min(std::max<uint32_t>(max_tokens, 1), held - keep);
+  engine_.decode(context.subspan(keep, n), LogitsMode::Last);
+  return keep + n < held;
 }
 
 double DraftModel::cost_ratio(double target_step_ms) const {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/speculative.h"
 #include "text/tokenizer.h"
 
 namespace vkllm {
@@ -18,6 +19,11 @@ namespace vkllm {
 // they are added, vocabularies within 128 tokens of each other, and the same text for every id
 // from 5 up to the smaller vocabulary (ids 0–4 are control tokens some conversions renumber).
 std::string draft_vocab_mismatch(const Tokenizer& target, const Tokenizer& draft);
+
+// Whether a generation with these options would run its draft model on `engine` now: it drafts with
+// a model, the engine verifies drafts exactly (Engine::verify_exact), and the cache has room for a
+// draft (drafts never make the ring evict). Where not, catching the draft's cache up is wasted.
+bool drafts_with_model(const SpeculativeOptions& s, const Engine& engine);
 
 // The draft model's side: its own engine and KV cache, which follows the target's tokens. Each
 // proposal first brings its cache to the target's context (the longest prefix it still holds is

@@ -305,7 +305,8 @@ void speculation(const json& body, const ApiContext& ctx, GenerateOptions& g) {
   SpeculativeOptions& s = g.speculative = ctx.speculative;
   const bool model = s.type == SpecType::DraftModel;
   const int64_t n_max = integer(body, "speculative.n_max", 0, 1024, s.draft_max);
-  const int64_t most = std::min<int64_t>({n_max, ctx.max_draft, model ? n_max : int64_t{s.ngram_m}});
+  int64_t most = std::min<int64_t>(n_max, ctx.max_draft);
+  if (!model) most = std::min<int64_t>(most, s.ngram_m);  // (n-gram drafts only)
   const int64_t n_min = integer(body, "speculative.n_min", 0, 1024, std::min<int64_t>(s.draft_min, n_max));
   if (n_min > most)
     throw ApiError(400, "'speculative.n_min' " + std::to_string(n_min) + " is more than the " + std::to_string(most) +

@@ -235,10 +235,8 @@ void Scheduler::prefill_round() {
     // The prompt, then the draft model's catch-up with it (a chunk per round too, so a long prompt
     // does not stall the other sequences' steps at its first draft).
     bool more = s.gen->prefill_step(s.engine->ubatch());
-    const KvCache& cache = s.engine->cache();
-    if (!more && s.draft && s.job->generate.speculative.type == SpecType::DraftModel && s.job->generate.speculative.draft_max > 0 &&
-        cache.used() + 1 < cache.capacity())
-      more = s.draft->catch_up_step(cache.tokens(), s.draft->engine().ubatch());
+    if (!more && s.draft && drafts_with_model(s.job->generate.speculative, *s.engine))
+      more = s.draft->catch_up_step(s.engine->cache().tokens(), s.draft->engine().ubatch());
     if (!more) finish_prefill(s);
   } catch (const GrammarError& e) {  // the request's grammar, at its start: the cache is whole
     complete(s, e.what(), true);

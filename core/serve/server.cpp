@@ -109,6 +109,21 @@ std::string route_label(const std::string& path) {
   return *allowed_methods(path) != '\0' ? path : "other";
 }
 
+// llama-server's sampling `params` (/props' defaults, /slots' running requests); n_predict −1:
+// no limit (a negative count here).
+json sampling_params(const SamplerParams& d, int64_t n_predict) {
+  return {{"temperature", d.temp},
+          {"top_k", d.top_k},
+          {"top_p", d.top_p},
+          {"min_p", d.min_p},
+          {"repeat_penalty", d.repeat_penalty},
+          {"repeat_last_n", d.repeat_last_n},
+          {"presence_penalty", d.presence_penalty},
+          {"frequency_penalty", d.frequency_penalty},
+          {"seed", d.seed},  // 4294967295: a random seed per request, as llama-server shows it
+          {"n_predict", n_predict >= 0 ? n_predict : -1}};
+}
+
 std::atomic<uint64_t> next_id{1};
 // Response ids: a random tag of this process, then a count, so ids do not repeat across restarts.
 const std::string& id_tag() {
@@ -373,17 +388,7 @@ void HttpServer::routes() {
 
   // llama-server's: the server's settings, for clients that size prompts and show defaults.
   s.Get("/props", [this](const httplib::Request&, httplib::Response& res) {
-    const SamplerParams& d = api_.defaults;
-    const json params = {{"temperature", d.temp},
-                         {"top_k", d.top_k},
-                         {"top_p", d.top_p},
-                         {"min_p", d.min_p},
-                         {"repeat_penalty", d.repeat_penalty},
-                         {"repeat_last_n", d.repeat_last_n},
-                         {"presence_penalty", d.presence_penalty},
-                         {"frequency_penalty", d.frequency_penalty},
-                         {"seed", d.seed},  // 4294967295: a random seed per request, as llama-server shows it
-                         {"n_predict", api_.default_max_tokens >= 0 ? api_.default_max_tokens : -1}};
+    const json params = sampling_params(api_.defaults, api_.default_max_tokens);
     const Tokenizer& tok = *api_.tok;
     const auto token_text = [&](int32_t id) { return id >= 0 ? utf8::sanitize(tok.token_to_piece(id, true)) : std::string(); };
     const json props = {{"default_generation_settings", {{"n_ctx", api_.context}, {"params", params}}},
@@ -409,25 +414,15 @@ void HttpServer::routes() {
       // llama-server's params and next_token of the request running on the slot (its sampling as
       // the request set it, or the server's defaults where it did not).
       if (st.job) {
-        const SamplerParams& sp = st.job->sampling;
         const GenerateOptions& g = st.job->generate;
-        const bool spec = g.speculative.on();
-        slot["params"] = {{"n_predict", g.n_predict < 0 ? -1 : g.n_predict},
-                          {"seed", sp.seed},
-                          {"temperature", sp.temp},
-                          {"top_k", sp.top_k},
-                          {"top_p", sp.top_p},
-                          {"min_p", sp.min_p},
-                          {"repeat_last_n", sp.repeat_last_n},
-                          {"repeat_penalty", sp.repeat_penalty},
-                          {"presence_penalty", sp.presence_penalty},
-                          {"frequency_penalty", sp.frequency_penalty},
-                          {"stop", g.stop},
-                          {"ignore_eos", g.ignore_eos},
-                          {"n_probs", g.logprobs ? g.top_logprobs : 0},
-                          {"speculative.n_max", spec ? g.speculative.draft_max : 0},
-                          {"speculative.n_min", g.speculative.draft_min},
-                          {"speculative.p_min", g.speculative.p_min}};
+        json params = sampling_params(st.job->sampling, g.n_predict);
+        params.update({{"stop", g.stop},
+                       {"ignore_eos", g.ignore_eos},
+                       {"n_probs", g.logprobs ? g.top_logprobs : 0},
+                       {"speculative.n_max", g.speculative.on() ? g.speculative.draft_max : 0},
+                       {"speculative.n_min", g.speculative.draft_min},
+                       {"speculative.p_min", g.speculative.p_min}});
+        slot["params"] = std::move(params);
         slot["next_token"] = {{"n_decoded", st.n_decoded},
                               {"n_remain", g.n_predict < 0 ? -1 : std::max<int64_t>(int64_t{g.n_predict} - st.n_decoded, 0)}};
       }
