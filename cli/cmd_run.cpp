@@ -71,11 +71,13 @@ std::string gather_prompt(const RunCommand& c) {
 }
 
 void print_stats(const GenerationStats& st, const KvCache& kv, bool speculative) {
-  std::fprintf(stderr, "vkllm: prompt %s tok (cached %s) · TTFT %s · prefill %.1f tok/s · decode %.1f tok/s · %s tok generated (%s)%s · KV %s used, %s, %s/token\n",
+  // (The ring's evictions, when it wrapped: what the cache no longer holds of the conversation.)
+  const std::string evicted = kv.evicted() ? " (" + with_commas(kv.evicted()) + " evicted)" : "";
+  std::fprintf(stderr, "vkllm: prompt %s tok (cached %s) · TTFT %s · prefill %.1f tok/s · decode %.1f tok/s · %s tok generated (%s)%s · KV %s used%s, %s, %s/token\n",
                with_commas(st.prompt_tokens).c_str(), with_commas(st.cached_tokens).c_str(), fmt_ms(st.ttft_ms).c_str(),
                st.prefill_tok_s(), st.decode_tok_s(), with_commas(st.generated).c_str(), st.stop_reason.c_str(),
-               speculative ? draft_summary(st).c_str() : "", human_bytes(kv.bytes_used()).c_str(), cache_type_name(kv.type_k()),
-               human_bytes(kv.bytes_per_token()).c_str());
+               speculative ? draft_summary(st).c_str() : "", human_bytes(kv.bytes_used()).c_str(), evicted.c_str(),
+               cache_type_name(kv.type_k()), human_bytes(kv.bytes_per_token()).c_str());
 }
 
 // Ctrl+C while tokens are generated stops the generation: the session is saved and the stats
@@ -290,7 +292,8 @@ int run(const RunCommand& c) {
       gen.prefill(p.tokens, progress);
     }
   }
-  if (!conv) catch_up_draft(s, speculative, c.opts.quiet);
+  // The draft's prefill comes before the first token: it counts in the time to it.
+  double draft_ms = conv ? 0.0 : catch_up_draft(s, speculative, c.opts.quiet);
   // The prompt is stored once its prefill is done where generating could overwrite what an entry
   // needs: window rings' rows, or any row once the ring wraps (-n past the free slots, or -n -1);
   // otherwise after the generation, so that the write does not delay the first token.
@@ -340,7 +343,7 @@ int run(const RunCommand& c) {
       conv->say(text, go, sink, [&](uint64_t done, uint64_t total) { bar->update(done, total); },
                 {[&] {
                    bar.reset();
-                   catch_up_draft(s, speculative, c.opts.quiet);
+                   draft_ms += catch_up_draft(s, speculative, c.opts.quiet);
                    warn_pin_cut(conv->pin_wanted(), conv->pinned(), cache);
                    stop_signals.emplace();
                  },
@@ -351,7 +354,7 @@ int run(const RunCommand& c) {
     }
   }
   GenerationStats st = conv ? conv->last_stats() : gen.stats();
-  st.ttft_ms += cache_load_ms + restore_ms;  // restoring is part of the time to the first token
+  st.ttft_ms += cache_load_ms + restore_ms + draft_ms;  // restoring and the draft's prefill are part of the time to the first token
   if (pc) {
     if (!stored && st.cached_tokens + 1 < n_prompt) pc->store(*s.engine, n_prompt);
     print_cache_warnings(*pc);

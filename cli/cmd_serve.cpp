@@ -50,7 +50,8 @@ void serve_forever(const ServeCommand& c) {
   // The thread that waits for them runs from the start: during the load (and until the server is
   // up) there is nothing to drain, so a signal ends the process at once, status 0; afterwards a
   // second thread drains the requests and stops the server, and a second signal during that drain
-  // ends the process at once (as llama-server's second Ctrl+C), status 128 + the signal: a drain
+  // ends the process at once (as llama-server's second Ctrl+C; one within 250 ms of the first is
+  // taken as the same, as timeout(1) repeats it to the process group), status 128 + the signal: a drain
   // waits for every running and queued request, minutes with a large model. (Files the server
   // writes are written atomically: an exit leaves none half-written.)
   std::atomic<serve::Scheduler*> live_sched{nullptr};
@@ -76,8 +77,14 @@ void serve_forever(const ServeCommand& c) {
       while (!http->running() && !run_returned) std::this_thread::sleep_for(std::chrono::milliseconds(10));
       http->stop();
     });
-    sigwait(&stop_signals, &sig);
-    if (run_returned) return;
+    // GNU timeout(1) sends its signal to the server and then to the server's process group: a
+    // second signal within k_same_signal of the first is that same request, not a second one.
+    const auto first = std::chrono::steady_clock::now();
+    constexpr auto k_same_signal = std::chrono::milliseconds(250);
+    do {
+      sigwait(&stop_signals, &sig);
+      if (run_returned) return;
+    } while (std::chrono::steady_clock::now() - first < k_same_signal);
     std::fprintf(stderr, "vkllm: second %s: exiting now, dropping the running and queued requests\n", what(sig));
     std::fflush(stderr);
     std::_Exit(128 + sig);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -236,10 +237,12 @@ void check_speculation(const SpeculativeOptions& s, const Engine& engine, bool q
                s.type == SpecType::DraftModel ? "--model-draft" : "--spec-type", engine.context().info().name.c_str());
 }
 
-void catch_up_draft(const Session& s, const SpeculativeOptions& spec, bool quiet) {
-  if (!s.drafter() || !drafts_with_model(spec, *s.engine)) return;
+double catch_up_draft(const Session& s, const SpeculativeOptions& spec, bool quiet) {
+  if (!s.drafter() || !drafts_with_model(spec, *s.engine)) return 0.0;
+  const auto t0 = std::chrono::steady_clock::now();
   ProgressBar bar("draft prefill", "tok", quiet);
   s.drafter()->catch_up(s.engine->cache().tokens(), [&](uint64_t done, uint64_t total) { bar.update(done, total); });
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 std::string draft_summary(const GenerationStats& st) {
@@ -291,6 +294,22 @@ void add_n_predict_option(CLI::App* cmd, int32_t& n_predict, const std::string& 
       ->check(count_or_endless);
 }
 
+namespace {
+// A DRY sequence breaker as llama.cpp's flag reads it: \n, \t, \\, \" and \' as their characters.
+std::string unescape_breaker(const std::string& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] != '\\' || i + 1 == v.size()) {
+      out += v[i];
+      continue;
+    }
+    const char c = v[++i];
+    out += c == 'n' ? '\n' : c == 't' ? '\t' : c == 'r' ? '\r' : c;
+  }
+  return out;
+}
+}  // namespace
+
 std::vector<CLI::Option*> add_sampling_options(CLI::App* cmd, SamplerParams& s) {
   std::vector<CLI::Option*> opts;
   opts.push_back(cmd->add_option("--temp", s.temp, "Temperature (0: greedy)"));
@@ -301,10 +320,35 @@ std::vector<CLI::Option*> add_sampling_options(CLI::App* cmd, SamplerParams& s) 
   opts.push_back(cmd->add_option("--repeat-last-n", s.repeat_last_n, "Tokens the penalties look back over (-1: all)"));
   opts.push_back(cmd->add_option("--frequency-penalty", s.frequency_penalty, "Frequency penalty"));
   opts.push_back(cmd->add_option("--presence-penalty", s.presence_penalty, "Presence penalty"));
+  // llama.cpp's other samplers, with its flags and defaults (docs/sampling.md).
+  opts.push_back(cmd->add_option("--typical,--typical-p", s.typical_p, "Locally typical sampling's mass, 0 to 1 (1: off)"));
+  opts.push_back(cmd->add_option("--top-nsigma,--top-n-sigma", s.top_n_sigma,
+                                 "Keep logits within N standard deviations of the best (<= 0: off)"));
+  opts.push_back(cmd->add_option("--xtc-probability", s.xtc_probability, "XTC: the chance a step excludes its top choices, 0 to 1 (0: off)"));
+  opts.push_back(cmd->add_option("--xtc-threshold", s.xtc_threshold, "XTC: the probability a top choice must reach to be excluded (default 0.1; > 0.5: off)"));
+  opts.push_back(cmd->add_option("--dry-multiplier", s.dry_multiplier, "DRY repetition penalty's multiplier (0: off)"));
+  opts.push_back(cmd->add_option("--dry-base", s.dry_base, "DRY's base, >= 1 (default 1.75)"));
+  opts.push_back(cmd->add_option("--dry-allowed-length", s.dry_allowed_length, "DRY: repeats this long go unpenalised (default 2)"));
+  opts.push_back(cmd->add_option("--dry-penalty-last-n", s.dry_penalty_last_n,
+                                 "Tokens DRY looks back over (default 64; 0: off)"));
+  // Repeatable; the first one given replaces the defaults, "none" clears them (llama.cpp's).
+  opts.push_back(cmd->add_option_function<std::vector<std::string>>(
+                        "--dry-sequence-breaker",
+                        [&s](const std::vector<std::string>& v) {
+                          s.dry_sequence_breakers.clear();
+                          for (const std::string& b : v)
+                            if (b != "none") s.dry_sequence_breakers.push_back(unescape_breaker(b));
+                        },
+                        "A text DRY never matches a repeat across (repeatable; replaces the defaults \\n : \" *; \"none\": no breakers)")
+                     ->type_name("TEXT")
+                     ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll));
+  opts.push_back(cmd->add_option("--mirostat", s.mirostat, "Mirostat sampling: 0 off, 1 or 2 (replaces top-k … XTC)"));
+  opts.push_back(cmd->add_option("--mirostat-lr", s.mirostat_eta, "Mirostat's learning rate eta (default 0.1)"));
+  opts.push_back(cmd->add_option("--mirostat-ent", s.mirostat_tau, "Mirostat's target entropy tau (default 5.0)"));
   // -1 asks for a random seed, as llama.cpp's --seed does; other negatives and values past 64 bits
   // are refused rather than wrapped.
   opts.push_back(cmd->add_option_function<std::string>(
-         "--seed",
+         "-s,--seed",
          [&s](const std::string& v) {
            if (v == "-1") {
              s.seed = SamplerParams{}.seed;
@@ -485,7 +529,7 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
   int32_t draft_unk = -1;
   if (!o.model_draft.empty()) {
     s.draft_file.emplace(gguf::File::open(o.model_draft));
-    draft = summarize_model(*s.draft_file);
+    draft = summarize_model(*s.draft_file, o.rope);  // the --rope-* flags apply to it too, as llama.cpp's
     const Tokenizer draft_tokenizer = Tokenizer::from_gguf(*s.draft_file);
     const std::string why = draft_vocab_mismatch(*s.tokenizer, draft_tokenizer);
     if (!why.empty()) throw Error(o.model_draft + ": cannot draft for " + o.model + ": " + why);
@@ -616,7 +660,7 @@ Session open_session(const RunOptions& o, const InputCheck& check_input) {
     {
       ProgressBar bar("loading the draft model", "bytes", o.quiet);
       s.draft_model = std::make_unique<Model>(*s.ctx, *s.draft_file, [&](uint64_t done, uint64_t total) { bar.update(done, total); },
-                                              s.pipelines.get(), o.kernels);
+                                              s.pipelines.get(), o.kernels, o.rope);
     }
     // Before anything is measured a draft pass costs what its weights' bytes are of the model's: a
     // step reads them once (on a GPU the measure of a step; a CPU driver's matvec is bound more by

@@ -130,8 +130,9 @@ struct Session {
 };
 // With a draft model that will draft (-md, an engine that verifies exactly, room in the cache for a
 // draft): brings the draft's cache to the model's tokens now, under a "draft prefill" progress bar,
-// so that a long prompt's draft prefill is not a silent pause at the reply's first draft.
-void catch_up_draft(const Session& s, const SpeculativeOptions& spec, bool quiet);
+// so that a long prompt's draft prefill is not a silent pause at the reply's first draft. Returns
+// the milliseconds it took (0 where there is nothing to do), which the reply's first token waited.
+double catch_up_draft(const Session& s, const SpeculativeOptions& spec, bool quiet);
 // Opens the model, checks the memory plan against the device, uploads the weights (progress bar
 // on a terminal), builds the engine. Prints one summary line and the plan unless quiet.
 // `check_input`, when given, runs once the tokenizer is read, with the cache's capacity, before

@@ -85,8 +85,11 @@ void check_prompt_cache_dir(const std::string& dir) {
   // llama.cpp's --prompt-cache names a state file: such a file is refused, not run past with "no
   // entry" and "cannot create … Not a directory".
   std::error_code ec;
-  if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec))
-    throw Error("--prompt-cache " + dir + " is a file; it names a directory of prompt prefixes (one conversation in one file is run's --session)");
+  if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec)) {
+    const bool file = std::filesystem::is_regular_file(dir, ec);
+    throw Error("--prompt-cache " + dir + (file ? " is a file" : " is not a directory (a device, pipe or socket)") +
+                "; it names a directory of prompt prefixes (one conversation in one file is run's --session)");
+  }
 }
 
 uint64_t parse_size(const std::string& flag, const std::string& text) {
@@ -170,6 +173,18 @@ std::string apply_sampling_flags(const std::string& session, Sampler& restored, 
     else if (n == "--repeat-last-n") take(o, p.repeat_last_n, flags.repeat_last_n);
     else if (n == "--frequency-penalty") take(o, p.frequency_penalty, flags.frequency_penalty);
     else if (n == "--presence-penalty") take(o, p.presence_penalty, flags.presence_penalty);
+    else if (n == "--typical") take(o, p.typical_p, flags.typical_p);
+    else if (n == "--top-nsigma") take(o, p.top_n_sigma, flags.top_n_sigma);
+    else if (n == "--xtc-probability") take(o, p.xtc_probability, flags.xtc_probability);
+    else if (n == "--xtc-threshold") take(o, p.xtc_threshold, flags.xtc_threshold);
+    else if (n == "--dry-multiplier") take(o, p.dry_multiplier, flags.dry_multiplier);
+    else if (n == "--dry-base") take(o, p.dry_base, flags.dry_base);
+    else if (n == "--dry-allowed-length") take(o, p.dry_allowed_length, flags.dry_allowed_length);
+    else if (n == "--dry-penalty-last-n") take(o, p.dry_penalty_last_n, flags.dry_penalty_last_n);
+    else if (n == "--dry-sequence-breaker") take(o, p.dry_sequence_breakers, flags.dry_sequence_breakers);
+    else if (n == "--mirostat") take(o, p.mirostat, flags.mirostat);
+    else if (n == "--mirostat-lr") take(o, p.mirostat_eta, flags.mirostat_eta);
+    else if (n == "--mirostat-ent") take(o, p.mirostat_tau, flags.mirostat_tau);
     else if (n == "--seed" && (flags.seed == Sampler::kRandomSeed || flags.seed != restored.seed())) {
       p.seed = flags.seed;  // -1: a new random one
       reseed = true;

@@ -825,6 +825,43 @@ TEST(Cli, GrammarGreedyTokensMatchLlamaCpp) {
   EXPECT_GE(n_cases, 6) << "cases in " << dir;
 }
 
+// llama.cpp's DRY and XTC samplers, greedy (tests/data/samplers, made by
+// scripts/make-sampler-refs.mjs through ../shared/anchor): the tokens up to the first step whose two
+// best tokens llama.cpp scored within 0.005 in log-probability (`compare`) are upstream's, and each
+// case's sampler changed them (plain greedy decoding gives other tokens within that stretch).
+TEST(Cli, SamplersMatchLlamaCpp) {
+  const std::string dir = VKLLM_TEST_DATA "/samplers";
+  int n_cases = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".json") continue;
+    std::ifstream in(entry.path());
+    const json ref = json::parse(in);
+    const std::string model = "models/" + ref["model"].get<std::string>();
+    SCOPED_TRACE(entry.path().filename().string());
+    VKLLM_REQUIRE_SHARED(model);
+    std::string flags;
+    for (const json& f : ref["flags"]) flags += " '" + f.get<std::string>() + "'";
+    const std::string base = "run --json -q --temp 0 --ignore-eos -n " + std::to_string(ref["n_predict"].get<int>()) + " -m " +
+                             shared_path(model);
+    const Result r = vkllm(base + flags, ref["prompt"].get<std::string>());
+    const Result plain = vkllm(base, ref["prompt"].get<std::string>());
+    ASSERT_EQ(r.status, 0) << r.err;
+    ASSERT_EQ(plain.status, 0) << plain.err;
+    const json out = json::parse(r.out);
+    EXPECT_EQ(out["prompt_tokens"].get<size_t>(), ref["prompt_tokens"].size());
+    const size_t n = ref["compare"].get<size_t>();
+    EXPECT_GE(n, 80u) << "a case whose comparable stretch is this short says little";
+    const auto first = [n](const json& tokens) {
+      const std::vector<int> t = tokens.get<std::vector<int>>();
+      return std::vector<int>(t.begin(), t.begin() + std::ptrdiff_t(std::min(n, t.size())));
+    };
+    EXPECT_EQ(first(out["tokens"]), first(ref["tokens"]));
+    EXPECT_NE(first(json::parse(plain.out)["tokens"]), first(ref["tokens"])) << "the sampler changed nothing here";
+    ++n_cases;
+  }
+  EXPECT_GE(n_cases, 4) << "cases in " << dir;
+}
+
 // A grammar is read and checked before the model loads (a model path that does not exist is not
 // reached); its errors are one line naming the flag or the file, the line and the column.
 TEST(Cli, GrammarErrorsComeBeforeTheModelLoads) {
@@ -1647,7 +1684,8 @@ TEST(Cli, DraftModelTokensAreThePlainOnes) {
   // A model drafting for itself, greedily, is always right: every draft is taken only if its cache
   // follows the model's tokens exactly (the catch-up after each pass, a prompt in chunks, a chat's
   // turns, an undone exchange and a regenerated reply).
-  for (const std::string chunks : {"", " --ubatch 8"}) {
+  // (The --rope-* flags reach the draft model too: under another base it still drafts the model's tokens.)
+  for (const std::string chunks : {"", " --ubatch 8", " --rope-freq-base 2000"}) {
     const Result self = vkllm("run --json -q --temp 0 --ctx 250 -n 150 --ignore-eos -m " + stories + " -md " + stories + forced + chunks,
                               "Once upon a time, Lily went to the park. She saw a big dog in the park.");
     ASSERT_EQ(self.status, 0) << self.err;

@@ -15,6 +15,7 @@
 #include <xxhash.h>
 
 #include "base/error.h"
+#include "engine/dry.h"
 #include "engine/sampler.h"
 
 using vkllm::Candidate;
@@ -388,14 +389,17 @@ std::vector<uint8_t> with_field(std::vector<uint8_t> b, size_t offset, T v) {
   return b;
 }
 
-// The blob with its RNG text (at offset rng_at) replaced by `text`, resealed.
+// The blob with its RNG text (at offset rng_at) replaced by `text`, what follows it (version 2's
+// fields) kept, resealed.
 std::vector<uint8_t> with_rng_text(const std::vector<uint8_t>& blob, size_t rng_at, const std::string& text) {
+  uint32_t old_len;
+  std::memcpy(&old_len, blob.data() + rng_at, 4);
   std::vector<uint8_t> b(blob.begin(), blob.begin() + static_cast<ptrdiff_t>(rng_at));
   const auto len = static_cast<uint32_t>(text.size());
   b.resize(b.size() + 4);
   std::memcpy(b.data() + rng_at, &len, 4);
   b.insert(b.end(), text.begin(), text.end());
-  b.resize(b.size() + 8);
+  b.insert(b.end(), blob.begin() + static_cast<ptrdiff_t>(rng_at + 4 + old_len), blob.end());
   reseal(b);
   return b;
 }
@@ -454,7 +458,7 @@ TEST(SamplerState, HostileFieldsWithValidChecksumThrow) {
   const size_t rng_at = 60 + 4 * size_t{n_hist};
   const std::vector<std::vector<uint8_t>> bad = {
       with_field<uint8_t>(blob, 0, 'X'),                                    // magic
-      with_field<uint32_t>(blob, 4, 2),                                     // version
+      with_field<uint32_t>(blob, 4, 3),                                     // version
       with_field<float>(blob, 8, NAN),                                      // temp
       with_field<float>(blob, 16, INFINITY),                                // top_p
       with_field<float>(blob, 24, -1.0f),                                   // repeat_penalty
@@ -531,4 +535,213 @@ TEST(Sampler, TopPWithoutTopKMatchesFullSort) {
     ASSERT_EQ(c.size(), want) << "top_p " << top_p;
     for (size_t i = 0; i < want; ++i) ASSERT_EQ(c[i].id, order[i]) << "top_p " << top_p << " rank " << i;
   }
+}
+
+// Locally typical sampling keeps the tokens whose surprise is nearest the entropy, nearest first:
+// p = 0.5, 0.3, 0.15, 0.05 has entropy 1.142 nats and surprises 0.693, 1.204, 1.897, 2.996, so
+// token 1 comes first, then 0; the most likely token is not always kept.
+TEST(Sampler, TypicalKeepsTokensNearestTheEntropy) {
+  SamplerParams p = plain(1.0f);
+  p.typical_p = 0.2f;
+  EXPECT_EQ(kept(p, log_probs({0.5f, 0.3f, 0.15f, 0.05f})), (std::set<int32_t>{1}));
+  p.typical_p = 0.5f;
+  EXPECT_EQ(kept(p, log_probs({0.5f, 0.3f, 0.15f, 0.05f})), (std::set<int32_t>{0, 1}));
+  p.typical_p = 0.9f;
+  EXPECT_EQ(kept(p, log_probs({0.5f, 0.3f, 0.15f, 0.05f})), (std::set<int32_t>{0, 1, 2}));
+  p.typical_p = 1.0f;  // off
+  EXPECT_EQ(kept(p, log_probs({0.5f, 0.3f, 0.15f, 0.05f})), (std::set<int32_t>{0, 1, 2, 3}));
+}
+
+// top-n-sigma: logits 0, 1, 2, 10 have mean 3.25 and deviation 3.961, so one sigma keeps the
+// best alone and 2.5 sigmas keep all but 0 (the floor 0.098); -inf logits are left out of both.
+TEST(Sampler, TopNSigmaKeepsLogitsNearTheBest) {
+  const float inf = std::numeric_limits<float>::infinity();
+  SamplerParams p = plain(1.0f);
+  p.top_n_sigma = 1.0f;
+  EXPECT_EQ(kept(p, {0.0f, 1.0f, 2.0f, 10.0f}), (std::set<int32_t>{3}));
+  EXPECT_EQ(kept(p, {0.0f, 1.0f, -inf, 2.0f, 10.0f}), (std::set<int32_t>{4}));
+  p.top_n_sigma = 2.5f;
+  EXPECT_EQ(kept(p, {0.0f, 1.0f, 2.0f, 10.0f}), (std::set<int32_t>{1, 2, 3}));
+  EXPECT_EQ(kept(p, {0.0f, 1.0f, -inf, 2.0f, 10.0f}), (std::set<int32_t>{1, 3, 4}));
+  p.top_n_sigma = -1.0f;
+  EXPECT_EQ(kept(p, {0.0f, 1.0f, 2.0f, 10.0f}).size(), 4u);
+}
+
+// XTC removes every token whose probability reaches the threshold but the least likely of them,
+// on a step chosen with xtc_probability; greedy then takes the best that is left.
+TEST(Sampler, XtcExcludesTheTopChoices) {
+  SamplerParams p = plain(0.0f);
+  p.xtc_probability = 1.0f;
+  p.xtc_threshold = 0.25f;
+  const std::vector<float> l = log_probs({0.4f, 0.3f, 0.2f, 0.1f});
+  std::vector<float> x = l;
+  EXPECT_EQ(Sampler(p).sample(x), 1);  // 0 and 1 reach 0.25: 0 goes
+  p.xtc_threshold = 0.35f;             // only 0 reaches it: nothing goes
+  x = l;
+  EXPECT_EQ(Sampler(p).sample(x), 0);
+  p.xtc_threshold = 0.1f;  // all four reach it: all but 3 go
+  x = l;
+  EXPECT_EQ(Sampler(p).sample(x), 3);
+  p.xtc_threshold = 0.6f;  // past 0.5: off
+  x = l;
+  EXPECT_EQ(Sampler(p).sample(x), 0);
+  // Half the steps: token 1 about half the time.
+  p.xtc_threshold = 0.25f;
+  p.xtc_probability = 0.5f;
+  Sampler half(p);
+  const auto f = frequencies(half, l, 4000);
+  EXPECT_NEAR(f.count(1) ? f.at(1) : 0.0, 0.5, 0.04);
+  EXPECT_NEAR(f.count(0) ? f.at(0) : 0.0, 0.5, 0.04);
+  // Sampled: the removed token is never drawn.
+  p = plain(1.0f);
+  p.xtc_probability = 1.0f;
+  p.xtc_threshold = 0.25f;
+  Sampler s(p);
+  EXPECT_EQ(frequencies(s, l, 2000).count(0), 0u);
+}
+
+// Mirostat 2 keeps the tokens whose surprise is at most mu (2·tau at the start), draws, and moves
+// mu by eta times the draw's surprise (under the kept tokens' renormalised probabilities) less tau.
+TEST(Sampler, MirostatV2CutsBySurpriseAndLearns) {
+  SamplerParams p = plain(1.0f);
+  p.mirostat = 2;
+  p.mirostat_tau = 1.0f;
+  p.mirostat_eta = 0.1f;
+  const std::vector<float> l = log_probs({0.5f, 0.25f, 0.125f, 0.125f});  // surprises 1, 2, 3, 3 bits
+  std::map<int32_t, int> seen;
+  for (uint64_t seed = 0; seed < 300; ++seed) {
+    p.seed = seed;
+    Sampler s(p);
+    EXPECT_FLOAT_EQ(s.mirostat_mu(), 2.0f);
+    std::vector<float> x = l;
+    const int32_t t = s.sample(x);
+    ++seen[t];
+    const double q = t == 0 ? 2.0 / 3.0 : 1.0 / 3.0;  // renormalised over tokens 0 and 1
+    EXPECT_NEAR(s.mirostat_mu(), 2.0 - 0.1 * (-std::log2(q) - 1.0), 1e-5);
+  }
+  EXPECT_EQ(seen.size(), 2u);  // 2 and 3 (3 bits) never
+  EXPECT_NEAR(seen[0] / 300.0, 2.0 / 3.0, 0.09);
+  // Greedy stays greedy.
+  p.temp = 0.0f;
+  std::vector<float> x = log_probs({0.1f, 0.6f, 0.3f});
+  EXPECT_EQ(Sampler(p).sample(x), 1);
+}
+
+// Mirostat 1 keeps the top k, k from the estimated Zipf exponent and mu: at tau 0 (mu 0) k is 1.
+TEST(Sampler, MirostatV1AtZeroSurpriseIsGreedy) {
+  SamplerParams p = plain(1.0f);
+  p.mirostat = 1;
+  p.mirostat_tau = 0.0f;
+  const std::vector<float> l = random_logits(500, 11);
+  Sampler s(p);
+  for (int i = 0; i < 50; ++i) {
+    std::vector<float> x = l;
+    EXPECT_EQ(s.sample(x), argmax(l));
+  }
+  // A larger target lets more than the best through.
+  p.mirostat_tau = 8.0f;
+  Sampler wide(p);
+  EXPECT_GT(frequencies(wide, l, 400).size(), 1u);
+}
+
+// The state of every step added in version 2 (mirostat's mu, the DRY breakers, XTC's draws)
+// survives a save and restore; version 1 blobs load with those steps off.
+TEST(SamplerState, VersionTwoFieldsRoundTrip) {
+  SamplerParams p = plain(0.9f);
+  p.seed = 99;
+  p.typical_p = 0.95f;
+  p.top_n_sigma = 3.0f;
+  p.xtc_probability = 0.3f;
+  p.xtc_threshold = 0.05f;
+  p.dry_base = 2.5f;
+  p.dry_allowed_length = 4;
+  p.dry_penalty_last_n = 17;
+  p.dry_sequence_breakers = {"\n", "é", ""};
+  p.repeat_last_n = 8;
+  const std::vector<float> logits = random_logits(300, 5);
+  for (int mirostat : {0, 2}) {
+    p.mirostat = mirostat;
+    p.mirostat_tau = 3.0f;
+    Sampler a(p);
+    draws(a, logits, 23);
+    Sampler b(SamplerParams{});
+    const std::vector<uint8_t> blob = a.save_state();
+    b.restore_state(blob);
+    EXPECT_EQ(b.params(), a.params());
+    EXPECT_EQ(b.mirostat_mu(), a.mirostat_mu());
+    EXPECT_EQ(b.save_state(), blob);
+    EXPECT_EQ(draws(a, logits, 60), draws(b, logits, 60));
+  }
+  // A version 1 blob: version 2's fields cut off, the version word set to 1.
+  Sampler a(plain(0.7f));
+  draws(a, logits, 5);
+  std::vector<uint8_t> v1 = a.save_state();
+  uint32_t n_hist, rng_len;
+  std::memcpy(&n_hist, v1.data() + 56, 4);
+  std::memcpy(&rng_len, v1.data() + 60 + 4 * size_t{n_hist}, 4);
+  v1.resize(60 + 4 * size_t{n_hist} + 4 + rng_len + 8);
+  v1 = with_field<uint32_t>(v1, 4, 1);
+  Sampler b(p);
+  b.restore_state(v1);
+  EXPECT_EQ(b.params().dry_multiplier, 0.0f);
+  EXPECT_EQ(b.params().mirostat, 0);
+  EXPECT_EQ(b.params().xtc_probability, 0.0f);
+  EXPECT_EQ(draws(a, logits, 30), draws(b, logits, 30));
+}
+
+TEST(Sampler, NewParamsOutOfRangeThrow) {
+  const auto bad = [](auto set) {
+    SamplerParams p;
+    set(p);
+    EXPECT_THROW(Sampler{p}, vkllm::Error);
+  };
+  bad([](SamplerParams& p) { p.typical_p = 1.5f; });
+  bad([](SamplerParams& p) { p.top_n_sigma = NAN; });
+  bad([](SamplerParams& p) { p.xtc_probability = -0.1f; });
+  bad([](SamplerParams& p) { p.xtc_threshold = 2.0f; });
+  bad([](SamplerParams& p) { p.dry_multiplier = -1.0f; });
+  bad([](SamplerParams& p) { p.dry_base = 0.5f; });
+  bad([](SamplerParams& p) { p.dry_allowed_length = -1; });
+  bad([](SamplerParams& p) { p.dry_penalty_last_n = -1; });
+  bad([](SamplerParams& p) { p.mirostat = 3; });
+  bad([](SamplerParams& p) { p.mirostat_eta = INFINITY; });
+  bad([](SamplerParams& p) { p.dry_sequence_breakers.assign(65, "x"); });
+}
+
+// DRY on a history of token ids: the token that followed an earlier occurrence of the history's
+// last tokens is penalised by multiplier · base^(repeat length − allowed length), the longest
+// repeat counting; a single-token breaker is never penalised, and no repeat reaches back past a
+// breaker (with its tail, for a breaker of several tokens).
+TEST(Dry, PenalisesTheTokenThatExtendsARepeat) {
+  const auto penalties = [](std::vector<int32_t> h, const vkllm::DryBreakers& b, int32_t allowed = 2, uint64_t window = 64) {
+    std::vector<float> l(8, 0.0f);
+    vkllm::dry_penalize(l, std::deque<int32_t>(h.begin(), h.end()), b, {0.8f, 2.0f, allowed, window});
+    return l;
+  };
+  const vkllm::DryBreakers none;
+  // 1 2 3 … 1 2: "1 2" repeats (length 2), and 3 followed it.
+  EXPECT_EQ(penalties({1, 2, 3, 5, 1, 2}, none), (std::vector<float>{0, 0, 0, -0.8f, 0, 0, 0, 0}));
+  // 1 2 3 4 … 1 2 3: length 3, 4 followed: 0.8 · 2.
+  EXPECT_EQ(penalties({1, 2, 3, 4, 6, 1, 2, 3}, none), (std::vector<float>{0, 0, 0, 0, -1.6f, 0, 0, 0}));
+  // Shorter than allowed: nothing; allowed 1: the single repeated token's successors.
+  EXPECT_EQ(penalties({1, 3, 5, 1}, none), std::vector<float>(8, 0.0f));
+  EXPECT_EQ(penalties({1, 3, 5, 1}, none, 1), (std::vector<float>{0, 0, 0, -0.8f, 0, 0, 0, 0}));
+  // Two earlier repeats of different lengths: each successor by its own longest.
+  EXPECT_EQ(penalties({7, 1, 2, 4, 0, 1, 2, 5, 0, 1, 2}, none), (std::vector<float>{0, 0, 0, 0, -0.8f, -1.6f, 0, 0}));
+  // The window: the earlier "1 2 3" out of the last 5 tokens.
+  EXPECT_EQ(penalties({1, 2, 3, 5, 6, 1, 2}, none, 2, 5), std::vector<float>(8, 0.0f));
+  // Token 3 a single-token breaker: never penalised, and the repeat cannot span it.
+  vkllm::DryBreakers three;
+  three.tails.emplace(3, std::vector<int32_t>{});
+  EXPECT_EQ(penalties({1, 2, 3, 5, 1, 2}, three), std::vector<float>(8, 0.0f));
+  // "4 3 1 2" repeats, but a repeat counts only the 2 tokens after the breaker: 0.8, not 0.8 · 2².
+  EXPECT_EQ(penalties({1, 2, 4, 3, 1, 2, 4, 3, 1, 2}, three), (std::vector<float>{0, 0, 0, 0, -0.8f, 0, 0, 0}));
+  EXPECT_EQ(penalties({1, 2, 4, 7, 3, 1, 2}, three), (std::vector<float>{0, 0, 0, 0, -0.8f, 0, 0, 0}));
+  // A two-token breaker "6 7" (head 6, tail 7): only the whole pair breaks a repeat.
+  vkllm::DryBreakers pair;
+  pair.tails.emplace(6, std::vector<int32_t>{7});
+  EXPECT_EQ(penalties({1, 2, 4, 6, 7, 1, 2}, pair), (std::vector<float>{0, 0, 0, 0, -0.8f, 0, 0, 0}));
+  // "6 5 1 2" repeats (length 4: 0.8 · 2²) where 6 is not followed by 7; after "6 7" only "5 1 2" counts.
+  EXPECT_EQ(penalties({6, 5, 1, 2, 4, 0, 6, 5, 1, 2}, pair), (std::vector<float>{0, 0, 0, 0, -3.2f, 0, 0, 0}));
+  EXPECT_EQ(penalties({6, 7, 5, 1, 2, 4, 0, 6, 7, 5, 1, 2}, pair), (std::vector<float>{0, 0, 0, 0, -1.6f, 0, 0, 0}));
 }

@@ -693,6 +693,64 @@ TEST(Serve, LogitBiasAsRunDoes) {
   EXPECT_EQ(s.terminate(), 0) << s.log();
 }
 
+// llama-server's sampler fields (DRY, XTC, typical, top-n-sigma, mirostat) give what `vkllm run`'s
+// flags give, greedy and seeded, while another request runs beside them; out-of-range ones are 400s.
+TEST(Serve, LlamaCppSamplersAsRunDoes) {
+  VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
+  const std::string plain = run_greedy(kPrompts[0], 80);
+  const std::string dry = run_greedy(kPrompts[0], 80, stories(), "--dry-multiplier 0.8 --dry-allowed-length 1 --dry-sequence-breaker .");
+  const std::string xtc = run_greedy(kPrompts[0], 40, stories(), "--xtc-probability 1 --xtc-threshold 0.05");
+  const std::string miro =
+      run_greedy(kPrompts[0], 40, stories(), "--temp 1 --seed 5 --mirostat 2 --mirostat-ent 3 --typical 0.9 --top-nsigma 2");
+  ASSERT_NE(plain, dry);
+  ASSERT_NE(plain.substr(0, xtc.size()), xtc);
+  Server s("--parallel 2 --temp 0");
+  ASSERT_GT(s.port(), 0) << s.log();
+  std::thread other([&] {
+    httplib::Client c = s.client();
+    post(c, "/v1/completions", {{"prompt", kPrompts[1]}, {"max_tokens", 60}, {"temperature", 0.9}, {"dry_multiplier", 2}});
+  });
+  httplib::Client c = s.client();
+  int status = 0;
+  json r = post(c, "/v1/completions",
+                {{"prompt", kPrompts[0]}, {"max_tokens", 80}, {"dry_multiplier", 0.8}, {"dry_allowed_length", 1},
+                 {"dry_sequence_breakers", {"."}}},
+                &status);
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(r["choices"][0]["text"], dry) << r.dump();
+  r = post(c, "/v1/completions", {{"prompt", kPrompts[0]}, {"max_tokens", 40}, {"xtc_probability", 1}, {"xtc_threshold", 0.05}}, &status);
+  EXPECT_EQ(r["choices"][0]["text"], xtc) << r.dump();
+  r = post(c, "/v1/completions",
+           {{"prompt", kPrompts[0]}, {"max_tokens", 40}, {"temperature", 1}, {"seed", 5}, {"mirostat", 2}, {"mirostat_tau", 3},
+            {"typical_p", 0.9}, {"top_n_sigma", 2}},
+           &status);
+  EXPECT_EQ(r["choices"][0]["text"], miro) << r.dump();
+  other.join();
+  for (const auto& [name, bad] : std::vector<std::pair<std::string, json>>{{"mirostat", 3},
+                                                                            {"dry_base", 0.5},
+                                                                            {"dry_penalty_last_n", -1},
+                                                                            {"xtc_threshold", 1.5},
+                                                                            {"typical_p", "high"},
+                                                                            {"dry_sequence_breakers", "\n"},
+                                                                            {"dry_sequence_breakers", {1}}}) {
+    r = post(c, "/v1/completions", {{"prompt", "x"}, {name, bad}}, &status);
+    EXPECT_EQ(status, 400) << name << " " << bad.dump();
+    EXPECT_EQ(r["error"]["param"], name) << bad.dump();
+  }
+  r = post(c, "/v1/completions", {{"prompt", kPrompts[0]}, {"max_tokens", 80}}, &status);
+  EXPECT_EQ(r["choices"][0]["text"], plain);
+  // llama-server's n_predict (where no max_tokens is given) and ignore_eos.
+  r = post(c, "/v1/completions", {{"prompt", kPrompts[0]}, {"n_predict", 5}}, &status);
+  EXPECT_EQ(r["usage"]["completion_tokens"], 5) << r.dump();
+  r = post(c, "/v1/completions", {{"prompt", kPrompts[0]}, {"n_predict", 5}, {"max_tokens", 7}}, &status);
+  EXPECT_EQ(r["usage"]["completion_tokens"], 7) << r.dump();
+  r = post(c, "/v1/completions", {{"prompt", kPrompts[0]}, {"n_predict", 0}}, &status);
+  EXPECT_EQ(status, 400);
+  r = post(c, "/v1/completions", {{"prompt", kPrompts[0]}, {"max_tokens", 200}, {"ignore_eos", true}}, &status);
+  EXPECT_EQ(r["usage"]["completion_tokens"], 200) << "ignore_eos runs past the end of the story";
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
 // Each bad request gets a 4xx with an OpenAI error object, and the server keeps serving.
 TEST(Serve, RefusesBadRequestsAndKeepsServing) {
   VKLLM_REQUIRE_SHARED("models/stories260K.gguf");
@@ -1097,6 +1155,22 @@ TEST(Serve, ASecondSignalStopsTheDrain) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
   EXPECT_NE(s.log().find("vkllm: second interrupt: exiting now"), std::string::npos) << s.log();
   for (std::thread& t : clients) t.join();
+  // timeout(1) sends its signal to the server, then again to its process group at once: one
+  // request to drain, which finishes the running request.
+  Server t("--parallel 1 --temp 0");
+  ASSERT_GT(t.port(), 0) << t.log();
+  json answer;
+  std::thread client([&] {
+    httplib::Client c = t.client();
+    const auto r = c.Post("/v1/completions", json({{"prompt", "Once"}, {"max_tokens", 120}, {"ignore_eos", true}}).dump(), "application/json");
+    if (r) answer = json::parse(r->body, nullptr, false);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  t.send_signal(SIGTERM);
+  t.send_signal(SIGTERM);
+  EXPECT_EQ(t.wait_exit(60), 0) << t.log();
+  client.join();
+  EXPECT_EQ(answer["usage"]["completion_tokens"], 120) << answer.dump() << t.log();
 }
 
 // A streaming client that gives up while its request waits in the queue is noticed (the waiting
@@ -1203,6 +1277,9 @@ TEST(Serve, UnstreamedRequestWhoseClientLeftIsDropped) {
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 1.5;  // then hang up
     };
     httplib::Request req = completion_request(json({{"prompt", "Once upon a time"}, {"max_tokens", 4000}}), receive);
+    // As OpenAI's clients send it: a compressed body would hold the spaces back until the end, and
+    // the server would not learn that the client left.
+    req.set_header("Accept-Encoding", "gzip, deflate");
     c.send(req);
   }
   // 4,000 tokens would take many seconds more; the sequence is free again within a few.

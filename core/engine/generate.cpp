@@ -168,6 +168,10 @@ void Generator::generate(const GenerateOptions& o, const TextSink& on_text, cons
   if (stopped()) interrupt();
 }
 
+Generator::Generator(Engine& engine, const Tokenizer& tok, Sampler& sampler) : engine_(engine), tok_(tok), sampler_(sampler) {
+  sampler_.bind(tok_);
+}
+
 void Generator::start(const GenerateOptions& o) {
   if (logits_.empty()) throw Error("nothing to continue from: the prompt is empty and the cache holds no tokens");
   run_.emplace(Run{o, StreamDecoder(tok_), {}, o.n_predict, 0, -1, -1, 0, {}, std::chrono::steady_clock::now(), {}});

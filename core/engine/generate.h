@@ -94,7 +94,8 @@ struct PrefillInterrupted {};
 
 class Generator {
  public:
-  Generator(Engine& engine, const Tokenizer& tok, Sampler& sampler) : engine_(engine), tok_(tok), sampler_(sampler) {}
+  // Binds `sampler` to the vocabulary (DRY finds its sequence breakers in it).
+  Generator(Engine& engine, const Tokenizer& tok, Sampler& sampler);
 
   // Makes the cache hold `prompt` (keeping the longest prefix it already holds) and leaves the
   // logits of its last token ready. Returns the number of reused tokens.

@@ -448,6 +448,28 @@ ApiRequest parse_request(Endpoint e, const std::string& body_text, const ApiCont
   s.frequency_penalty = float(number(body, "frequency_penalty", -2.0, 2.0, s.frequency_penalty));
   s.presence_penalty = float(number(body, "presence_penalty", -2.0, 2.0, s.presence_penalty));
   s.repeat_penalty = float(number(body, "repeat_penalty", 1e-3, 100.0, s.repeat_penalty));
+  s.repeat_last_n = int32_t(integer(body, "repeat_last_n", -1, 1 << 30, s.repeat_last_n));
+  // llama-server's other samplers (docs/sampling.md), with its names.
+  s.typical_p = float(number(body, "typical_p", 0.0, 1.0, s.typical_p));
+  s.top_n_sigma = float(number(body, "top_n_sigma", -1e6, 1e6, s.top_n_sigma));
+  s.xtc_probability = float(number(body, "xtc_probability", 0.0, 1.0, s.xtc_probability));
+  s.xtc_threshold = float(number(body, "xtc_threshold", 0.0, 1.0, s.xtc_threshold));
+  s.dry_multiplier = float(number(body, "dry_multiplier", 0.0, 1e6, s.dry_multiplier));
+  s.dry_base = float(number(body, "dry_base", 1.0, 1e6, s.dry_base));
+  s.dry_allowed_length = int32_t(integer(body, "dry_allowed_length", 0, 1 << 30, s.dry_allowed_length));
+  s.dry_penalty_last_n = int32_t(integer(body, "dry_penalty_last_n", 0, 1 << 30, s.dry_penalty_last_n));
+  if (const json* v = field(body, "dry_sequence_breakers")) {
+    const auto bad = [] { return ApiError(400, "'dry_sequence_breakers' must be a list of at most 64 strings", "dry_sequence_breakers"); };
+    if (!v->is_array() || v->size() > 64) throw bad();
+    s.dry_sequence_breakers.clear();
+    for (const json& b : *v) {
+      if (!b.is_string() || b.get_ref<const std::string&>().size() > 4096) throw bad();
+      s.dry_sequence_breakers.push_back(b.get<std::string>());
+    }
+  }
+  s.mirostat = int32_t(integer(body, "mirostat", 0, 2, s.mirostat));
+  s.mirostat_tau = float(number(body, "mirostat_tau", 0.0, 1e6, s.mirostat_tau));
+  s.mirostat_eta = float(number(body, "mirostat_eta", 0.0, 1e6, s.mirostat_eta));
   // seed: 0 … 2^64 − 1, or −1 for a random one (as llama.cpp and `--seed`); 4294967295 is
   // llama.cpp's "random" too (Sampler::kRandomSeed).
   if (const json* v = field(body, "seed")) {
@@ -463,6 +485,13 @@ ApiRequest parse_request(Endpoint e, const std::string& body_text, const ApiCont
   // end of generation or the context is full.
   const char* max_name = field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   r.generate.n_predict = int32_t(integer(body, max_name, 1, ctx.context, ctx.default_max_tokens));
+  // llama-server's n_predict where no OpenAI count is given: −1 (or unset) runs on as without one.
+  if (!field(body, "max_completion_tokens") && !field(body, "max_tokens") && field(body, "n_predict")) {
+    const int64_t n = integer(body, "n_predict", -1, ctx.context, -1);
+    if (n == 0) throw ApiError(400, "'n_predict' must be -1 (no limit) or from 1 to the context, got 0", "n_predict");
+    if (n > 0) r.generate.n_predict = int32_t(n);
+  }
+  r.generate.ignore_eos = boolean(body, "ignore_eos", false);
   r.generate.stop = stop_strings(body);
   r.generate.grammar = response_grammar(body, body_text);
   r.generate.logit_bias = logit_biases(body, ctx.tok->n_vocab());

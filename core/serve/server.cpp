@@ -121,6 +121,18 @@ json sampling_params(const SamplerParams& d, int64_t n_predict) {
           {"presence_penalty", d.presence_penalty},
           {"frequency_penalty", d.frequency_penalty},
           {"seed", d.seed},  // 4294967295: a random seed per request, as llama-server shows it
+          {"typical_p", d.typical_p},
+          {"top_n_sigma", d.top_n_sigma},
+          {"xtc_probability", d.xtc_probability},
+          {"xtc_threshold", d.xtc_threshold},
+          {"dry_multiplier", d.dry_multiplier},
+          {"dry_base", d.dry_base},
+          {"dry_allowed_length", d.dry_allowed_length},
+          {"dry_penalty_last_n", d.dry_penalty_last_n},
+          {"dry_sequence_breakers", d.dry_sequence_breakers},
+          {"mirostat", d.mirostat},
+          {"mirostat_tau", d.mirostat_tau},
+          {"mirostat_eta", d.mirostat_eta},
           {"n_predict", n_predict >= 0 ? n_predict : -1}};
 }
 
@@ -469,9 +481,12 @@ void HttpServer::routes() {
         return;
       }
       // Otherwise 200 now, then a space every k_keep_alive until the body. An error that comes
-      // later is the body (an OpenAI error object) under that 200.
+      // later is the body (an OpenAI error object) under that 200. The type names its charset:
+      // cpp-httplib compresses a body typed exactly "application/json" for a client that accepts
+      // gzip (OpenAI's clients do), which held the spaces back until the end, so a client that
+      // left was never noticed and its request ran on.
       res.set_chunked_content_provider(
-          "application/json",
+          "application/json; charset=utf-8",
           [=](size_t, httplib::DataSink& sink) {
             std::string piece;
             auto last_write = std::chrono::steady_clock::now();

@@ -3,6 +3,7 @@
 
 #include "atomic_file.h"
 #include "base/cache_dir.h"
+#include "base/commas.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -154,7 +155,8 @@ uint64_t clear_prompt_cache(const std::string& dir) {
       why = ec2.message();
     }
   }
-  if (failed > 0) throw Error(dir + ": " + std::to_string(failed) + " prompt-cache files could not be removed: " + why);
+  if (failed > 0)
+    throw Error(dir + ": " + with_commas(failed) + (failed == 1 ? " prompt-cache file" : " prompt-cache files") + " could not be removed: " + why);
   return freed;
 }
 
@@ -267,8 +269,9 @@ uint64_t PromptCache::store(const Engine& engine, uint32_t n) {
   // An entry larger than the cap would be evicted by the pass that follows its write: not stored,
   // and said (the rows alone here; the file's header and token list are checked once written).
   const auto too_large = [&](uint64_t bytes) {
-    warnings_.push_back("prompt cache: not stored: the entry for these " + std::to_string(n) + " tokens takes " + std::to_string(bytes) +
-                        " bytes, more than --prompt-cache-size (" + std::to_string(max_bytes_) + " bytes)");
+    const auto bytes_text = [](uint64_t b) { return with_commas(b) + (b == 1 ? " byte" : " bytes"); };
+    warnings_.push_back("prompt cache: not stored: the entry for these " + with_commas(n) + " tokens takes " + bytes_text(bytes) +
+                        ", more than --prompt-cache-size (" + bytes_text(max_bytes_) + ")");
     return uint64_t{0};
   };
   if (uint64_t{n} * cache.bytes_per_token() > max_bytes_) return too_large(uint64_t{n} * cache.bytes_per_token());
