@@ -256,10 +256,7 @@ int run(const RunCommand& c) {
     pc.emplace(pc_dir, prompt_cache_bytes, fp, cache.type_k(),
                cache.type_v());
     const auto t0 = std::chrono::steady_clock::now();
-    const PromptCacheMatch m = pc->find(p.tokens, cache.window_ring() != 0);
-    // One token is always run so its logits are fresh.
-    const uint32_t n = std::min<uint32_t>(m.matched, uint32_t(p.tokens.size()) - 1);
-    if (n > reusable_prefix(cache, p.tokens)) pc->load(m, n, *s.engine);
+    const PromptCacheMatch m = pc->restore(p.tokens, *s.engine);
     cache_load_ms = ms_since(t0);
     print_cache_warnings(*pc);
     if (m.partial_skipped > m.matched)

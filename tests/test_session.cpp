@@ -504,6 +504,23 @@ TEST_F(SessionTest, PromptCacheDropsTheEntriesANewOneSupersedes) {
   const nlohmann::json first = nlohmann::json::parse(vkllm("tokenize --count -m " + vkllm::test::shared_path(kModel) + " -p '" + a + "'").out);
   EXPECT_GE(j["cached_tokens"].get<int>(), first.get<int>() - 1) << other.err;
   EXPECT_EQ(entries(), 2u);  // the two continuations (neither begins the other)
+  // The best entry for that prompt (the newest) found corrupt at load time: it is removed and the
+  // next best serves the shared prefix; the tokens are a cold run's.
+  fs::path newest;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".vkv" && (newest.empty() || fs::last_write_time(e.path()) > fs::last_write_time(newest))) newest = e.path();
+  {
+    std::fstream f(newest, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(std::streamoff(fs::file_size(newest) - 100));
+    f.put('\x5a');
+  }
+  const Result again = vkllm(common + "'" + a + " Her friend Tom came too.'");
+  ASSERT_EQ(again.rc, 0) << again.err;
+  EXPECT_NE(again.err.find("skipping and removing"), std::string::npos) << again.err;
+  const nlohmann::json k = nlohmann::json::parse(again.out);
+  EXPECT_GE(k["cached_tokens"].get<int>(), first.get<int>() - 1) << again.err;
+  EXPECT_EQ(k["tokens"], j["tokens"]);
+  EXPECT_EQ(entries(), 2u);
   // Far longer than the entry it extends (more than twice): both stay.
   std::string story = a + " Her friend Tom came too.";
   for (int i = 0; i < 4; ++i) story += " Lily and Tom went to the park to play with a big red ball.";

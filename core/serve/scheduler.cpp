@@ -180,11 +180,8 @@ void Scheduler::admit(Sequence& s, const std::shared_ptr<Job>& job) {
       if (opts_.log) opts_.log(std::string("prefix copy failed, prefilling instead: ") + e.what());
     }
     if (PromptCache* pc = opts_.prompt_cache) {
-      // A longer prefix on disk than in this sequence's cache replaces it; one token always runs.
-      // (What this sequence reuses, not its match: a window ring's may be far less.)
-      const PromptCacheMatch m = pc->find(job->prompt, s.engine->cache().window_ring() != 0);
-      const uint32_t n = std::min<uint32_t>(m.matched, uint32_t(job->prompt.size()) - 1);
-      if (n > reusable_prefix(s.engine->cache(), job->prompt)) pc->load(m, n, *s.engine);
+      // A longer prefix on disk than in this sequence's cache replaces it.
+      pc->restore(job->prompt, *s.engine);
     }
     s.gen->prefill_begin(job->prompt);
     s.prefilling = true;

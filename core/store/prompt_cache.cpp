@@ -4,6 +4,7 @@
 #include "atomic_file.h"
 #include "base/cache_dir.h"
 #include "base/commas.h"
+#include "engine/generate.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -222,6 +223,18 @@ PromptCacheMatch PromptCache::find(std::span<const int32_t> tokens, bool whole_o
 
 bool worth_loading(uint64_t shared, uint64_t entry_tokens) {
   return shared >= std::min(entry_tokens, k_min_shared_tokens) && shared * k_max_read_per_reused >= entry_tokens;
+}
+
+PromptCacheMatch PromptCache::restore(std::span<const int32_t> tokens, Engine& engine) {
+  const bool whole_only = engine.cache().window_ring() != 0;
+  PromptCacheMatch m = find(tokens, whole_only);
+  for (int tries = 0; tries < 4; ++tries) {
+    // (What the engine reuses, not its match: a window ring's may be far less.)
+    const uint32_t n = std::min<uint32_t>(m.matched, uint32_t(tokens.size()) - 1);
+    if (n <= reusable_prefix(engine.cache(), tokens) || load(m, n, engine) || m.path.empty() || fs::exists(m.path)) break;
+    m = find(tokens, whole_only);  // the entry was removed (corrupt) or evicted: the next best
+  }
+  return m;
 }
 
 bool PromptCache::load(const PromptCacheMatch& m, uint32_t n, Engine& engine) {

@@ -78,6 +78,11 @@ class PromptCache {
   // false, with the cache unchanged, when the match is not worth loading, or (with a warning) when
   // the entry vanished or is corrupt.
   bool load(const PromptCacheMatch& m, uint32_t n, Engine& engine);
+  // find() and load() for a prompt about to run: loads the best entry's shared prefix, all but the
+  // prompt's last token (which always runs, for fresh logits), where that is more than the engine's
+  // cache already holds. An entry found corrupt at load time is removed, and the next best is
+  // tried (a few times). Returns the match it settled on.
+  PromptCacheMatch restore(std::span<const int32_t> tokens, Engine& engine);
   // Stores the first n tokens of the engine's cache as an entry, removes the entries it supersedes
   // (below), then evicts least recently used entries until the directory is under the cap.
   // Failures become warnings: the cache is an optimisation and never fails a run. Returns the
