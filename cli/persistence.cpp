@@ -208,6 +208,8 @@ std::string unfinished_save_note(const SessionInfo& info) {
 }
 
 std::string appended_note(const SessionJournal& journal) {
+  if (journal.replaced_changed)
+    return " (the file had changed on disk since this run loaded or saved it, as another run's save changes it: that save is replaced)";
   return journal.appended ? " (" + human_bytes(journal.appended) + " appended)" : "";
 }
 

@@ -198,10 +198,14 @@ std::optional<uint64_t> append_update(const std::string& path, SessionJournal& j
   // (A whole write by another process renames a new file over the path: the one this descriptor
   // holds would be gone.)
   struct stat st {}, at_path {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || ::flock(fd, LOCK_EX) != 0 || ::fstat(fd, &st) != 0 || st.st_dev != j.dev || st.st_ino != j.ino ||
-      uint64_t(st.st_size) != j.size || mtime_ns(st) != j.mtime_ns || ::stat(path.c_str(), &at_path) != 0 || at_path.st_ino != st.st_ino ||
-      at_path.st_dev != st.st_dev) {
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || ::flock(fd, LOCK_EX) != 0 || ::fstat(fd, &st) != 0) {
     ::close(fd);
+    return std::nullopt;
+  }
+  if (st.st_dev != j.dev || st.st_ino != j.ino || uint64_t(st.st_size) != j.size || mtime_ns(st) != j.mtime_ns ||
+      ::stat(path.c_str(), &at_path) != 0 || at_path.st_ino != st.st_ino || at_path.st_dev != st.st_dev) {
+    ::close(fd);
+    j.replaced_changed = true;  // written whole over what another process saved
     return std::nullopt;
   }
   const auto fail = [&](const char* what) {
@@ -284,7 +288,7 @@ uint64_t save_session(const std::string& path, const Engine& engine, const Model
   info.conversation = conversation;
   if (sampler) info.sampler = sampler->save_state();
   const bool whole_cache = n_tokens < 0;
-  if (journal) journal->appended = 0;
+  if (journal) journal->appended = 0, journal->replaced_changed = false;
   if (journal && whole_cache && journal->path == path && journal->model == model.hash && journal->geometry == geometry_of(info))
     if (const std::optional<uint64_t> size = append_update(path, *journal, info, cache)) return *size;
   const std::vector<uint8_t> kv = cache.read_rows(n);

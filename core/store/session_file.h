@@ -119,6 +119,7 @@ struct SessionJournal {
     uint32_t row = 0;      // the row within it
   };
   std::string path;                                // empty: nothing known, the next save is whole
+  bool replaced_changed = false;                   // the last save wrote the file whole over one another process had changed since
   uint64_t dev = 0, ino = 0, size = 0;             // the file as the last save or load left it
   int64_t mtime_ns = 0;
   uint64_t end = 0;                                // where the next update goes (after the last whole one)
