@@ -234,6 +234,14 @@ TEST(Serve, AnswersAsRunDoesWholeAndStreamed) {
   const auto models = c.Get("/v1/models");
   ASSERT_TRUE(models);
   EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "stories260K.gguf");
+  // OpenAI's models.retrieve: this model, or a 404 naming the one served.
+  const auto one = c.Get("/v1/models/stories260K.gguf");
+  ASSERT_TRUE(one);
+  EXPECT_EQ(json::parse(one->body)["id"], "stories260K.gguf");
+  const auto other = c.Get("/v1/models/gpt-4o");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 404);
+  EXPECT_EQ(json::parse(other->body)["error"]["code"], "model_not_found");
   const auto health = c.Get("/health");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
@@ -1095,6 +1103,9 @@ TEST(Serve, QueueLimitDisconnectAndDrain) {
         httplib::Client c2 = s.client();
         const auto busy = c2.Post("/v1/completions", R"({"prompt":"x","max_tokens":2})", "application/json");
         busy_status = busy ? busy->status : -1;
+        if (busy) {
+          EXPECT_EQ(busy->get_header_value("Retry-After"), "1");
+        }
       }
       return chunks < 3;  // then hang up
     };

@@ -31,7 +31,10 @@ using nlohmann::json;
 constexpr std::chrono::milliseconds k_keep_alive{1000};
 constexpr char k_keep_alive_line[] = ": keep-alive\n\n";
 constexpr char k_keep_alive_space[] = " ";
-constexpr char k_body_too_large[] = "the request body is larger than the server accepts (--max-body)";
+// The 413's message, naming the limit.
+std::string body_too_large(size_t max_body) {
+  return "the request body is larger than the " + std::to_string(max_body) + " bytes the server accepts (--max-body)";
+}
 // Bytes of a chunked body past --max-body read and dropped before its 413 (see post(), below).
 constexpr size_t k_drain_bytes = size_t{16} << 20;
 constexpr int k_listen_backlog = 128;
@@ -100,12 +103,14 @@ const char* allowed_methods(const std::string& path) {
   if (is_slot_path(path)) return "POST, OPTIONS";
   if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/tokenize" || path == "/detokenize") return "POST, OPTIONS";
   if (path == "/health" || path == "/metrics" || path == "/v1/models" || path == "/props" || path == "/slots") return "GET, HEAD, OPTIONS";
+  if (path.rfind("/v1/models/", 0) == 0 && path.size() > 11) return "GET, HEAD, OPTIONS";
   return "";
 }
 
 // The label /metrics counts a request under: its route, or "other" (bounded cardinality).
 std::string route_label(const std::string& path) {
   if (is_slot_path(path)) return "/slots/{id}";
+  if (path.rfind("/v1/models/", 0) == 0 && path.size() > 11) return "/v1/models/{id}";
   return *allowed_methods(path) != '\0' ? path : "other";
 }
 
@@ -352,12 +357,12 @@ void HttpServer::routes() {
   // Statuses httplib answers itself (404, 413, 400 on a malformed request line) get an error object.
   // A 400 of httplib's (a request it could not parse) or a 413 (the body left unread) ends the
   // connection: what follows is not a request.
-  s.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+  s.set_error_handler(httplib::Server::HandlerWithResponse([max_body = opts_.max_body](const httplib::Request& req, httplib::Response& res) {
     // Ours already (a body, or send_error_and_close's provider: httplib's public content_length_).
     if (!res.body.empty() || res.content_length_ > 0) return httplib::Server::HandlerResponse::Unhandled;
     if (res.status == 400 || res.status == 413) {
       send_error_and_close(res, res.status,
-                           res.status == 413 ? k_body_too_large
+                           res.status == 413 ? body_too_large(max_body)
                                              : "the request could not be parsed: a malformed request line or header, or a header line longer than " +
                                                    std::to_string(CPPHTTPLIB_HEADER_MAX_LENGTH / 1024) + " KiB");
       return httplib::Server::HandlerResponse::Handled;
@@ -373,6 +378,7 @@ void HttpServer::routes() {
       std::rethrow_exception(ep);
     } catch (const ApiError& e) {
       send_error(res, e.status, e.what(), e.type, e.param, e.code);
+      if (e.code == "server_busy") res.set_header("Retry-After", "1");  // a place frees within a request's time
     } catch (const std::exception& e) {
       send_error(res, 500, e.what(), "server_error");
     } catch (...) {
@@ -392,10 +398,20 @@ void HttpServer::routes() {
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.render(), "text/plain; version=0.0.4");
   });
-  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    const json model = {{"id", opts_.model_name}, {"object", "model"}, {"created", int64_t(std::time(nullptr))}, {"owned_by", "vkllm"},
-                        {"meta", {{"n_ctx", api_.context}, {"parallel", sched_.sequences()}}}};
-    res.set_content(dump({{"object", "list"}, {"data", json::array({model})}}), "application/json");
+  const auto model_object = [this] {
+    return json{{"id", opts_.model_name}, {"object", "model"}, {"created", int64_t(std::time(nullptr))}, {"owned_by", "vkllm"},
+                {"meta", {{"n_ctx", api_.context}, {"parallel", sched_.sequences()}}}};
+  };
+  s.Get("/v1/models", [this, model_object](const httplib::Request&, httplib::Response& res) {
+    res.set_content(dump({{"object", "list"}, {"data", json::array({model_object()})}}), "application/json");
+  });
+  // OpenAI's models.retrieve: the one model by its id, else a 404.
+  s.Get(R"(/v1/models/(.+))", [this, model_object](const httplib::Request& req, httplib::Response& res) {
+    const std::string id = req.matches[1];
+    if (id != opts_.model_name)
+      return send_error(res, 404, "the model '" + id + "' does not exist (this server serves '" + opts_.model_name + "')",
+                        "invalid_request_error", "model", "model_not_found");
+    res.set_content(dump(model_object()), "application/json");
   });
 
   // llama-server's: the server's settings, for clients that size prompts and show defaults.
@@ -582,10 +598,10 @@ void HttpServer::routes() {
         return dropped <= k_drain_bytes;
       });
       if (too_large && !whole) {  // more than the drain: what follows is not a request
-        send_error_and_close(res, 413, k_body_too_large);
+        send_error_and_close(res, 413, body_too_large(max_body));
         return;
       }
-      if (too_large || (!whole && res.status == 413)) throw ApiError(413, k_body_too_large);
+      if (too_large || (!whole && res.status == 413)) throw ApiError(413, body_too_large(max_body));
       if (!whole) throw ApiError(400, "the request body could not be read");
       if (!authorized(req)) return refuse_unauthorized(res);
       handle(req, body, res);
