@@ -46,6 +46,7 @@ struct ChatCommand {
   std::vector<std::string> logit_bias;  // -l, every reply's
   SpeculativeOptions speculative;
   std::vector<CLI::Option*> sampling_flags;  // which a resumed session takes (apply_sampling_flags)
+  std::vector<CLI::Option*> draft_flags;     // add_speculative_options' (note_idle_draft_flags)
 };
 
 // A signal sent to the process runs its handler on any thread that does not block it, often one of
@@ -789,6 +790,7 @@ int chat(const ChatCommand& c) {
   reply.grammar = read_grammar_flags(c.grammar);
   reply.speculative = c.speculative;
   check_speculative_options(reply.speculative, c.opts.ubatch, c.opts.model_draft);
+  note_idle_draft_flags(c.draft_flags, reply.speculative, c.opts.quiet);
   // Messages come from stdin: one that cannot be read (a directory) is refused before the load
   // (it read as an empty chat, status 0).
   if (struct stat st{}; ::fstat(STDIN_FILENO, &st) == 0 && S_ISDIR(st.st_mode))
@@ -829,7 +831,7 @@ void add_chat_command(CLI::App& app) {
   add_stop_option(cmd, c->stop, "a reply");
   add_grammar_options(cmd, c->grammar);
   add_logit_bias_option(cmd, c->logit_bias);
-  add_speculative_options(cmd, c->speculative, c->opts.model_draft);
+  c->draft_flags = add_speculative_options(cmd, c->speculative, c->opts.model_draft);
   add_session_option(cmd, c->session);
   cmd->callback([c] {
     // The session is gone (device objects freed) before the exit status leaves through CLI11.

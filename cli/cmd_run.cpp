@@ -38,6 +38,7 @@ struct RunCommand {
   SpeculativeOptions speculative;
   PersistenceOptions persist;
   std::vector<CLI::Option*> sampling_flags;  // which a resumed session takes (apply_sampling_flags)
+  std::vector<CLI::Option*> draft_flags;     // add_speculative_options' (note_idle_draft_flags)
 };
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
@@ -142,6 +143,7 @@ int run(const RunCommand& c) {
   std::vector<std::pair<int32_t, float>> logit_bias = read_logit_bias(c.logit_bias, 0);
   SpeculativeOptions speculative = c.speculative;
   check_speculative_options(speculative, c.opts.ubatch, c.opts.model_draft);
+  note_idle_draft_flags(c.draft_flags, speculative, c.opts.quiet);
   const uint64_t prompt_cache_bytes = c.persist.prompt_cache() ? parse_size("--prompt-cache-size", c.persist.prompt_cache_size) : 0;
   const std::string pc_dir = c.persist.prompt_cache() ? prompt_cache_dir(c.persist) : "";
   if (!pc_dir.empty()) check_prompt_cache_dir(pc_dir);
@@ -456,7 +458,7 @@ void add_run_command(CLI::App& app) {
       ->needs(logprobs);
   add_grammar_options(cmd, c->grammar);
   add_logit_bias_option(cmd, c->logit_bias);
-  add_speculative_options(cmd, c->speculative, c->opts.model_draft);
+  c->draft_flags = add_speculative_options(cmd, c->speculative, c->opts.model_draft);
   add_persistence_options(cmd, c->persist);
   cmd->callback([c] {
     if (const int code = run(*c); code != 0) throw CLI::RuntimeError(code);

@@ -167,16 +167,17 @@ std::shared_ptr<const Grammar> read_grammar_flags(const GrammarFlags& g) {
   }
 }
 
-void add_speculative_options(CLI::App* cmd, SpeculativeOptions& s, std::string& model_draft) {
+std::vector<CLI::Option*> add_speculative_options(CLI::App* cmd, SpeculativeOptions& s, std::string& model_draft) {
   const std::string group = "Speculative decoding (docs/speculative.md)";
   cmd->add_option("--model-draft", model_draft,
                   "(-md) A smaller model of the same vocabulary that drafts tokens greedily for the model to verify in one pass "
                   "(the same tokens, sooner)")
       ->check(CLI::ExistingFile)
       ->group(group);
-  cmd->add_option("--draft-p-min", s.p_min, "With -md: a draft ends before a token the draft model gives less than this probability (default 0.8)")
-      ->check(CLI::Range(0.0f, 1.0f))
-      ->group(group);
+  std::vector<CLI::Option*> tuning;  // the flags that tune one source of drafts or another
+  tuning.push_back(cmd->add_option("--draft-p-min", s.p_min, "With -md: a draft ends before a token the draft model gives less than this probability (default 0.8)")
+                       ->check(CLI::Range(0.0f, 1.0f))
+                       ->group(group));
   cmd->add_option_function<std::string>(
          "--spec-type", [&s](const std::string& v) { s.type = v == "ngram-simple" ? SpecType::NgramSimple : SpecType::None; },
          "none, or ngram-simple: draft the tokens that followed the last earlier occurrence of the context's final n-gram "
@@ -184,10 +185,29 @@ void add_speculative_options(CLI::App* cmd, SpeculativeOptions& s, std::string& 
       ->check(CLI::IsMember({"none", "ngram-simple"}))
       ->group(group);
   const CLI::Range count(1u, 1024u);
-  cmd->add_option("--draft-max,--draft,--draft-n", s.draft_max, "The most draft tokens a pass verifies (default 16)")->check(count)->group(group);
-  cmd->add_option("--draft-min,--draft-n-min", s.draft_min, "Drafts run at least this long whatever the measured acceptance, or not at all (default 0: as measured)")->check(CLI::Range(0u, 1024u))->group(group);
-  cmd->add_option("--spec-ngram-size-n", s.ngram_n, "Tokens of the n-gram looked up in the context (default 4)")->check(count)->group(group);
-  cmd->add_option("--spec-ngram-size-m", s.ngram_m, "The most tokens one match drafts (default 48)")->check(count)->group(group);
+  tuning.push_back(cmd->add_option("--draft-max,--draft,--draft-n", s.draft_max, "The most draft tokens a pass verifies (default 16)")->check(count)->group(group));
+  tuning.push_back(cmd->add_option("--draft-min,--draft-n-min", s.draft_min, "Drafts run at least this long whatever the measured acceptance, or not at all (default 0: as measured)")->check(CLI::Range(0u, 1024u))->group(group));
+  tuning.push_back(cmd->add_option("--spec-ngram-size-n", s.ngram_n, "Tokens of the n-gram looked up in the context (default 4)")->check(count)->group(group));
+  tuning.push_back(cmd->add_option("--spec-ngram-size-m", s.ngram_m, "The most tokens one match drafts (default 48)")->check(count)->group(group));
+  return tuning;
+}
+
+void note_idle_draft_flags(std::span<CLI::Option* const> given, const SpeculativeOptions& s, bool quiet) {
+  if (quiet) return;
+  std::string idle;
+  for (const CLI::Option* o : given) {
+    if (o->count() == 0) continue;
+    const std::string& n = o->get_name();
+    const bool used = n == "--draft-p-min"                                          ? s.type == SpecType::DraftModel
+                      : n == "--spec-ngram-size-n" || n == "--spec-ngram-size-m" ? s.type == SpecType::NgramSimple
+                                                                                   : s.type != SpecType::None;
+    if (!used) idle += (idle.empty() ? "" : ", ") + n;
+  }
+  if (idle.empty()) return;
+  const char* why = s.type == SpecType::None        ? "nothing drafts without --spec-type ngram-simple or -md"
+                    : s.type == SpecType::DraftModel ? "for n-gram drafts (--spec-type ngram-simple), and -md drafts here"
+                                                     : "for -md's drafts, and n-grams draft here";
+  std::fprintf(stderr, "vkllm: note: %s ignored: %s\n", idle.c_str(), why);
 }
 
 namespace {

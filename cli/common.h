@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -73,7 +74,10 @@ std::shared_ptr<const Grammar> read_grammar_flags(const GrammarFlags& g);
 // llama.cpp's --spec-type (none, ngram-simple), --draft-max, --draft-min, --spec-ngram-size-n,
 // --spec-ngram-size-m, and -md/--model-draft with --draft-p-min: speculative decoding from the
 // context's n-grams or a draft model (docs/speculative.md).
-void add_speculative_options(CLI::App* cmd, SpeculativeOptions& s, std::string& model_draft);
+std::vector<CLI::Option*> add_speculative_options(CLI::App* cmd, SpeculativeOptions& s, std::string& model_draft);
+// One note naming the draft-tuning flags given (`given`: add_speculative_options') that the drafts
+// chosen do not read (--draft-max with no source of drafts, --draft-p-min with n-grams, …).
+void note_idle_draft_flags(std::span<CLI::Option* const> given, const SpeculativeOptions& s, bool quiet);
 // Refuses a --draft-min past --draft-max, --spec-ngram-size-m or what a pass of an explicit
 // --ubatch (0: the device's) holds (no draft could ever run), and -md beside --spec-type
 // ngram-simple (one source of drafts); with -md the type becomes SpecType::DraftModel.

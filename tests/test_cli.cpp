@@ -1752,6 +1752,18 @@ TEST(Cli, DraftModelRefusals) {
   const Result ngld = vkllm("run --json --temp 0 -n 2 -m " + stories + " -md " + stories + " -ngld 99 -p Once");
   EXPECT_EQ(ngld.status, 0) << ngld.err;
   EXPECT_NE(ngld.err.find("vkllm: note: -ngld 99 ignored: vkllm runs every layer on the GPU\n"), std::string::npos) << ngld.err;
+  // Draft-tuning flags that the drafts chosen do not read are named in one note.
+  const Result idle = vkllm("run -q -n 2 -m " + stories + " --draft-max 4 --draft-min 1 -p Once");
+  EXPECT_EQ(idle.status, 0) << idle.err;
+  EXPECT_EQ(idle.err, "");  // (-q)
+  const Result none = vkllm("run -n 2 -m " + stories + " --draft-max 4 --draft-min 1 -p Once");
+  EXPECT_NE(none.err.find("vkllm: note: --draft-max, --draft-min ignored: nothing drafts without --spec-type ngram-simple or -md\n"),
+            std::string::npos) << none.err;
+  const Result ngram = vkllm("run -n 2 -m " + stories + " --spec-type ngram-simple --draft-p-min 0.5 --draft-max 3 -p Once");
+  EXPECT_NE(ngram.err.find("vkllm: note: --draft-p-min ignored: for -md's drafts, and n-grams draft here\n"), std::string::npos) << ngram.err;
+  const Result md = vkllm("run -n 2 -m " + stories + " -md " + stories + " --spec-ngram-size-n 3 --draft-p-min 0.5 -p Once");
+  EXPECT_NE(md.err.find("vkllm: note: --spec-ngram-size-n ignored: for n-gram drafts (--spec-type ngram-simple), and -md drafts here\n"),
+            std::string::npos) << md.err;
   const Result missing = vkllm("run -m " + stories + " -md " + testing::TempDir() + "/no-such-draft.gguf -p Once -n 4");
   EXPECT_EQ(missing.status, 2);
   EXPECT_NE(missing.err.find("no-such-draft.gguf"), std::string::npos) << missing.err;
