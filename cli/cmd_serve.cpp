@@ -27,6 +27,7 @@ namespace {
 constexpr size_t k_spare_connections = 256;
 
 struct ServeCommand {
+  std::vector<CLI::Option*> draft_flags;  // add_speculative_options' (note_idle_draft_flags)
   RunOptions opts;
   serve::ServerOptions server;
   uint32_t parallel = 1;
@@ -108,6 +109,7 @@ void serve_forever(const ServeCommand& c) {
   if (so.max_body < 1024) throw CLI::ValidationError("--max-body " + c.max_body + " is under 1KiB: no request would fit");
   SpeculativeOptions speculative = c.speculative;
   check_speculative_options(speculative, c.opts.ubatch, c.opts.model_draft);
+  note_idle_draft_flags(c.draft_flags, speculative, c.opts.quiet);
   const uint64_t prompt_cache_bytes = c.persist.prompt_cache() ? parse_size("--prompt-cache-size", c.persist.prompt_cache_size) : 0;
   const std::string pc_dir = c.persist.prompt_cache() ? prompt_cache_dir(c.persist) : "";
   if (!pc_dir.empty()) check_prompt_cache_dir(pc_dir);
@@ -225,7 +227,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--slot-save-path", c->server.slot_save_path,
                   "Folder of the files POST /slots/{id}?action=save|restore writes and reads (made if missing; without it they are refused)")
       ->check([](const std::string& dir) { return dir.empty() ? std::string("an empty folder name would turn slot files off") : std::string(); });
-  add_speculative_options(cmd, c->speculative, c->opts.model_draft);
+  c->draft_flags = add_speculative_options(cmd, c->speculative, c->opts.model_draft);
   add_prompt_cache_options(cmd, c->persist);
   cmd->callback([c] { serve_forever(*c); });
 }
