@@ -25,9 +25,12 @@ DryBreakers dry_breakers(const Tokenizer& tok, std::span<const std::string> brea
   DryBreakers out;
   std::vector<std::string> texts(size_t(tok.n_vocab()));
   for (int32_t id = 0; id < tok.n_vocab(); ++id) texts[size_t(id)] = tok.detokenize(std::span(&id, 1), true);
+  std::vector<std::string> seen;
   for (std::string b : breakers) {
     if (b.empty()) continue;
     if (b.size() > kMaxBreakerBytes) b.resize(kMaxBreakerBytes);
+    if (std::find(seen.begin(), seen.end(), b) != seen.end()) continue;  // the same tails again
+    seen.push_back(b);
     for (int32_t id = 0; id < tok.n_vocab(); ++id) {
       const std::string& text = texts[size_t(id)];
       if (text.find(b) != std::string::npos) {

@@ -22,6 +22,8 @@ constexpr char kStateMagic[4] = {'V', 'K', 'S', 'S'};
 // 1: the chain before DRY, typical, top-n-sigma, XTC and mirostat (read as those off).
 constexpr uint32_t kStateVersion = 2;
 constexpr uint32_t kMaxBreakers = 64, kMaxBreakerText = 4096;
+constexpr float kMaxMirostat = 1e6f;  // the largest tau and eta; mu stays within ±kMaxMu
+constexpr float kMaxMu = 1e9f;
 constexpr size_t kMaxRngText = 16384;  // mt19937's text form is ~7 KB (625 decimal words)
 
 static_assert(std::endian::native == std::endian::little, "the state blob is written little-endian");
@@ -45,8 +47,8 @@ void validate_params(const SamplerParams& p) {
   check_param(std::isfinite(p.frequency_penalty), "frequency_penalty", p.frequency_penalty, "a finite number");
   check_param(std::isfinite(p.presence_penalty), "presence_penalty", p.presence_penalty, "a finite number");
   check_param(p.repeat_last_n >= -1, "repeat_last_n", p.repeat_last_n, "-1, 0 or a window length");
-  check_param(p.typical_p >= 0.0f && p.typical_p <= 1.0f, "typical_p", p.typical_p, "0 to 1");
-  check_param(std::isfinite(p.top_n_sigma), "top_n_sigma", p.top_n_sigma, "a finite number");
+  check_param(p.typical_p >= 0.0f && p.typical_p <= 1.0f, "typical_p (--typical)", p.typical_p, "0 to 1");
+  check_param(std::isfinite(p.top_n_sigma), "top_n_sigma (--top-nsigma)", p.top_n_sigma, "a finite number");
   check_param(p.xtc_probability >= 0.0f && p.xtc_probability <= 1.0f, "xtc_probability", p.xtc_probability, "0 to 1");
   check_param(p.xtc_threshold >= 0.0f && p.xtc_threshold <= 1.0f, "xtc_threshold", p.xtc_threshold, "0 to 1");
   check_param(std::isfinite(p.dry_multiplier) && p.dry_multiplier >= 0.0f, "dry_multiplier", p.dry_multiplier, "a finite number >= 0");
@@ -60,8 +62,9 @@ void validate_params(const SamplerParams& p) {
     if (b.size() > kMaxBreakerText)
       throw Error("sampler: a DRY sequence breaker of " + std::to_string(b.size()) + " bytes (at most " + std::to_string(kMaxBreakerText) + ")");
   check_param(p.mirostat >= 0 && p.mirostat <= 2, "mirostat", p.mirostat, "0: off, 1 or 2");
-  check_param(std::isfinite(p.mirostat_tau) && p.mirostat_tau >= 0.0f, "mirostat_tau", p.mirostat_tau, "a finite number >= 0");
-  check_param(std::isfinite(p.mirostat_eta) && p.mirostat_eta >= 0.0f, "mirostat_eta", p.mirostat_eta, "a finite number >= 0");
+  // (Surprise is in bits: past a few dozen a target means nothing; the bounds keep mu finite.)
+  check_param(p.mirostat_tau >= 0.0f && p.mirostat_tau <= kMaxMirostat, "mirostat_tau (--mirostat-ent)", p.mirostat_tau, "0 to 1e6");
+  check_param(p.mirostat_eta >= 0.0f && p.mirostat_eta <= kMaxMirostat, "mirostat_eta (--mirostat-lr)", p.mirostat_eta, "0 to 1e6");
 }
 
 // A window of -1 tokens: unbounded.
@@ -429,7 +432,7 @@ int32_t Sampler::mirostat_sample(std::span<const float> logits) {
       break;
     }
   }
-  mu_ -= params_.mirostat_eta * (-std::log2(c[pick].p) - params_.mirostat_tau);
+  mu_ = std::clamp(mu_ - params_.mirostat_eta * (-std::log2(c[pick].p) - params_.mirostat_tau), -kMaxMu, kMaxMu);
   return c[pick].id;
 }
 
@@ -615,7 +618,7 @@ void Sampler::restore_state(std::span<const uint8_t> blob) {
     p.mirostat_tau = r.get<float>("mirostat_tau");
     p.mirostat_eta = r.get<float>("mirostat_eta");
     mu = r.get<float>("mirostat mu");
-    if (!std::isfinite(mu)) r.fail("mirostat mu is not a finite number");
+    if (!(std::fabs(mu) <= kMaxMu)) r.fail("mirostat mu is not a number within ±1e9");
   } else {
     p.dry_multiplier = 0.0f;  // version 1: the steps added since, off
   }

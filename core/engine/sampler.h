@@ -65,6 +65,10 @@ class Sampler {
   // The vocabulary DRY finds its sequence breakers in. A Generator binds its sampler; the
   // tokenizer must outlive the sampler's use of it. An unbound sampler refuses to sample with DRY on.
   void bind(const Tokenizer& tok);
+  // DRY's breakers as found in the bound vocabulary for these params' dry_sequence_breakers (a
+  // server finds them once for the requests that share a list); made at the first DRY step if
+  // not given.
+  void share_dry_breakers(std::shared_ptr<const DryBreakers> b) { breakers_ = std::move(b); }
 
   // Chooses the next token from logits [n_vocab] f32 (the span is modified in place: the
   // penalties and DRY are applied to it). Greedy draws no random number unless XTC is on.

@@ -459,11 +459,12 @@ ApiRequest parse_request(Endpoint e, const std::string& body_text, const ApiCont
   s.dry_allowed_length = int32_t(integer(body, "dry_allowed_length", 0, 1 << 30, s.dry_allowed_length));
   s.dry_penalty_last_n = int32_t(integer(body, "dry_penalty_last_n", 0, 1 << 30, s.dry_penalty_last_n));
   if (const json* v = field(body, "dry_sequence_breakers")) {
-    const auto bad = [] { return ApiError(400, "'dry_sequence_breakers' must be a list of at most 64 strings", "dry_sequence_breakers"); };
-    if (!v->is_array() || v->size() > 64) throw bad();
+    const auto bad = [](const std::string& why) { return ApiError(400, "'dry_sequence_breakers' " + why, "dry_sequence_breakers"); };
+    if (!v->is_array() || v->size() > 64) throw bad("must be a list of at most 64 strings");
     s.dry_sequence_breakers.clear();
     for (const json& b : *v) {
-      if (!b.is_string() || b.get_ref<const std::string&>().size() > 4096) throw bad();
+      if (!b.is_string()) throw bad("must be a list of strings, got " + b.dump());
+      if (b.get_ref<const std::string&>().size() > 4096) throw bad("holds a string of " + std::to_string(b.get_ref<const std::string&>().size()) + " bytes (at most 4096)");
       s.dry_sequence_breakers.push_back(b.get<std::string>());
     }
   }

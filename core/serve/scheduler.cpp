@@ -169,6 +169,15 @@ void Scheduler::admit(Sequence& s, const std::shared_ptr<Job>& job) {
   try {
     s.sampler = std::make_unique<Sampler>(job->sampling);
     s.gen = std::make_unique<Generator>(*s.engine, tok_, *s.sampler);
+    // DRY's sequence breakers, found in the vocabulary once for the requests that share a list (a
+    // pass over every token's text, on the thread every sequence's step waits for).
+    if (job->sampling.dry_multiplier != 0.0f) {
+      if (!dry_breakers_ || dry_breaker_list_ != job->sampling.dry_sequence_breakers) {
+        dry_breakers_ = std::make_shared<const DryBreakers>(dry_breakers(tok_, job->sampling.dry_sequence_breakers));
+        dry_breaker_list_ = job->sampling.dry_sequence_breakers;
+      }
+      s.sampler->share_dry_breakers(dry_breakers_);
+    }
     if (job->generate.grammar) {  // the vocabulary as grammars read it: decoded once, for every request
       if (!grammar_vocab_) grammar_vocab_ = std::make_shared<const GrammarVocab>(tok_);
       s.gen->share_grammar_vocab(grammar_vocab_);

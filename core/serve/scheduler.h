@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/dry.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/sampler.h"
@@ -185,6 +186,8 @@ class Scheduler {
 
   const Tokenizer& tok_;
   std::shared_ptr<const GrammarVocab> grammar_vocab_;  // built by the first request with a grammar
+  std::shared_ptr<const DryBreakers> dry_breakers_;    // DRY's breakers for dry_breaker_list_, the last list a request used
+  std::vector<std::string> dry_breaker_list_;
   Metrics& metrics_;
   SchedulerOptions opts_;
   std::vector<Sequence> seqs_;
